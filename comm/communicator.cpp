@@ -1,0 +1,220 @@
+#include "comm/communicator.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace mt {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+const char* collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::Allreduce: return "allreduce";
+    case CollectiveKind::ReduceScatter: return "reduce_scatter";
+    case CollectiveKind::Allgather: return "allgather";
+    case CollectiveKind::Broadcast: return "broadcast";
+    case CollectiveKind::Alltoall: return "alltoall";
+    case CollectiveKind::Send: return "send";
+    case CollectiveKind::Recv: return "recv";
+    case CollectiveKind::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+bool CollectiveDesc::in_place() const {
+  if (!input.defined() || !output.defined() || !input.same_storage(output)) return false;
+  const auto* in = static_cast<const char*>(input.data());
+  const auto* out = static_cast<const char*>(output.data());
+  switch (kind) {
+    case CollectiveKind::ReduceScatter: return out == in + static_cast<std::ptrdiff_t>(group_rank) * output.nbytes();
+    case CollectiveKind::Allgather: return in == out + static_cast<std::ptrdiff_t>(group_rank) * input.nbytes();
+    default: return in == out;
+  }
+}
+
+std::size_t CollectiveDesc::bytes() const {
+  std::size_t in = input.defined() ? input.nbytes() : 0;
+  std::size_t out = output.defined() ? output.nbytes() : 0;
+  return std::max(in, out);
+}
+
+std::string CollectiveDesc::describe() const {
+  std::ostringstream text;
+  text << collective_name(kind) << " #" << sequence;
+  const Tensor& t = input.defined() ? input : output;
+  if (t.defined()) text << ' ' << dtype_name(t.dtype()) << " x " << t.numel() << " (" << format_bytes(bytes()) << ')';
+  if (kind == CollectiveKind::Allreduce || kind == CollectiveKind::ReduceScatter) text << ' ' << reduce_op_name(op);
+  if (kind == CollectiveKind::Broadcast) text << " root " << root;
+  if (kind == CollectiveKind::Send) text << " to " << peer << " tag " << tag;
+  if (kind == CollectiveKind::Recv) text << " from " << peer << " tag " << tag;
+  text << " in a group of " << group_size;
+  return text.str();
+}
+
+Work::Work(CollectiveDesc desc, std::chrono::milliseconds default_timeout)
+    : desc_(std::move(desc)), default_timeout_(default_timeout) {}
+
+bool Work::test() {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (!done_cv_.wait_for(lock, timeout, [this] { return done_; })) {
+    MT_FAIL_AS(TimeoutError, "timed out after ", timeout.count(), " ms waiting for ", desc_.describe());
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::exception_ptr Work::error() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+void Work::complete(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    error_ = std::move(error);
+  }
+  done_cv_.notify_all();
+}
+
+namespace {
+void check_same_device_and_dtype(const CollectiveDesc& d) {
+  if (!d.input.defined() || !d.output.defined()) return;
+  MT_CHECK(d.input.dtype() == d.output.dtype(), collective_name(d.kind), ": input ", d.input.describe(),
+           " and output ", d.output.describe(), " differ in dtype");
+  MT_CHECK(d.input.device() == d.output.device(), collective_name(d.kind), ": input ", d.input.describe(),
+           " and output ", d.output.describe(), " are on different devices");
+}
+
+void check_sizes(const CollectiveDesc& d) {
+  const std::int64_t n = d.group_size;
+  const char* name = collective_name(d.kind);
+  switch (d.kind) {
+    case CollectiveKind::Allreduce:
+      MT_CHECK(d.input.numel() == d.output.numel(), name, ": input has ", d.input.numel(), " elements, output ",
+               d.output.numel());
+      break;
+    case CollectiveKind::ReduceScatter:
+      MT_CHECK(d.input.numel() == d.output.numel() * n, name, ": input must hold group size (", n,
+               ") x output elements, got ", d.input.numel(), " and ", d.output.numel());
+      break;
+    case CollectiveKind::Allgather:
+      MT_CHECK(d.output.numel() == d.input.numel() * n, name, ": output must hold group size (", n,
+               ") x input elements, got ", d.output.numel(), " and ", d.input.numel());
+      break;
+    case CollectiveKind::Alltoall:
+      MT_CHECK(d.input.numel() == d.output.numel() && d.input.numel() % n == 0, name,
+               ": input and output must hold the same count, divisible by the group size (", n, "), got ",
+               d.input.numel(), " and ", d.output.numel());
+      break;
+    default: break;
+  }
+  const bool overlapping = d.input.defined() && d.output.defined() && d.input.same_storage(d.output);
+  if (overlapping && d.kind != CollectiveKind::Broadcast && d.kind != CollectiveKind::Send &&
+      d.kind != CollectiveKind::Recv) {
+    MT_CHECK(d.kind != CollectiveKind::Alltoall || d.input.data() != d.output.data(),
+             name, " cannot run in place");
+    MT_CHECK(d.in_place() || d.kind == CollectiveKind::Alltoall, name,
+             ": input and output share storage but are not in place (see CollectiveDesc::in_place)");
+  }
+}
+}  // namespace
+
+WorkPtr Communicator::submit(CollectiveDesc desc) {
+  desc.group_size = size_;
+  desc.group_rank = rank_;
+  check_same_device_and_dtype(desc);
+  check_sizes(desc);
+  if (desc.kind == CollectiveKind::Broadcast) {
+    MT_CHECK(desc.root >= 0 && desc.root < size_, "broadcast root ", desc.root, " outside a group of ", size_);
+  }
+  if (desc.kind == CollectiveKind::Send || desc.kind == CollectiveKind::Recv) {
+    MT_CHECK(desc.peer >= 0 && desc.peer < size_, collective_name(desc.kind), " peer ", desc.peer,
+             " outside a group of ", size_);
+    MT_CHECK(desc.tag >= 0 && desc.tag < (1 << 15), collective_name(desc.kind), " tag ", desc.tag,
+             " outside [0, 32768)");
+    desc.sequence = p2p_sequence_++;
+  } else {
+    desc.sequence = collective_sequence_++;
+  }
+  return launch(std::move(desc));
+}
+
+namespace {
+CollectiveDesc make_desc(CollectiveKind kind, const Tensor& input, const Tensor& output) {
+  CollectiveDesc d;
+  d.kind = kind;
+  d.input = input;
+  d.output = output;
+  return d;
+}
+}  // namespace
+
+WorkPtr Communicator::allreduce_async(const Tensor& input, const Tensor& output, AllreduceOptions opts) {
+  CollectiveDesc d = make_desc(CollectiveKind::Allreduce, input, output);
+  d.op = opts.op;
+  return submit(std::move(d));
+}
+
+WorkPtr Communicator::reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceScatterOptions opts) {
+  CollectiveDesc d = make_desc(CollectiveKind::ReduceScatter, input, output);
+  d.op = opts.op;
+  return submit(std::move(d));
+}
+
+WorkPtr Communicator::allgather_async(const Tensor& input, const Tensor& output) {
+  return submit(make_desc(CollectiveKind::Allgather, input, output));
+}
+
+WorkPtr Communicator::broadcast_async(const Tensor& tensor, BroadcastOptions opts) {
+  CollectiveDesc d = make_desc(CollectiveKind::Broadcast, tensor, tensor);
+  d.root = opts.root;
+  return submit(std::move(d));
+}
+
+WorkPtr Communicator::alltoall_async(const Tensor& input, const Tensor& output) {
+  return submit(make_desc(CollectiveKind::Alltoall, input, output));
+}
+
+WorkPtr Communicator::send_async(const Tensor& tensor, int peer, PointToPointOptions opts) {
+  CollectiveDesc d = make_desc(CollectiveKind::Send, tensor, Tensor());
+  d.peer = peer;
+  d.tag = opts.tag;
+  return submit(std::move(d));
+}
+
+WorkPtr Communicator::recv_async(const Tensor& tensor, int peer, PointToPointOptions opts) {
+  CollectiveDesc d = make_desc(CollectiveKind::Recv, Tensor(), tensor);
+  d.peer = peer;
+  d.tag = opts.tag;
+  return submit(std::move(d));
+}
+
+WorkPtr Communicator::barrier_async() { return submit(make_desc(CollectiveKind::Barrier, Tensor(), Tensor())); }
+
+std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members) {
+  std::set<int> unique(members.begin(), members.end());
+  MT_CHECK(unique.size() == members.size(), "split: a member is listed twice");
+  for (int m : members) MT_CHECK(m >= 0 && m < size_, "split: member ", m, " outside a group of ", size_);
+  auto me = std::find(members.begin(), members.end(), rank_);
+  MT_CHECK(members.empty() || me != members.end(), "split: rank ", rank_, " lists a group it is not in");
+  if (members.empty()) return split_by_color(-1, 0, members);
+  // The smallest member names the group: disjoint groups get distinct colors.
+  const int color = *std::min_element(members.begin(), members.end());
+  return split_by_color(color, static_cast<int>(me - members.begin()), members);
+}
+
+}  // namespace mt

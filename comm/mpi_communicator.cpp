@@ -1,0 +1,191 @@
+#include "comm/mpi_communicator.h"
+
+#include <climits>
+#include <cstring>
+
+#include "comm/mpi_types.h"
+#include "runtime/cuda_api.h"
+#include "runtime/functors.h"
+
+namespace mt {
+namespace {
+
+// Page-locked host memory for staging device tensors (fast DMA both ways).
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(std::size_t bytes) : data_(bytes ? cuda::malloc_pinned(bytes) : nullptr) {}
+  ~PinnedBuffer() {
+    if (data_ != nullptr) cuda::free_pinned(data_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  char* data() const { return static_cast<char*>(data_); }
+
+ private:
+  void* data_;
+};
+
+// Host addresses the MPI calls use. For host tensors, the tensors themselves; for device tensors,
+// a pinned copy of the storage window both tensors live in (so in-place layouts stay in place).
+struct HostView {
+  char* input = nullptr;
+  char* output = nullptr;
+  std::shared_ptr<PinnedBuffer> staging;
+};
+
+HostView stage(const CollectiveDesc& d) {
+  HostView v;
+  const Tensor& any = d.input.defined() ? d.input : d.output;
+  if (!any.defined()) return v;
+  if (any.device().is_cpu()) {
+    v.input = d.input.defined() ? static_cast<char*>(d.input.data()) : nullptr;
+    v.output = d.output.defined() ? static_cast<char*>(d.output.data()) : nullptr;
+    return v;
+  }
+  // The producer of the data runs on the caller's streams: let it finish before copying out.
+  cuda::synchronize_device();
+  const bool shared = d.input.defined() && d.output.defined() && d.input.same_storage(d.output);
+  if (shared) {
+    const Tensor& big = d.input.nbytes() >= d.output.nbytes() ? d.input : d.output;
+    v.staging = std::make_shared<PinnedBuffer>(big.nbytes());
+    copy_bytes(v.staging->data(), Device::cpu(), big.data(), big.device(), big.nbytes(), Stream(big.device()));
+    auto offset = [&](const Tensor& t) { return static_cast<const char*>(t.data()) - static_cast<const char*>(big.data()); };
+    v.input = v.staging->data() + offset(d.input);
+    v.output = v.staging->data() + offset(d.output);
+    return v;
+  }
+  // Separate storage: one buffer, input first, then output.
+  const std::size_t in_bytes = d.input.defined() ? d.input.nbytes() : 0;
+  const std::size_t out_bytes = d.output.defined() ? d.output.nbytes() : 0;
+  v.staging = std::make_shared<PinnedBuffer>(in_bytes + out_bytes);
+  if (in_bytes) {
+    v.input = v.staging->data();
+    copy_bytes(v.input, Device::cpu(), d.input.data(), d.input.device(), in_bytes, Stream(d.input.device()));
+  }
+  if (out_bytes) v.output = v.staging->data() + in_bytes;
+  return v;
+}
+
+// Device tensors get the staged result back.
+void unstage(const CollectiveDesc& d, const HostView& v) {
+  if (!v.staging || !d.output.defined() || d.kind == CollectiveKind::Send) return;
+  copy_bytes(d.output.data(), d.output.device(), v.output, Device::cpu(), d.output.nbytes(), Stream(d.output.device()));
+}
+
+void divide(char* data, DType dtype, std::int64_t n, int divisor) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = reinterpret_cast<T*>(data);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = narrow_to<T>(widen(p[i]) / static_cast<decltype(widen(p[i]))>(divisor));
+  });
+}
+
+int checked_count(std::int64_t n, const CollectiveDesc& d) {
+  MT_CHECK(n <= INT_MAX, d.describe(), ": more than 2^31-1 elements in one MPI call");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MpiComm comm, std::shared_ptr<MpiEngine> engine, CommOptions options)
+    : Communicator(comm.rank(), comm.size(), options),
+      control_(std::move(comm)),
+      data_(control_.dup()),
+      engine_(std::move(engine)),
+      world_ranks_(control_.world_ranks()) {}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
+  return std::make_unique<MpiCommunicator>(MpiComm::world().dup(), std::make_shared<MpiEngine>(), options);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split_by_color(int color, int key, const std::vector<int>& members) {
+  MpiComm group = control_.split_by_color(color, key, members);
+  if (!group.valid()) return nullptr;
+  return std::make_unique<MpiCommunicator>(std::move(group), engine_, options());
+}
+
+WorkPtr MpiCommunicator::launch(CollectiveDesc desc) {
+  const Tensor& any = desc.input.defined() ? desc.input : desc.output;
+  const DType dtype = any.defined() ? any.dtype() : DType::F32;
+  // Created here, on the caller's thread, before the engine thread needs them.
+  const MPI_Datatype type = mpi_datatype(dtype);
+  const MPI_Op op = mpi_reduce_op(desc.op, dtype);
+  auto work = std::make_shared<Work>(desc, options().timeout);
+  auto view = std::make_shared<HostView>(stage(desc));
+  const MPI_Comm comm = data_.get();
+  const int size = this->size();
+  const int rank = this->rank();
+  const std::size_t esize = dtype_size(dtype);
+
+  MpiTask task;
+  task.work = work;
+  task.start = [desc, view, type, op, comm, size, rank](std::vector<MPI_Request>& requests) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    const bool in_place = desc.in_place();
+    char* in = view->input;
+    char* out = view->output;
+    switch (desc.kind) {
+      case CollectiveKind::Allreduce: {
+        const int n = checked_count(desc.output.numel(), desc);
+        MT_MPI_CHECK(MPI_Iallreduce(in_place ? MPI_IN_PLACE : in, out, n, type, op, comm, &req));
+        break;
+      }
+      case CollectiveKind::ReduceScatter: {
+        const int n = checked_count(desc.output.numel(), desc);
+        // MPI leaves an in-place result at the start of the buffer; finish() moves it to our block.
+        if (in_place) {
+          MT_MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, in, n, type, op, comm, &req));
+        } else {
+          MT_MPI_CHECK(MPI_Ireduce_scatter_block(in, out, n, type, op, comm, &req));
+        }
+        break;
+      }
+      case CollectiveKind::Allgather: {
+        const int n = checked_count(desc.input.numel(), desc);
+        if (in_place) {
+          MT_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, type, comm, &req));
+        } else {
+          MT_MPI_CHECK(MPI_Iallgather(in, n, type, out, n, type, comm, &req));
+        }
+        break;
+      }
+      case CollectiveKind::Broadcast: {
+        const int n = checked_count(desc.output.numel(), desc);
+        MT_MPI_CHECK(MPI_Ibcast(out, n, type, desc.root, comm, &req));
+        break;
+      }
+      case CollectiveKind::Alltoall: {
+        const int n = checked_count(desc.input.numel() / size, desc);
+        MT_MPI_CHECK(MPI_Ialltoall(in, n, type, out, n, type, comm, &req));
+        break;
+      }
+      case CollectiveKind::Send: {
+        const int n = checked_count(desc.input.numel(), desc);
+        MT_MPI_CHECK(MPI_Isend(in, n, type, desc.peer, desc.tag, comm, &req));
+        break;
+      }
+      case CollectiveKind::Recv: {
+        const int n = checked_count(desc.output.numel(), desc);
+        MT_MPI_CHECK(MPI_Irecv(out, n, type, desc.peer, desc.tag, comm, &req));
+        break;
+      }
+      case CollectiveKind::Barrier: MT_MPI_CHECK(MPI_Ibarrier(comm, &req)); break;
+    }
+    (void)rank;
+    requests.push_back(req);
+  };
+  task.finish = [desc, view, size, rank, esize, dtype]() {
+    if (desc.kind == CollectiveKind::ReduceScatter && desc.in_place() && rank != 0) {
+      std::memmove(view->output, view->input, static_cast<std::size_t>(desc.output.numel()) * esize);
+    }
+    if (desc.op == ReduceOp::Avg &&
+        (desc.kind == CollectiveKind::Allreduce || desc.kind == CollectiveKind::ReduceScatter)) {
+      divide(view->output, dtype, desc.output.numel(), size);
+    }
+    unstage(desc, *view);
+  };
+  engine_->submit(std::move(task));
+  return work;
+}
+
+}  // namespace mt

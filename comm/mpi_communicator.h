@@ -1,0 +1,35 @@
+// The MPI backend: works on host memory directly and stages device memory through pinned host
+// buffers; every op runs on the shared communication thread (MpiEngine), so the caller blocks
+// only in Work::wait.
+// defines: MpiCommunicator
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "comm/mpi_engine.h"
+#include "comm/mpi_runtime.h"
+
+namespace mt {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // `comm` becomes this communicator's; the engine may be shared by every communicator of the process.
+  MpiCommunicator(MpiComm comm, std::shared_ptr<MpiEngine> engine, CommOptions options);
+  static std::unique_ptr<MpiCommunicator> world(CommOptions options = {});
+
+  std::string backend_name() const override { return "mpi"; }
+  std::vector<int> world_ranks() const override { return world_ranks_; }
+
+ protected:
+  WorkPtr launch(CollectiveDesc desc) override;
+  std::unique_ptr<Communicator> split_by_color(int color, int key, const std::vector<int>& members) override;
+
+ private:
+  MpiComm control_;  // splits and checks, from the caller's thread
+  MpiComm data_;     // the operations, from the engine thread only
+  std::shared_ptr<MpiEngine> engine_;
+  std::vector<int> world_ranks_;
+};
+
+}  // namespace mt

@@ -1,0 +1,20 @@
+// The NCCL backend: bootstrapped through MPI (rank 0's ncclUniqueId broadcast over the group's
+// MPI communicator), sub-communicators by ncclCommSplit, its own CUDA stream, and a Work backed by
+// an event the compute stream can wait on. Built with the CUDA backend only.
+// defines: nccl_compiled, nccl_version, make_nccl_communicator
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/mpi_runtime.h"
+
+namespace mt {
+
+bool nccl_compiled();
+std::string nccl_version();  // "2.28.9", or "" where NCCL is not built in
+// Collective over `comm`: every member must run on its own GPU (`device`).
+std::unique_ptr<Communicator> make_nccl_communicator(MpiComm comm, Device device, CommOptions options);
+
+}  // namespace mt

@@ -1,0 +1,41 @@
+#include "launch/cli.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "launch/devices_command.h"
+
+namespace mt {
+namespace {
+
+void print_usage() {
+  std::cout << "meshtrain: 3D-parallel training on MPI ranks, on GPUs or on CPU only.\n\n"
+               "usage: mpirun -np N meshtrain COMMAND [options]\n"
+               "       meshtrain COMMAND --help\n\ncommands:\n";
+  for (const Command& c : commands()) std::printf("  %-10s %s\n", c.name.c_str(), c.summary.c_str());
+  std::cout << std::flush;
+}
+
+}  // namespace
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> all = {
+      {"devices", "show every rank's host, device, memory and cap, threads and communication backend",
+       devices_command},
+  };
+  return all;
+}
+
+int run_cli(int argc, char** argv, const MpiRuntime& mpi) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    if (mpi.world_rank() == 0) print_usage();
+    return args.empty() ? 2 : 0;
+  }
+  for (const Command& c : commands()) {
+    if (c.name == args[0]) return c.run(std::vector<std::string>(args.begin() + 1, args.end()), mpi);
+  }
+  throw UsageError("unknown command '" + args[0] + "' (see: meshtrain --help)");
+}
+
+}  // namespace mt

@@ -1,0 +1,32 @@
+#include "launch/command_line.h"
+
+#include <iostream>
+
+#include "launch/cli.h"
+
+namespace po = boost::program_options;
+
+namespace mt {
+
+std::optional<po::variables_map> parse_command_line(const std::string& command, const std::string& summary,
+                                                    po::options_description& desc,
+                                                    const std::vector<std::string>& args, int rank) {
+  desc.add_options()("help,h", "print this help and exit");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    if (vm.count("help")) {
+      if (rank == 0) {
+        std::cout << "usage: mpirun -np N meshtrain " << command << " [options]\n\n" << summary << "\n\n"
+                  << desc << std::flush;
+      }
+      return std::nullopt;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + " (see: meshtrain " + command + " --help)");
+  }
+  return vm;
+}
+
+}  // namespace mt

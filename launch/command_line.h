@@ -1,0 +1,17 @@
+// Parsing a command's options, with --help, and turning Boost's exceptions into UsageError.
+// defines: parse_command_line
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mt {
+
+// Returns nullopt when --help was asked for (rank 0 has printed the help).
+std::optional<boost::program_options::variables_map> parse_command_line(
+    const std::string& command, const std::string& summary, boost::program_options::options_description& desc,
+    const std::vector<std::string>& args, int rank);
+
+}  // namespace mt

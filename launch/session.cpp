@@ -1,0 +1,24 @@
+#include "launch/session.h"
+
+#include <cstdio>
+
+namespace mt {
+
+Session open_session(const RuntimeOptions& options) {
+  Session s;
+  s.placement = node_placement(MPI_COMM_WORLD);
+  s.binding = bind_device(options.device, options.virtual_devices, s.placement, discover_devices());
+  if (!s.binding.notice.empty() && s.placement.local_rank == 0) {
+    std::fprintf(stderr, "meshtrain: notice: %s\n", s.binding.notice.c_str());
+  }
+  DeviceOptions dev;
+  dev.device = s.binding.device;
+  dev.memory_limit = options.device_memory_limit;
+  dev.cpu_threads = options.cpu_threads > 0 ? options.cpu_threads : default_cpu_threads(s.placement.local_size);
+  s.context = std::make_unique<DeviceContext>(dev);
+  s.backend = choose_backend(options.comm_backend, s.binding.device, s.binding.gpu_identity);
+  s.world = make_world_communicator(s.backend, s.binding.device, CommOptions{options.comm_timeout});
+  return s;
+}
+
+}  // namespace mt

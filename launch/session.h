@@ -1,0 +1,26 @@
+// What a command runs with once MPI is up: where this rank sits, its device and context, the world
+// communicator and why its backend was chosen. Built collectively by every rank.
+// defines: Session, open_session
+#pragma once
+
+#include <memory>
+
+#include "comm/backend_selection.h"
+#include "comm/communicator.h"
+#include "launch/binding.h"
+#include "launch/options.h"
+#include "runtime/context.h"
+
+namespace mt {
+
+struct Session {
+  NodePlacement placement;
+  Binding binding;
+  std::unique_ptr<DeviceContext> context;
+  BackendChoice backend;
+  std::unique_ptr<Communicator> world;
+};
+
+Session open_session(const RuntimeOptions& options);
+
+}  // namespace mt

@@ -1,0 +1,137 @@
+#include "runtime/allocator.h"
+
+#include <cstdlib>
+
+#include "runtime/cuda_api.h"
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+
+// Blocks are rounded so that cached blocks are reusable across slightly different requests, and
+// every tensor starts 256-byte aligned (vector loads on CPU, coalescing on GPU).
+constexpr std::size_t kAlignment = 256;
+std::size_t round_up(std::size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+class HostRawMemory final : public RawMemory {
+ public:
+  void* allocate(std::size_t bytes) override { return std::aligned_alloc(kAlignment, bytes); }
+  void release(void* ptr) override { std::free(ptr); }
+};
+
+class CudaRawMemory final : public RawMemory {
+ public:
+  explicit CudaRawMemory(int device) : device_(device) {}
+  void* allocate(std::size_t bytes) override {
+    cuda::set_device(device_);
+    return cuda::malloc_device(bytes);
+  }
+  void release(void* ptr) override {
+    cuda::set_device(device_);
+    cuda::free_device(ptr);
+  }
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+std::unique_ptr<RawMemory> make_host_raw_memory() { return std::make_unique<HostRawMemory>(); }
+std::unique_ptr<RawMemory> make_cuda_raw_memory(int device_index) {
+  return std::make_unique<CudaRawMemory>(device_index);
+}
+
+Allocator::Allocator(Device device, std::unique_ptr<RawMemory> raw, std::size_t limit, bool cache_blocks)
+    : device_(device), raw_(std::move(raw)), limit_(limit), cache_blocks_(cache_blocks) {
+  stats_.limit = limit;
+}
+
+Allocator::~Allocator() {
+  std::lock_guard lock(mutex_);
+  release_cached_locked();
+  // Blocks still live belong to tensors that outlived their context: a bug, but not one to
+  // crash over at exit; return them so leak checkers stay quiet.
+  for (auto& [ptr, size] : live_) raw_->release(ptr);
+}
+
+void* Allocator::allocate(std::size_t bytes) {
+  const std::size_t size = round_up(bytes);
+  std::lock_guard lock(mutex_);
+  if (limit_ != 0 && stats_.in_use + size > limit_) {
+    MT_FAIL_AS(OutOfMemoryError, device_.str(), ": out of memory: allocating ", format_bytes(size),
+               " would exceed the cap of ", format_bytes(limit_), " set by --device-memory-limit (",
+               format_bytes(stats_.in_use), " already in use)");
+  }
+  void* ptr = nullptr;
+  if (cache_blocks_) {
+    auto it = free_blocks_.lower_bound(size);
+    if (it != free_blocks_.end() && it->first <= 2 * size) {
+      ptr = it->second;
+      stats_.cached -= it->first;
+      live_[ptr] = it->first;
+      stats_.in_use += it->first;
+      free_blocks_.erase(it);
+    }
+  }
+  if (ptr == nullptr) {
+    ptr = allocate_raw_locked(size);
+    live_[ptr] = size;
+    stats_.in_use += size;
+  }
+  if (stats_.in_use > stats_.peak) stats_.peak = stats_.in_use;
+  return ptr;
+}
+
+void* Allocator::allocate_raw_locked(std::size_t size) {
+  // Cached blocks count against the cap too: give them back before going over it.
+  if (limit_ != 0 && stats_.in_use + stats_.cached + size > limit_) release_cached_locked();
+  ++stats_.raw_calls;
+  void* ptr = raw_->allocate(size);
+  if (ptr == nullptr && stats_.cached > 0) {
+    release_cached_locked();
+    ptr = raw_->allocate(size);
+  }
+  if (ptr == nullptr) {
+    MT_FAIL_AS(OutOfMemoryError, device_.str(), ": out of memory: the device refused ", format_bytes(size),
+               " (", format_bytes(stats_.in_use), " in use by meshtrain)");
+  }
+  return ptr;
+}
+
+void Allocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(ptr);
+  MT_CHECK(it != live_.end(), device_.str(), ": freeing a pointer this allocator did not hand out");
+  const std::size_t size = it->second;
+  live_.erase(it);
+  stats_.in_use -= size;
+  if (cache_blocks_) {
+    free_blocks_.emplace(size, ptr);
+    stats_.cached += size;
+  } else {
+    raw_->release(ptr);
+  }
+}
+
+void Allocator::release_cached() {
+  std::lock_guard lock(mutex_);
+  release_cached_locked();
+}
+
+void Allocator::release_cached_locked() {
+  for (auto& [size, ptr] : free_blocks_) raw_->release(ptr);
+  free_blocks_.clear();
+  stats_.cached = 0;
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace mt

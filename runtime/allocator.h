@@ -1,0 +1,67 @@
+// Device memory: an allocator per device that enforces an optional cap (--device-memory-limit)
+// and, on CUDA, caches freed blocks so steady-state training never calls cudaMalloc.
+// defines: MemoryStats, RawMemory, Allocator, make_host_allocator, make_cuda_allocator
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/device.h"
+
+namespace mt {
+
+struct MemoryStats {
+  std::size_t in_use = 0;    // bytes handed out and not yet returned
+  std::size_t peak = 0;      // highest in_use seen
+  std::size_t cached = 0;    // bytes freed by users but kept for reuse
+  std::size_t limit = 0;     // 0: no cap
+  std::size_t raw_calls = 0; // allocations that reached the device allocator
+};
+
+// Where bytes really come from (malloc, cudaMalloc). Returns nullptr when out of memory.
+class RawMemory {
+ public:
+  virtual ~RawMemory() = default;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* ptr) = 0;
+};
+
+// Hands out device memory in blocks, counts it against the cap and optionally keeps freed
+// blocks for reuse (best fit among cached blocks no more than twice the request).
+class Allocator {
+ public:
+  Allocator(Device device, std::unique_ptr<RawMemory> raw, std::size_t limit, bool cache_blocks);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Throws OutOfMemoryError naming the device, the request, the cap and what is in use.
+  void* allocate(std::size_t bytes);
+  void deallocate(void* ptr);
+  // Returns every cached block to the device.
+  void release_cached();
+
+  Device device() const { return device_; }
+  MemoryStats stats() const;
+
+ private:
+  void* allocate_raw_locked(std::size_t bytes);
+  void release_cached_locked();
+
+  Device device_;
+  std::unique_ptr<RawMemory> raw_;
+  const std::size_t limit_;
+  const bool cache_blocks_;
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, std::size_t> live_;   // pointer -> rounded size
+  std::multimap<std::size_t, void*> free_blocks_; // rounded size -> cached pointer
+  MemoryStats stats_;
+};
+
+std::unique_ptr<RawMemory> make_host_raw_memory();
+std::unique_ptr<RawMemory> make_cuda_raw_memory(int device_index);
+
+}  // namespace mt

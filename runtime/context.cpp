@@ -1,0 +1,53 @@
+#include "runtime/context.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "runtime/blas_backend.h"
+#include "runtime/cuda_api.h"
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+std::shared_ptr<Allocator> make_allocator(const DeviceOptions& options) {
+  if (options.device.is_cpu()) {
+    // glibc already caches host memory; the allocator only counts and caps it.
+    return std::make_shared<Allocator>(options.device, make_host_raw_memory(), options.memory_limit, false);
+  }
+  return std::make_shared<Allocator>(options.device, make_cuda_raw_memory(options.device.index),
+                                     options.memory_limit, true);
+}
+
+DeviceOptions checked(DeviceOptions options) {
+  MT_CHECK(options.cpu_threads >= 1, "cpu threads must be at least 1, not ", options.cpu_threads);
+  if (options.device.is_cuda()) cuda::set_device(options.device.index);
+  return options;
+}
+}  // namespace
+
+int default_cpu_threads(int ranks_on_node) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return static_cast<int>(std::max<long>(1, cores / std::max(1, ranks_on_node)));
+}
+
+DeviceContext::DeviceContext(const DeviceOptions& options)
+    : options_(checked(options)), allocator_(make_allocator(options_)), stream_(options_.device) {
+  // Thread counts are per process; one context per rank sets them once.
+  omp_set_num_threads(options_.cpu_threads);
+  blas::set_cpu_threads(options_.cpu_threads);
+}
+
+DeviceContext::~DeviceContext() {
+  if (blas_handle_ != nullptr) blas::destroy_cuda_handle(blas_handle_);
+}
+
+void* DeviceContext::blas_handle() {
+  if (options_.device.is_cuda() && blas_handle_ == nullptr) {
+    blas_handle_ = blas::create_cuda_handle(options_.device.index, stream_.handle());
+  }
+  return blas_handle_;
+}
+
+}  // namespace mt

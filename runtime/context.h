@@ -1,0 +1,47 @@
+// Everything a rank computes with, passed explicitly: its device, allocator (with cap), compute
+// stream, BLAS handle and CPU thread count.
+// defines: DeviceOptions, DeviceContext, default_cpu_threads
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "runtime/allocator.h"
+#include "runtime/device.h"
+#include "runtime/stream.h"
+
+namespace mt {
+
+struct DeviceOptions {
+  Device device = Device::cpu();
+  std::size_t memory_limit = 0;  // bytes; 0: no cap
+  int cpu_threads = 1;           // threads for CPU kernels and OpenBLAS
+};
+
+// Cores of the node shared among the ranks on it, at least one each.
+int default_cpu_threads(int ranks_on_node);
+
+class DeviceContext {
+ public:
+  explicit DeviceContext(const DeviceOptions& options);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  Device device() const { return options_.device; }
+  const DeviceOptions& options() const { return options_; }
+  Allocator& allocator() { return *allocator_; }
+  const std::shared_ptr<Allocator>& shared_allocator() const { return allocator_; }
+  Stream& stream() { return stream_; }
+  int cpu_threads() const { return options_.cpu_threads; }
+  void* blas_handle();  // cublasHandle_t on CUDA, created on first use; nullptr on the CPU
+  void synchronize() { stream_.synchronize(); }
+
+ private:
+  DeviceOptions options_;
+  std::shared_ptr<Allocator> allocator_;
+  Stream stream_;
+  void* blas_handle_ = nullptr;
+};
+
+}  // namespace mt

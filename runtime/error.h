@@ -1,0 +1,59 @@
+// Errors that say where: every meshtrain error carries file:line, the rank and the host.
+// defines: Error, TimeoutError, OutOfMemoryError, ProcessLabel, MT_CHECK, MT_FAIL
+#pragma once
+
+#include <source_location>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace mt {
+
+// Who this process is, for messages. Set once after MPI starts; errors thrown deep inside a
+// kernel name the rank without every call passing it down (the only process-wide state here).
+struct ProcessLabel {
+  int rank = -1;
+  std::string host;
+};
+void set_process_label(int rank, std::string host);
+const ProcessLabel& process_label();
+std::string this_host_name();
+
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& what, const std::source_location& where);
+  // The message without the location prefix, as given by the thrower.
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
+};
+
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+// "file:line [rank R host H]" for the given place.
+std::string describe_location(const std::source_location& where);
+
+template <class E = Error, class... Parts>
+[[noreturn]] void fail_at(const std::source_location& where, const Parts&... parts) {
+  std::ostringstream msg;
+  (msg << ... << parts);
+  throw E(msg.str(), where);
+}
+
+}  // namespace mt
+
+#define MT_FAIL(...) ::mt::fail_at(std::source_location::current(), __VA_ARGS__)
+#define MT_FAIL_AS(E, ...) ::mt::fail_at<E>(std::source_location::current(), __VA_ARGS__)
+#define MT_CHECK(cond, ...)                                                          \
+  do {                                                                               \
+    if (!(cond)) ::mt::fail_at(std::source_location::current(), "check failed: " #cond ": ", __VA_ARGS__); \
+  } while (0)

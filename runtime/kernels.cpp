@@ -1,0 +1,61 @@
+#include "runtime/kernels.h"
+
+#include "runtime/kernel_backend.h"
+
+namespace mt::kernels {
+namespace {
+void check_device(const DeviceContext& ctx, const Tensor& t) {
+  MT_CHECK(t.device() == ctx.device(), t.describe(), " used with a context on ", ctx.device().str());
+}
+}  // namespace
+
+void fill(DeviceContext& ctx, Tensor& x, double value) {
+  check_device(ctx, x);
+  if (ctx.device().is_cpu()) {
+    backend::Cpu::fill(x.data(), x.dtype(), x.numel(), value, ctx.cpu_threads());
+  } else {
+    backend::Cuda::fill(x.data(), x.dtype(), x.numel(), value, ctx.stream().handle());
+  }
+}
+
+void binary(DeviceContext& ctx, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  check_device(ctx, a);
+  check_device(ctx, b);
+  check_device(ctx, out);
+  MT_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && a.numel() == b.numel() &&
+               a.numel() == out.numel(),
+           "elementwise op on ", a.describe(), ", ", b.describe(), " into ", out.describe());
+  if (ctx.device().is_cpu()) {
+    backend::Cpu::binary(op, a.dtype(), a.data(), b.data(), out.data(), a.numel(), ctx.cpu_threads());
+  } else {
+    backend::Cuda::binary(op, a.dtype(), a.data(), b.data(), out.data(), a.numel(), ctx.stream().handle());
+  }
+}
+
+void scale(DeviceContext& ctx, Tensor& x, double alpha) {
+  check_device(ctx, x);
+  if (ctx.device().is_cpu()) {
+    backend::Cpu::scale(x.data(), x.dtype(), x.numel(), alpha, ctx.cpu_threads());
+  } else {
+    backend::Cuda::scale(x.data(), x.dtype(), x.numel(), alpha, ctx.stream().handle());
+  }
+}
+
+void cast(DeviceContext& ctx, const Tensor& src, Tensor& dst) {
+  check_device(ctx, src);
+  check_device(ctx, dst);
+  MT_CHECK(src.numel() == dst.numel(), "cast from ", src.describe(), " into ", dst.describe());
+  if (ctx.device().is_cpu()) {
+    backend::Cpu::cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), ctx.cpu_threads());
+  } else {
+    backend::Cuda::cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), ctx.stream().handle());
+  }
+}
+
+double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x) {
+  check_device(ctx, x);
+  if (ctx.device().is_cpu()) return backend::Cpu::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.cpu_threads());
+  return backend::Cuda::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.stream().handle());
+}
+
+}  // namespace mt::kernels

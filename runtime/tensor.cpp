@@ -1,0 +1,124 @@
+#include "runtime/tensor.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "runtime/cuda_api.h"
+
+namespace mt {
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    MT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+Storage::Storage(std::shared_ptr<Allocator> allocator, std::size_t bytes)
+    : allocator_(std::move(allocator)), data_(allocator_->allocate(bytes)), bytes_(bytes) {}
+
+Storage::~Storage() { allocator_->deallocate(data_); }
+
+Tensor Tensor::empty(Shape shape, DType dtype, DeviceContext& ctx) {
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(ctx.shared_allocator(), t.nbytes());
+  return t;
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype, DeviceContext& ctx) {
+  Tensor t = empty(std::move(shape), dtype, ctx);
+  if (ctx.device().is_cpu()) {
+    std::memset(t.data(), 0, t.nbytes());
+  } else {
+    std::vector<unsigned char> zero(t.nbytes(), 0);
+    t.copy_from_host(zero.data(), zero.size(), ctx.stream());
+    ctx.stream().synchronize();
+  }
+  return t;
+}
+
+Device Tensor::device() const {
+  MT_CHECK(defined(), "undefined tensor has no device");
+  return storage_->device();
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined tensor";
+  return std::string(dtype_name(dtype_)) + shape_str(shape_) + " on " + device().str();
+}
+
+void* Tensor::data() const {
+  MT_CHECK(defined(), "access to an undefined tensor");
+  return static_cast<char*>(storage_->data()) + offset_bytes_;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  MT_CHECK(shape_numel(shape) == numel_, "cannot reshape ", describe(), " to ", shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
+  MT_CHECK(offset >= 0 && count >= 0 && offset + count <= numel_, "slice [", offset, ", ", offset + count,
+           ") out of range for ", describe());
+  Tensor t = *this;
+  t.offset_bytes_ += static_cast<std::size_t>(offset) * dtype_size(dtype_);
+  t.shape_ = {count};
+  t.numel_ = count;
+  return t;
+}
+
+Tensor Tensor::narrow(std::int64_t start, std::int64_t length) const {
+  MT_CHECK(!shape_.empty(), "cannot narrow a scalar tensor");
+  MT_CHECK(start >= 0 && length >= 0 && start + length <= shape_[0], "rows [", start, ", ", start + length,
+           ") out of range for ", describe());
+  const std::int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
+  Tensor t = flat_slice(start * row, length * row);
+  Shape shape = shape_;
+  shape[0] = length;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes,
+                const Stream& stream) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  cuda::copy_async(dst, src, bytes, stream.handle());
+  // Host buffers are pageable and may be reused by the caller right away.
+  if (dst_device.is_cpu() || src_device.is_cpu()) stream.synchronize();
+}
+
+void Tensor::copy_from(const Tensor& src, const Stream& stream) {
+  MT_CHECK(src.dtype_ == dtype_ && src.numel_ == numel_, "copy from ", src.describe(), " into ", describe());
+  copy_bytes(data(), device(), src.data(), src.device(), nbytes(), stream);
+}
+
+void Tensor::copy_from_host(const void* src, std::size_t bytes, const Stream& stream) {
+  MT_CHECK(bytes == nbytes(), "copying ", bytes, " bytes into ", describe());
+  copy_bytes(data(), device(), src, Device::cpu(), bytes, stream);
+}
+
+void Tensor::copy_to_host(void* dst, std::size_t bytes, const Stream& stream) const {
+  MT_CHECK(bytes == nbytes(), "copying ", describe(), " into ", bytes, " bytes");
+  copy_bytes(dst, Device::cpu(), data(), device(), bytes, stream);
+}
+
+}  // namespace mt

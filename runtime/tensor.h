@@ -1,0 +1,108 @@
+// Tensor: a contiguous, row-major array of fp32, bf16 or int32 on one device. A cheap handle:
+// copies share storage, and views (reshape, flat slices) share it too.
+// defines: Shape, Tensor, copy_bytes
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/context.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace mt {
+
+using Shape = std::vector<std::int64_t>;
+std::int64_t shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);
+
+// Owns one allocation; freed back to its allocator when the last tensor using it goes.
+class Storage {
+ public:
+  Storage(std::shared_ptr<Allocator> allocator, std::size_t bytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  Device device() const { return allocator_->device(); }
+
+ private:
+  std::shared_ptr<Allocator> allocator_;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  static Tensor empty(Shape shape, DType dtype, DeviceContext& ctx);
+  static Tensor zeros(Shape shape, DType dtype, DeviceContext& ctx);
+  template <class T>
+  static Tensor from_host(std::span<const T> values, Shape shape, DeviceContext& ctx) {
+    MT_CHECK(shape_numel(shape) == static_cast<std::int64_t>(values.size()), "shape ", shape_str(shape),
+             " does not hold ", values.size(), " values");
+    Tensor t = empty(std::move(shape), dtype_of<T>::value, ctx);
+    t.copy_from_host(values.data(), values.size_bytes(), ctx.stream());
+    return t;
+  }
+  template <class T>
+  static Tensor from_host(const std::vector<T>& values, Shape shape, DeviceContext& ctx) {
+    return from_host(std::span<const T>(values), std::move(shape), ctx);
+  }
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  std::int64_t dim(std::size_t i) const { return shape_.at(i); }
+  std::size_t rank() const { return shape_.size(); }
+  std::int64_t numel() const { return numel_; }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const;
+  std::string describe() const;  // "fp32[4, 8] on cpu"
+
+  void* data() const;
+  template <class T>
+  T* data_as() const {
+    MT_CHECK(dtype_of<T>::value == dtype_, "tensor is ", dtype_name(dtype_), ", read as ",
+             dtype_name(dtype_of<T>::value));
+    return static_cast<T*>(data());
+  }
+
+  // Views sharing this tensor's storage.
+  Tensor reshape(Shape shape) const;
+  Tensor flat_slice(std::int64_t offset, std::int64_t count) const;  // 1-D view of elements
+  Tensor narrow(std::int64_t start, std::int64_t length) const;      // rows [start, start+length) of dim 0
+  bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
+
+  // Copies between any two devices, ordered on `stream` (the destination's or the source's).
+  void copy_from(const Tensor& src, const Stream& stream);
+  void copy_from_host(const void* src, std::size_t bytes, const Stream& stream);
+  void copy_to_host(void* dst, std::size_t bytes, const Stream& stream) const;
+  // Synchronous read-back, for tests and printing.
+  template <class T>
+  std::vector<T> to_host() const {
+    std::vector<T> out(static_cast<std::size_t>(numel_));
+    MT_CHECK(dtype_of<T>::value == dtype_, "tensor is ", dtype_name(dtype_), ", read as ",
+             dtype_name(dtype_of<T>::value));
+    copy_to_host(out.data(), nbytes(), Stream(device()));
+    return out;
+  }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  std::size_t offset_bytes_ = 0;
+  Shape shape_;
+  std::int64_t numel_ = 0;
+  DType dtype_ = DType::F32;
+};
+
+// Copies bytes between host and device memory in any direction; synchronous on the CPU.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes,
+                const Stream& stream);
+
+}  // namespace mt
