@@ -72,8 +72,17 @@ void abort_job(int code) {
 
 MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {}
 
+namespace {
+// Freeing after MPI_Finalize is an MPI error; a handle outliving MPI has nothing left to free.
+bool mpi_alive() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return !finalized;
+}
+}  // namespace
+
 MpiComm::~MpiComm() {
-  if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (owned_ && comm_ != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&comm_);
 }
 
 MpiComm::MpiComm(MpiComm&& other) noexcept
@@ -81,7 +90,7 @@ MpiComm::MpiComm(MpiComm&& other) noexcept
 
 MpiComm& MpiComm::operator=(MpiComm&& other) noexcept {
   if (this != &other) {
-    if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (owned_ && comm_ != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&comm_);
     comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
     owned_ = std::exchange(other.owned_, false);
   }

@@ -76,11 +76,22 @@ MT_HD double reduce_combine(ReduceKind kind, double acc, double v) {
   return acc;
 }
 
+// A product rounded on its own. nvcc contracts a multiply followed by an add into one FMA by
+// default (-fmad=true), which rounds once instead of twice; the host compiler does not (ISO C++
+// mode, no FMA in the x86-64 baseline). __dmul_rn is never contracted, so both round alike.
+MT_HD double mul_rounded(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // Folds one element into a running result.
 template <class T>
 MT_HD double reduce_step(ReduceKind kind, double acc, T x) {
   double v = static_cast<double>(widen(x));
-  if (kind == ReduceKind::SumSquares) v = v * v;
+  if (kind == ReduceKind::SumSquares) v = mul_rounded(v, v);
   return reduce_combine(kind, acc, v);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "comm/mpi_runtime.h"
+#include "tests/test_env.h"
 
 namespace {
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     listeners.Append(new RankFailurePrinter(mpi.world_rank()));
   }
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  mt::testing::shutdown_test_env();  // communicators go before MPI does
   int any_failed = failed;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (mpi.world_rank() == 0 && any_failed && !failed) {

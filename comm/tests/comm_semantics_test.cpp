@@ -1,0 +1,201 @@
+// Communicator behaviour beyond the values: splitting into groups, sequence numbers, argument
+// checks, waiting with a timeout, and the error every member sees for inconsistent groups.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "comm/communicator.h"
+#include "runtime/error.h"
+#include "tests/test_env.h"
+
+namespace mt {
+namespace {
+
+using testing::test_context;
+using testing::test_world;
+
+Tensor ints(std::vector<std::int32_t> values) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  return Tensor::from_host(values, {n}, test_context());
+}
+
+TEST(Split, GroupsOfTwoFollowTheMemberOrder) {
+  Communicator& world = test_world();
+  // Pairs (0,1), (2,3), ... listed in reverse, so new rank 0 is the higher world rank.
+  const int base = world.rank() / 2 * 2;
+  std::vector<int> members;
+  if (base + 1 < world.size()) {
+    members = {base + 1, base};
+  } else {
+    members = {base};
+  }
+  auto pair = world.split(members);
+  ASSERT_NE(pair, nullptr);
+  EXPECT_EQ(pair->size(), static_cast<int>(members.size()));
+  EXPECT_EQ(pair->world_ranks(), members);
+  const int expected_rank = static_cast<int>(std::find(members.begin(), members.end(), world.rank()) - members.begin());
+  EXPECT_EQ(pair->rank(), expected_rank);
+  // The group reduces over its members only.
+  Tensor t = ints({world.rank()});
+  pair->allreduce(t);
+  const int want = std::accumulate(members.begin(), members.end(), 0);
+  EXPECT_EQ(t.to_host<std::int32_t>()[0], want);
+}
+
+TEST(Split, EmptyListJoinsNoGroup) {
+  Communicator& world = test_world();
+  std::vector<int> members;
+  if (world.rank() != 0) {
+    for (int r = 1; r < world.size(); ++r) members.push_back(r);
+  }
+  auto group = world.split(members);
+  if (world.rank() == 0) {
+    EXPECT_EQ(group, nullptr);
+  } else {
+    ASSERT_NE(group, nullptr);
+    EXPECT_EQ(group->size(), world.size() - 1);
+  }
+}
+
+TEST(Split, NestedSplitOfASubgroup) {
+  Communicator& world = test_world();
+  std::vector<int> all(static_cast<std::size_t>(world.size()));
+  std::iota(all.begin(), all.end(), 0);
+  auto copy = world.split(all);
+  ASSERT_NE(copy, nullptr);
+  auto single = copy->split({copy->rank()});
+  ASSERT_NE(single, nullptr);
+  EXPECT_EQ(single->size(), 1);
+  EXPECT_EQ(single->world_ranks(), std::vector<int>{world.rank()});
+}
+
+TEST(Split, DisagreeingMemberListsFailOnEveryMember) {
+  Communicator& world = test_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  // Ranks 0 and 1 both name a group led by 0, but with different members.
+  std::vector<int> members;
+  if (world.rank() == 0) members = {0, 1};
+  if (world.rank() == 1) members = {1, 0};
+  if (world.rank() >= 2) members = {world.rank()};
+  if (world.rank() <= 1) {
+    try {
+      world.split(members);
+      FAIL() << "inconsistent member lists were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("different member lists"), std::string::npos) << e.what();
+    }
+  } else {
+    EXPECT_NE(world.split(members), nullptr);
+  }
+}
+
+TEST(Split, RejectsBadListsLocally) {
+  Communicator& world = test_world();
+  EXPECT_THROW(world.split({world.rank(), world.rank()}), Error);
+  EXPECT_THROW(world.split({world.size()}), Error);
+  if (world.size() > 1) {
+    EXPECT_THROW(world.split({(world.rank() + 1) % world.size()}), Error);
+  }
+}
+
+TEST(Sequence, CollectivesAreNumberedInOrder) {
+  Communicator& world = test_world();
+  Tensor t = ints({1});
+  WorkPtr a = world.allreduce_async(t, t);
+  WorkPtr b = world.barrier_async();
+  a->wait();
+  b->wait();
+  EXPECT_EQ(b->desc().sequence, a->desc().sequence + 1);
+  EXPECT_EQ(world.collectives_issued(), b->desc().sequence + 1);
+  EXPECT_NE(a->desc().describe().find("allreduce #"), std::string::npos) << a->desc().describe();
+}
+
+TEST(Validation, WrongSizesAreClearErrorsBeforeAnyCommunication) {
+  Communicator& world = test_world();
+  const int n = world.size();
+  Tensor in = Tensor::zeros({4 * n + 1}, DType::F32, test_context());
+  Tensor out = Tensor::zeros({4}, DType::F32, test_context());
+  try {
+    world.reduce_scatter_async(in, out);
+    FAIL() << "mismatched reduce_scatter sizes were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reduce_scatter"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(world.allgather_async(out, in), Error);
+  EXPECT_THROW(world.allreduce_async(in, out), Error);
+  Tensor i32 = Tensor::zeros({4}, DType::I32, test_context());
+  EXPECT_THROW(world.allreduce_async(out, i32), Error);  // dtypes differ
+  EXPECT_THROW(world.broadcast_async(out, {n}), Error);  // root outside the group
+  EXPECT_THROW(world.send_async(out, n), Error);         // peer outside the group
+  EXPECT_THROW(world.send_async(out, 0, {1 << 20}), Error);
+  // Nothing was started: the next collective still matches across ranks.
+  Tensor t = ints({1});
+  world.allreduce(t);
+  EXPECT_EQ(t.to_host<std::int32_t>()[0], n);
+}
+
+TEST(Wait, TimesOutWithTheOperationNamedThenCompletesLater) {
+  Communicator& world = test_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  Tensor t = ints({0, 0});
+  if (world.rank() == 0) {
+    WorkPtr r = world.recv_async(t, 1, {77});
+    EXPECT_FALSE(r->test());
+    try {
+      r->wait(std::chrono::milliseconds(100));
+      FAIL() << "a receive nobody sent completed";
+    } catch (const TimeoutError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("recv"), std::string::npos) << what;
+      EXPECT_NE(what.find("from 1"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+    }
+    world.barrier();  // now rank 1 sends
+    r->wait();
+    EXPECT_EQ(t.to_host<std::int32_t>(), (std::vector<std::int32_t>{5, 6}));
+  } else {
+    world.barrier();
+    if (world.rank() == 1) world.send(ints({5, 6}), 0, {77});
+  }
+}
+
+TEST(PointToPoint, TagsKeepMessagesApart) {
+  Communicator& world = test_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world.rank() == 0) {
+    Tensor a = ints({0});
+    Tensor b = ints({0});
+    // Posted in the opposite order to the sends: matching is by tag, not by arrival.
+    WorkPtr rb = world.recv_async(b, 1, {2});
+    WorkPtr ra = world.recv_async(a, 1, {1});
+    ra->wait();
+    rb->wait();
+    EXPECT_EQ(a.to_host<std::int32_t>()[0], 10);
+    EXPECT_EQ(b.to_host<std::int32_t>()[0], 20);
+  } else if (world.rank() == 1) {
+    WorkPtr sa = world.send_async(ints({10}), 0, {1});
+    WorkPtr sb = world.send_async(ints({20}), 0, {2});
+    sa->wait();
+    sb->wait();
+  }
+  world.barrier();
+}
+
+TEST(Async, ManyOutstandingCollectivesCompleteInOrder) {
+  Communicator& world = test_world();
+  std::vector<Tensor> tensors;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 32; ++i) {
+    tensors.push_back(ints({i, world.rank()}));
+    works.push_back(world.allreduce_async(tensors.back(), tensors.back()));
+  }
+  const int n = world.size();
+  for (int i = 31; i >= 0; --i) {  // waited for in reverse: order of waits does not matter
+    works[static_cast<std::size_t>(i)]->wait();
+    EXPECT_EQ(tensors[static_cast<std::size_t>(i)].to_host<std::int32_t>(),
+              (std::vector<std::int32_t>{i * n, n * (n - 1) / 2}));
+  }
+}
+
+}  // namespace
+}  // namespace mt

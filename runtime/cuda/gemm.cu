@@ -1,0 +1,84 @@
+// cuBLAS behind the row-major GEMM API (runtime/gemm.h).
+//
+// cuBLAS is column-major. A row-major matrix X[r, c] with row stride ld is, read column-major,
+// X^T[c, r] with the same ld. So the row-major C = op(A) op(B) is the column-major
+//   C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m],
+// i.e. cuBLAS called with the operands swapped: (op_b, op_a, n, m, k, B, ldb, A, lda, C, ldc),
+// each op being "transpose" exactly when the row-major API asked for it.
+//
+// One call covers every case: cublasGemmStridedBatchedEx (batch 1 included). fp32 computes with
+// CUBLAS_COMPUTE_32F and the default math mode, which never down-converts to TF32, so results are
+// comparable to the CPU's sgemm; bf16 inputs and outputs also accumulate in fp32.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "runtime/blas_backend.h"
+#include "runtime/cuda/cuda_check.h"
+
+namespace mt::blas {
+namespace {
+cublasHandle_t to_handle(void* h) { return static_cast<cublasHandle_t>(h); }
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::I32: break;
+  }
+  MT_FAIL("cuBLAS GEMM on ", dtype_name(t), " is not supported (fp32 and bf16 only)");
+}
+}  // namespace
+
+void* create_cuda_handle(int device, cuda::StreamHandle stream) {
+  MT_CUDA_CHECK(cudaSetDevice(device));  // the handle belongs to the current device
+  cublasHandle_t handle = nullptr;
+  MT_CUBLAS_CHECK(cublasCreate(&handle));
+  try {
+    MT_CUBLAS_CHECK(cublasSetStream(handle, static_cast<cudaStream_t>(stream)));
+    // Stated rather than inherited: no TF32 or other reduced-precision fp32 paths.
+    MT_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  } catch (...) {
+    cublasDestroy(handle);
+    throw;
+  }
+  return handle;
+}
+
+void destroy_cuda_handle(void* handle) {
+  // Runs in DeviceContext's destructor: report, never throw.
+  const cublasStatus_t rc = cublasDestroy(to_handle(handle));
+  if (rc != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s: warning: cuBLAS error in cublasDestroy: %s (%s)\n",
+                 describe_location(std::source_location::current()).c_str(), cublasGetStatusName(rc),
+                 cublasGetStatusString(rc));
+  }
+}
+
+void cuda_gemm(void* handle, const GemmArgs& g) {
+  MT_CHECK(handle != nullptr, "cuda_gemm without a cuBLAS handle");
+  MT_CHECK(g.m <= INT_MAX && g.n <= INT_MAX && g.k <= INT_MAX && g.lda <= INT_MAX && g.ldb <= INT_MAX &&
+               g.ldc <= INT_MAX && g.batch <= INT_MAX,
+           "GEMM dimension exceeds the 32-bit cuBLAS interface: m=", g.m, " n=", g.n, " k=", g.k,
+           " batch=", g.batch);
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const cudaDataType_t type = cuda_type(g.dtype);
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // cuBLAS checks ld >= max(1, rows) even when a matrix is empty (k == 0); with k == 0 it then
+  // computes C = beta * C, as BLAS does.
+  const int lda = static_cast<int>(std::max<std::int64_t>(g.lda, 1));
+  const int ldb = static_cast<int>(std::max<std::int64_t>(g.ldb, 1));
+  const int ldc = static_cast<int>(std::max<std::int64_t>(g.ldc, 1));
+  const float alpha = g.alpha;  // host scalars (the default pointer mode), fp32 for COMPUTE_32F
+  const float beta = g.beta;
+  MT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      to_handle(handle), op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha,
+      g.b, type, ldb, static_cast<long long>(g.stride_b),  //
+      g.a, type, lda, static_cast<long long>(g.stride_a),  //
+      &beta, g.c, type, ldc, static_cast<long long>(g.stride_c), static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace mt::blas

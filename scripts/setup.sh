@@ -1,0 +1,57 @@
+# Shared by ./run and ./test: installs what is missing (apt, as root), configures and builds.
+# Sourced, not executed. Quick when everything is already there.
+# Usage: . scripts/setup.sh; meshtrain_setup [PRESET]
+set -euo pipefail
+
+MESHTRAIN_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev libboost-program-options-dev
+                    libgtest-dev libgmock-dev libopenblas-dev)
+
+meshtrain_missing_packages() {
+  local missing=()
+  for pkg in "${MESHTRAIN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  echo "${missing[@]:-}"
+}
+
+meshtrain_install_packages() {
+  local missing
+  missing=$(meshtrain_missing_packages)
+  [ -z "$missing" ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "meshtrain needs these Debian packages: $missing" >&2
+    echo "install them as root, then run this again:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends $missing" >&2
+    exit 1
+  fi
+  echo "==> installing: $missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+# Open MPI refuses root unless told, and ranks must yield when they outnumber cores.
+meshtrain_mpi_env() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+}
+
+meshtrain_setup() {
+  local preset=${1:-default}
+  cd "$(dirname "${BASH_SOURCE[0]}")/.."
+  meshtrain_install_packages
+  if [ ! -f "build/$preset/CMakeCache.txt" ]; then
+    echo "==> configuring (preset $preset)"
+    cmake --preset "$preset" >/dev/null
+  fi
+  echo "==> building (preset $preset)"
+  if ! cmake --build --preset "$preset" >"build/$preset/build.log" 2>&1; then
+    grep -E 'error|Error' -A5 "build/$preset/build.log" | head -60 >&2
+    echo "build failed; the whole log is build/$preset/build.log" >&2
+    exit 1
+  fi
+  grep -E 'warning:' "build/$preset/build.log" >&2 || true
+  meshtrain_mpi_env
+}
