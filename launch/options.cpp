@@ -1,5 +1,6 @@
 #include "launch/options.h"
 
+#include "launch/cli.h"
 #include "runtime/error.h"
 
 namespace po = boost::program_options;
@@ -24,7 +25,8 @@ void add_runtime_options(po::options_description& desc) {
      "seconds a rank waits for one communication before it reports what it waited for and fails");
 }
 
-RuntimeOptions read_runtime_options(const po::variables_map& vm) {
+namespace {
+RuntimeOptions read(const po::variables_map& vm) {
   RuntimeOptions o;
   o.device = parse_device_request(vm["device"].as<std::string>());
   o.virtual_devices = vm["virtual-devices"].as<bool>();
@@ -36,6 +38,16 @@ RuntimeOptions read_runtime_options(const po::variables_map& vm) {
   if (!(seconds > 0)) MT_FAIL("--comm-timeout must be a positive number of seconds, not ", seconds);
   o.comm_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
   return o;
+}
+}  // namespace
+
+RuntimeOptions read_runtime_options(const po::variables_map& vm) {
+  // A bad value is the same mistake on every rank: a usage error, said once.
+  try {
+    return read(vm);
+  } catch (const Error& e) {
+    throw UsageError(e.message());
+  }
 }
 
 }  // namespace mt

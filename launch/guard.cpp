@@ -1,0 +1,30 @@
+#include "launch/guard.h"
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+#include "launch/cli.h"
+
+namespace mt {
+
+int run_guarded(int argc, char** argv, const std::function<int(int, char**, const MpiRuntime&)>& body) {
+  std::unique_ptr<MpiRuntime> mpi;
+  try {
+    mpi = std::make_unique<MpiRuntime>(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshtrain: error: cannot start MPI: %s\n", e.what());
+    return 1;
+  }
+  try {
+    return body(argc, argv, *mpi);
+  } catch (const UsageError& e) {
+    if (mpi->world_rank() == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    abort_job(1);
+  }
+}
+
+}  // namespace mt
