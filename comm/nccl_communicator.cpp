@@ -173,7 +173,8 @@ class NcclWork final : public Work {
     const auto start = std::chrono::steady_clock::now();
     auto pause = std::chrono::microseconds(10);
     for (int polls = 0; !test(); ++polls) {
-      if (std::chrono::steady_clock::now() - start >= timeout) {
+      // Compared in milliseconds: a huge timeout (milliseconds::max()) must not overflow.
+      if (std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start) >= timeout) {
         MT_FAIL_AS(TimeoutError, "timed out after ", timeout.count(), " ms waiting for ", desc_.describe(),
                    " (NCCL backend; the communicator is probably unusable now)");
       }
@@ -200,12 +201,12 @@ class NcclWork final : public Work {
 
  private:
   // The first outcome sticks, whichever thread finds it.
-  void finish(std::exception_ptr error) {
+  void finish(std::exception_ptr outcome) {
     {
       std::lock_guard lock(mutex_);
       if (done_) return;
       done_ = true;
-      error_ = std::move(error);
+      error_ = std::move(outcome);
     }
     done_cv_.notify_all();
   }
@@ -270,6 +271,11 @@ class NcclCommunicator final : public Communicator {
         MT_CHECK(t->device() == device_, desc.describe(), ": ", t->describe(), " is not on this communicator's ",
                  device_.str());
       }
+    }
+    if (desc.kind == CollectiveKind::Send || desc.kind == CollectiveKind::Recv) {
+      // A send holds the stream until its receive runs, and both would be on this one stream.
+      MT_CHECK(desc.peer != rank(), desc.describe(), ": the NCCL backend cannot send to or receive from its own rank ",
+               "(it would deadlock); copy the tensor instead");
     }
     cuda::set_device(device_.index);
     Event done(device_);

@@ -1,5 +1,6 @@
 #include "runtime/allocator.h"
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "runtime/cuda_api.h"
@@ -13,6 +14,7 @@ namespace {
 constexpr std::size_t kAlignment = 256;
 std::size_t round_up(std::size_t bytes) {
   if (bytes == 0) bytes = 1;
+  if (bytes > SIZE_MAX - kAlignment) return SIZE_MAX;  // unsatisfiable; refused by the caller
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
@@ -60,6 +62,9 @@ Allocator::~Allocator() {
 
 void* Allocator::allocate(std::size_t bytes) {
   const std::size_t size = round_up(bytes);
+  if (size == SIZE_MAX) {
+    MT_FAIL_AS(OutOfMemoryError, device_.str(), ": out of memory: ", bytes, " bytes can never be allocated");
+  }
   std::lock_guard lock(mutex_);
   if (limit_ != 0 && stats_.in_use + size > limit_) {
     MT_FAIL_AS(OutOfMemoryError, device_.str(), ": out of memory: allocating ", format_bytes(size),

@@ -107,7 +107,10 @@ std::size_t parse_bytes(std::string_view text) {
       default: MT_FAIL("cannot read the size '", text, "': unknown unit '", suffix, "' (use K, M, G or T)");
     }
   }
-  return static_cast<std::size_t>(number * scale);
+  const double bytes = number * scale;
+  // 2^63 bytes is far beyond any device, and the conversion of larger values is undefined.
+  if (bytes >= 9223372036854775808.0) MT_FAIL("the size '", text, "' is too large");
+  return static_cast<std::size_t>(bytes);
 }
 
 }  // namespace mt

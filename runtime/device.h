@@ -28,7 +28,7 @@ struct DeviceProperties {
   Device device;
   std::string name;
   std::size_t total_memory = 0;  // bytes
-  std::size_t free_memory = 0;   // bytes, at discovery
+  std::size_t free_memory = 0;   // bytes at discovery; 0 = unknown (GPUs: not queried, it needs a context)
   int compute_units = 0;         // SMs on a GPU, cores on the CPU
   std::string pci_bus_id;        // GPUs only: tells two ranks' GPUs apart on one host
 };

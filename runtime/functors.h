@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/dtype.h"
 #include "runtime/host_device.h"
@@ -23,6 +24,14 @@ template <class T, class W>
 MT_HD T narrow_to(W v) {
   if constexpr (sizeof(T) == 2) {
     return bf16::from_float(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, std::int32_t> && !std::is_same_v<W, std::int32_t>) {
+    // Into int32: truncate toward zero, saturate out-of-range values, NaN becomes 0 (a plain cast
+    // would be undefined behaviour, and differ between CPU and GPU).
+    const double d = static_cast<double>(v);
+    if (!(d == d)) return 0;
+    if (d >= 2147483647.0) return 2147483647;
+    if (d <= -2147483648.0) return static_cast<std::int32_t>(-2147483647 - 1);
+    return static_cast<std::int32_t>(d);
   } else {
     return static_cast<T>(v);
   }

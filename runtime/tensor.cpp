@@ -1,5 +1,6 @@
 #include "runtime/tensor.h"
 
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 
@@ -11,7 +12,7 @@ std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
     MT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-    n *= d;
+    MT_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", shape_str(shape), " has more than 2^63 elements");
   }
   return n;
 }
@@ -32,6 +33,8 @@ Storage::~Storage() { allocator_->deallocate(data_); }
 Tensor Tensor::empty(Shape shape, DType dtype, DeviceContext& ctx) {
   Tensor t;
   t.numel_ = shape_numel(shape);
+  MT_CHECK(static_cast<std::uint64_t>(t.numel_) <= SIZE_MAX / dtype_size(dtype), "shape ", shape_str(shape),
+           " of ", dtype_name(dtype), " does not fit in memory");
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>(ctx.shared_allocator(), t.nbytes());
@@ -114,6 +117,11 @@ void Tensor::copy_from(const Tensor& src, const Stream& stream) {
 void Tensor::copy_from_host(const void* src, std::size_t bytes, const Stream& stream) {
   MT_CHECK(bytes == nbytes(), "copying ", bytes, " bytes into ", describe());
   copy_bytes(data(), device(), src, Device::cpu(), bytes, stream);
+}
+
+void Tensor::read_back(void* dst) const {
+  if (device().is_cuda()) cuda::synchronize_device();
+  copy_to_host(dst, nbytes(), Stream(device()));
 }
 
 void Tensor::copy_to_host(void* dst, std::size_t bytes, const Stream& stream) const {

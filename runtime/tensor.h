@@ -83,17 +83,19 @@ class Tensor {
   void copy_from(const Tensor& src, const Stream& stream);
   void copy_from_host(const void* src, std::size_t bytes, const Stream& stream);
   void copy_to_host(void* dst, std::size_t bytes, const Stream& stream) const;
-  // Synchronous read-back, for tests and printing.
+  // Synchronous read-back, for tests and printing: waits for all work queued on the device first.
   template <class T>
   std::vector<T> to_host() const {
     std::vector<T> out(static_cast<std::size_t>(numel_));
     MT_CHECK(dtype_of<T>::value == dtype_, "tensor is ", dtype_name(dtype_), ", read as ",
              dtype_name(dtype_of<T>::value));
-    copy_to_host(out.data(), nbytes(), Stream(device()));
+    read_back(out.data());
     return out;
   }
 
  private:
+  void read_back(void* dst) const;
+
   std::shared_ptr<Storage> storage_;
   std::size_t offset_bytes_ = 0;
   Shape shape_;

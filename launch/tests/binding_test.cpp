@@ -96,13 +96,15 @@ TEST(BindDevice, AutoWithoutCudaBuildIsQuietlyCpu) {
 }
 
 TEST(BindDevice, CudaRequestWithoutGpuNamesHostAndFix) {
-  std::string msg = error_of(
-      [] { bind_device(DeviceRequest::Cuda, false, placement(0, 1, "gpu-less-host"), discovery(0, true, "driver too old")); });
+  std::string msg = error_of([] {
+    bind_device(DeviceRequest::Cuda, false, placement(0, 1, "gpu-less-host"), discovery(0, true, "driver too old"));
+  });
   EXPECT_TRUE(contains(msg, "gpu-less-host")) << msg;
   EXPECT_TRUE(contains(msg, "--device cpu")) << msg;
   EXPECT_TRUE(contains(msg, "driver too old")) << msg;
 
-  msg = error_of([] { bind_device(DeviceRequest::Cuda, true, placement(0, 1, "cpu-build-host"), discovery(0, false)); });
+  msg = error_of(
+      [] { bind_device(DeviceRequest::Cuda, true, placement(0, 1, "cpu-build-host"), discovery(0, false)); });
   EXPECT_TRUE(contains(msg, "cpu-build-host")) << msg;
   EXPECT_TRUE(contains(msg, "--device cpu")) << msg;
   EXPECT_TRUE(contains(msg, "without CUDA")) << msg;

@@ -36,29 +36,16 @@ int device_count(std::string* why) try {
 }
 
 DeviceProperties properties(int index) {
+  // Only what needs no CUDA context: querying free memory would create a context on every GPU
+  // of the node in every rank (hundreds of MiB each). free_memory stays 0 (unknown).
   cudaDeviceProp prop{};
   MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
   char bus_id[64] = {};
   MT_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, static_cast<int>(sizeof(bus_id)), index));
-
-  // Free memory needs the device current; put the caller's device back afterwards.
-  int previous = 0;
-  MT_CUDA_CHECK(cudaGetDevice(&previous));
-  MT_CUDA_CHECK(cudaSetDevice(index));
-  std::size_t free_bytes = 0;
-  std::size_t total_bytes = 0;
-  const cudaError_t rc = cudaMemGetInfo(&free_bytes, &total_bytes);
-  MT_CUDA_CHECK(cudaSetDevice(previous));
-  if (rc != cudaSuccess) {
-    (void)cudaGetLastError();
-    MT_FAIL("CUDA error in cudaMemGetInfo on device ", index, ": ", cuda_error_text(rc));
-  }
-
   DeviceProperties p;
   p.device = Device::cuda(index);
   p.name = prop.name;
-  p.total_memory = total_bytes;
-  p.free_memory = free_bytes;
+  p.total_memory = prop.totalGlobalMem;
   p.compute_units = prop.multiProcessorCount;
   p.pci_bus_id = bus_id;
   return p;
@@ -82,7 +69,9 @@ void* malloc_device(std::size_t bytes) {
   return ptr;
 }
 
-void free_device(void* ptr) { MT_CUDA_CHECK_NOTHROW(cudaFree(ptr)); }
+void free_device(void* ptr) {
+  if (ptr != nullptr) MT_CUDA_CHECK_NOTHROW(cudaFree(ptr));
+}
 
 void* malloc_pinned(std::size_t bytes) {
   void* ptr = nullptr;
@@ -90,7 +79,9 @@ void* malloc_pinned(std::size_t bytes) {
   return ptr;
 }
 
-void free_pinned(void* ptr) { MT_CUDA_CHECK_NOTHROW(cudaFreeHost(ptr)); }
+void free_pinned(void* ptr) {
+  if (ptr != nullptr) MT_CUDA_CHECK_NOTHROW(cudaFreeHost(ptr));
+}
 
 StreamHandle create_stream() {
   cudaStream_t stream = nullptr;

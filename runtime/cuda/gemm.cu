@@ -8,7 +8,8 @@
 //
 // One call covers every case: cublasGemmStridedBatchedEx (batch 1 included). fp32 computes with
 // CUBLAS_COMPUTE_32F and the default math mode, which never down-converts to TF32, so results are
-// comparable to the CPU's sgemm; bf16 inputs and outputs also accumulate in fp32.
+// comparable to the CPU's sgemm; bf16 inputs and outputs also accumulate in fp32 (reductions of
+// partial results included: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION).
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -37,8 +38,10 @@ void* create_cuda_handle(int device, cuda::StreamHandle stream) {
   MT_CUBLAS_CHECK(cublasCreate(&handle));
   try {
     MT_CUBLAS_CHECK(cublasSetStream(handle, static_cast<cudaStream_t>(stream)));
-    // Stated rather than inherited: no TF32 or other reduced-precision fp32 paths.
-    MT_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    // Stated rather than inherited: no TF32 or emulated fp32 paths, and split-k partial sums of
+    // a bf16 GEMM are added in fp32, not rounded to bf16 first.
+    MT_CUBLAS_CHECK(cublasSetMathMode(
+        handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   } catch (...) {
     cublasDestroy(handle);
     throw;

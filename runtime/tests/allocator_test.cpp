@@ -120,6 +120,16 @@ TEST(Allocator, WithinTheCapAfterFreeing) {
   a.deallocate(q);
 }
 
+// A request near SIZE_MAX must fail, not wrap around in the rounding to 256 bytes and come back
+// as a tiny block that counts as nothing against the cap.
+TEST(Allocator, ImpossibleRequestsThrow) {
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, false);
+  EXPECT_THROW(a.allocate(SIZE_MAX), OutOfMemoryError);
+  Allocator capped(Device::cpu(), make_host_raw_memory(), MiB, false);
+  EXPECT_THROW(capped.allocate(SIZE_MAX - 100), OutOfMemoryError);
+  EXPECT_EQ(capped.stats().in_use, 0u);
+}
+
 TEST(AllocatorCache, ReusesAFreedBlockOfTheSameSize) {
   Allocator a(Device::cpu(), make_host_raw_memory(), 0, true);
   void* p = a.allocate(1000);

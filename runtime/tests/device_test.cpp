@@ -76,6 +76,15 @@ TEST(Bytes, ParseRejectsGarbageWithTheText) {
   EXPECT_TRUE(contains(error_of([] { parse_bytes("12Q"); }), "unknown unit 'Q'"));
 }
 
+// Sizes past what a size_t holds must be refused: converting them is undefined, and on x86 they
+// come out as 0, which for --device-memory-limit means "no cap".
+TEST(Bytes, ParseRejectsSizesTooLargeToHold) {
+  for (const char* huge : {"1e30", "20000000T", "18446744073709551616"}) {
+    EXPECT_THROW(parse_bytes(huge), Error) << huge;
+  }
+  EXPECT_EQ(parse_bytes("8388607T"), std::size_t{8388607} << 40);  // large but representable
+}
+
 TEST(Bytes, Format) {
   EXPECT_EQ(format_bytes(0), "0 B");
   EXPECT_EQ(format_bytes(1023), "1023 B");

@@ -299,7 +299,9 @@ TEST(Gemm, RawSubmatricesThroughLeadingDimensions) {
       const std::vector<float> window_c = random_values(static_cast<std::size_t>(m * n), ++seed);
       const i64 at_a = 2 * lda + 3, at_b = 2 * ldb + 3, at_c = 2 * ldc + 3;
       for (i64 i = 0; i < m; ++i) {
-        for (i64 j = 0; j < n; ++j) big_c0[static_cast<std::size_t>(at_c + i * ldc + j)] = window_c[static_cast<std::size_t>(i * n + j)];
+        for (i64 j = 0; j < n; ++j) {
+          big_c0[static_cast<std::size_t>(at_c + i * ldc + j)] = window_c[static_cast<std::size_t>(i * n + j)];
+        }
       }
 
       Tensor ta_t = Tensor::from_host(big_a, {rows_a + 3, lda}, ctx);

@@ -212,7 +212,8 @@ TEST(Scale, PerDtypeWithInt32Truncation) {
   DeviceContext ctx(cpu_options());
   Tensor f = tensor_of(DType::F32, {1.0, 2.0, -3.0, 0.1f}, ctx);
   kernels::scale(ctx, f, 0.5);
-  EXPECT_EQ(f.to_host<float>(), (std::vector<float>{0.5f, 1.0f, -1.5f, static_cast<float>(double(0.1f) * 0.5)}));
+  const float tenth_halved = static_cast<float>(static_cast<double>(0.1f) * 0.5);
+  EXPECT_EQ(f.to_host<float>(), (std::vector<float>{0.5f, 1.0f, -1.5f, tenth_halved}));
 
   Tensor b = tensor_of(DType::BF16, {3.0, 1.0, 255.0}, ctx);
   kernels::scale(ctx, b, 1.0 / 3.0);  // computed in double: 3 * (1/3) is exactly 1 after rounding
@@ -264,6 +265,17 @@ TEST(Cast, ToInt32TruncatesTowardZeroAndIntToFloatRounds) {
   Tensor same = Tensor::empty({4}, DType::I32, ctx);
   kernels::cast(ctx, big, same);  // same dtype: a copy
   EXPECT_EQ(same.to_host<std::int32_t>(), (std::vector<std::int32_t>{16777217, 257, 259, -3}));
+}
+
+TEST(Cast, ToInt32SaturatesAndMapsNanToZero) {
+  // A plain float-to-int cast is undefined for these; every backend defines them the same way.
+  DeviceContext ctx(cpu_options());
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor f = Tensor::from_host(std::vector<float>{std::nanf(""), inf, -inf, 3e9f, -3e9f, 2147483520.0f}, {6}, ctx);
+  Tensor i = Tensor::empty({6}, DType::I32, ctx);
+  kernels::cast(ctx, f, i);
+  EXPECT_EQ(i.to_host<std::int32_t>(), (std::vector<std::int32_t>{0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN,
+                                                                  2147483520}));
 }
 
 // Values that are multiples of 1/4 with small magnitudes: sums and squares are exact in double

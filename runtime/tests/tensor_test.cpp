@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ std::vector<std::uint16_t> bits_of(const std::vector<bf16>& v) {
   return out;
 }
 
+TEST(Shape, ElementCountOverflowIsAnError) {
+  EXPECT_TRUE(contains(error_of([] { shape_numel({std::int64_t{1} << 32, std::int64_t{1} << 32}); }), "2^63"));
+}
+
 TEST(Shape, NumelAndText) {
   EXPECT_EQ(shape_numel({}), 1);
   EXPECT_EQ(shape_numel({0}), 0);
@@ -62,6 +67,14 @@ TEST(Tensor, EmptyHasShapeTypeAndBytes) {
   EXPECT_EQ(Tensor::empty({3}, DType::F32, ctx).describe(), "fp32[3] on cpu");
   EXPECT_EQ(Tensor::empty({}, DType::I32, ctx).describe(), "int32[] on cpu");
   EXPECT_EQ(Tensor::empty({}, DType::I32, ctx).numel(), 1);
+}
+
+// 2^62 fp32 elements are 2^64 bytes: the byte count must not wrap to 0 and yield a tensor that
+// claims 2^62 elements over a 256-byte block.
+TEST(Tensor, ByteCountOverflowIsRefused) {
+  DeviceContext ctx(DeviceOptions{Device::cpu(), 1 << 20, 1});
+  EXPECT_THROW(Tensor::empty({std::int64_t{1} << 62}, DType::F32, ctx), Error);
+  EXPECT_EQ(ctx.allocator().stats().in_use, 0u);
 }
 
 TEST(Tensor, UndefinedTensorRefusesAccess) {
