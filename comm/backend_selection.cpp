@@ -62,8 +62,11 @@ BackendChoice choose_backend(CommBackend requested, Device device, const std::st
   return choice;
 }
 
-std::unique_ptr<Communicator> make_world_communicator(const BackendChoice& choice, Device device, CommOptions options) {
-  if (choice.backend == CommBackend::Nccl) return make_nccl_communicator(MpiComm::world().dup(), device, options);
+std::unique_ptr<Communicator> make_world_communicator(const BackendChoice& choice, DeviceContext& ctx,
+                                                      CommOptions options) {
+  if (choice.backend == CommBackend::Nccl) {
+    return make_nccl_communicator(MpiComm::world().dup(), ctx.device(), ctx.stream().handle(), options);
+  }
   return MpiCommunicator::world(options);
 }
 

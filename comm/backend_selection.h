@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "comm/communicator.h"
+#include "runtime/context.h"
 
 namespace mt {
 
@@ -26,7 +27,8 @@ struct BackendChoice {
 // is an error on every rank.
 BackendChoice choose_backend(CommBackend requested, Device device, const std::string& gpu_identity);
 
-// Collective over MPI_COMM_WORLD.
-std::unique_ptr<Communicator> make_world_communicator(const BackendChoice& choice, Device device, CommOptions options);
+// Collective over MPI_COMM_WORLD. NCCL orders its ops after the work queued on ctx's stream.
+std::unique_ptr<Communicator> make_world_communicator(const BackendChoice& choice, DeviceContext& ctx,
+                                                      CommOptions options);
 
 }  // namespace mt

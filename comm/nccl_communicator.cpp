@@ -8,11 +8,10 @@
 //  - Every op is queued on this communicator's own CUDA stream and returns at once.
 //  - Output side: Work::wait_on(stream) makes a compute stream wait for the op's completion event
 //    without blocking the host; Work::wait() blocks the host.
-//  - Input side: a CollectiveDesc names no producer stream, so nothing here waits for the work
-//    that produced the input (or that still uses the output buffer). Callers must have finished
-//    it before submitting: synchronize the producing stream (DeviceContext::synchronize, or
-//    Event::synchronize on an event recorded after the producer). The parallel layer will pass
-//    its stream later, and an event wait will replace that synchronization.
+//  - Input side: the communicator knows the compute stream of its rank (the DeviceContext's).
+//    Before each op the comm stream waits on an event recorded there, so the op reads inputs
+//    only after the kernels queued before the call have written them; the host never blocks.
+//    Work produced on another stream must be ordered onto the compute stream by its producer.
 //  - Point-to-point: NCCL has no tags (PointToPointOptions::tag is ignored) and matches sends and
 //    receives between two ranks in issue order. A send blocks this communicator's stream until the
 //    peer's matching receive runs, so two ranks that both send first deadlock on large messages:
@@ -235,10 +234,12 @@ class BarrierScratch {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(MpiComm comm, Device device, std::shared_ptr<NcclHandle> nccl, CommOptions options)
+  NcclCommunicator(MpiComm comm, Device device, cuda::StreamHandle compute_stream, std::shared_ptr<NcclHandle> nccl,
+                   CommOptions options)
       : Communicator(comm.rank(), comm.size(), options),
         mpi_(std::move(comm)),
         device_(device),
+        compute_stream_(compute_stream),
         nccl_(std::move(nccl)),
         world_ranks_(mpi_.world_ranks()),
         stream_(device_),
@@ -249,6 +250,7 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CHECK(ncclCommCount(nccl_->get(), &nccl_size));
     MT_CHECK(nccl_rank == rank() && nccl_size == size(), "NCCL numbers this rank ", nccl_rank, " of ", nccl_size,
              ", MPI ", rank(), " of ", size());
+    inputs_ready_ = cuda::create_event();
   }
 
   ~NcclCommunicator() override {
@@ -258,6 +260,7 @@ class NcclCommunicator final : public Communicator {
     if (!failed) MT_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle())));
     nccl_->end(failed);
     in_flight_.clear();  // their tensors may go back to the allocator now
+    if (inputs_ready_ != nullptr) cuda::destroy_event(inputs_ready_);
   }
 
   std::string backend_name() const override { return "nccl"; }
@@ -278,6 +281,11 @@ class NcclCommunicator final : public Communicator {
                "(it would deadlock); copy the tensor instead");
     }
     cuda::set_device(device_.index);
+    if (compute_stream_ != nullptr) {
+      // The op must see what the compute stream wrote before the call (and not reuse a buffer it still reads).
+      cuda::record_event(inputs_ready_, compute_stream_);
+      cuda::stream_wait_event(stream_.handle(), inputs_ready_);
+    }
     Event done(device_);
     enqueue(desc);
     done.record(stream_);
@@ -303,7 +311,8 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CHECK(ncclCommSplit(nccl_->get(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
     if (color < 0) return nullptr;
     auto handle = std::make_shared<NcclHandle>(child);
-    return std::make_unique<NcclCommunicator>(std::move(group), device_, std::move(handle), options());
+    return std::make_unique<NcclCommunicator>(std::move(group), device_, compute_stream_, std::move(handle),
+                                              options());
   }
 
  private:
@@ -368,6 +377,9 @@ class NcclCommunicator final : public Communicator {
 
   MpiComm mpi_;
   Device device_;
+  cuda::StreamHandle compute_stream_;
+  // Recorded on the compute stream (a raw handle: that stream belongs to the DeviceContext).
+  cuda::EventHandle inputs_ready_ = nullptr;
   std::shared_ptr<NcclHandle> nccl_;
   std::vector<int> world_ranks_;
   Stream stream_;
@@ -389,7 +401,8 @@ std::string nccl_version() {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(MpiComm comm, Device device, CommOptions options) {
+std::unique_ptr<Communicator> make_nccl_communicator(MpiComm comm, Device device, cuda::StreamHandle compute_stream,
+                                                     CommOptions options) {
   MT_CHECK(device.is_cuda(), "the NCCL backend runs on a CUDA device, not ", device.str());
   MT_CHECK(comm.valid(), "the NCCL backend needs a valid MPI communicator to bootstrap from");
   const int rank = comm.rank();
@@ -409,7 +422,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(MpiComm comm, Device device
   ncclComm_t raw = nullptr;
   MT_NCCL_CHECK(ncclCommInitRank(&raw, size, id, rank));
   auto handle = std::make_shared<NcclHandle>(raw);
-  return std::make_unique<NcclCommunicator>(std::move(comm), device, std::move(handle), options);
+  return std::make_unique<NcclCommunicator>(std::move(comm), device, compute_stream, std::move(handle), options);
 }
 
 }  // namespace mt

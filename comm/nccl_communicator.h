@@ -9,12 +9,15 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
+#include "runtime/cuda_api.h"
 
 namespace mt {
 
 bool nccl_compiled();
 std::string nccl_version();  // "2.28.9", or "" where NCCL is not built in
-// Collective over `comm`: every member must run on its own GPU (`device`).
-std::unique_ptr<Communicator> make_nccl_communicator(MpiComm comm, Device device, CommOptions options);
+// Collective over `comm`: every member must run on its own GPU (`device`). Each op waits on the GPU
+// for the work queued on `compute_stream` before it (no host blocking).
+std::unique_ptr<Communicator> make_nccl_communicator(MpiComm comm, Device device, cuda::StreamHandle compute_stream,
+                                                     CommOptions options);
 
 }  // namespace mt

@@ -6,7 +6,7 @@ namespace mt {
 bool nccl_compiled() { return false; }
 std::string nccl_version() { return ""; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(MpiComm, Device, CommOptions) {
+std::unique_ptr<Communicator> make_nccl_communicator(MpiComm, Device, cuda::StreamHandle, CommOptions) {
   MT_FAIL("this meshtrain was built without NCCL (configure with -DMESHTRAIN_CUDA=ON)");
 }
 

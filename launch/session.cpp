@@ -17,7 +17,7 @@ Session open_session(const RuntimeOptions& options) {
   dev.cpu_threads = options.cpu_threads > 0 ? options.cpu_threads : default_cpu_threads(s.placement.local_size);
   s.context = std::make_unique<DeviceContext>(dev);
   s.backend = choose_backend(options.comm_backend, s.binding.device, s.binding.gpu_identity);
-  s.world = make_world_communicator(s.backend, s.binding.device, CommOptions{options.comm_timeout});
+  s.world = make_world_communicator(s.backend, *s.context, CommOptions{options.comm_timeout});
   return s;
 }
 

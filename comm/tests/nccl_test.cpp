@@ -83,7 +83,8 @@ class Nccl : public ::testing::Test {
     if (!setup_->usable) return;
     const Device gpu = Device::cuda(setup_->local_rank);
     ctx_ = std::make_unique<DeviceContext>(DeviceOptions{gpu, 0, 1});
-    comm_ = make_nccl_communicator(MpiComm::world().dup(), gpu, CommOptions{std::chrono::seconds(120)});
+    comm_ = make_nccl_communicator(MpiComm::world().dup(), gpu, ctx_->stream().handle(),
+                                   CommOptions{std::chrono::seconds(120)});
   }
   static void TearDownTestSuite() {
     comm_.reset();
