@@ -7,9 +7,13 @@
 
 #include "launch/binding.h"  // defines: bind_device, parse_device_request, NodePlacement, Binding
 #include "runtime/error.h"   // defines: Error
+#include "tests/test_helpers.h"
 
 namespace mt {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 DeviceDiscovery discovery(int gpus, bool cuda_compiled, std::string reason = "") {
   DeviceDiscovery d;
@@ -40,19 +44,6 @@ NodePlacement placement(int local_rank, int local_size, std::string host = "node
   p.host = std::move(host);
   return p;
 }
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "expected an mt::Error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(ParseDeviceRequest, KnownNames) {
   EXPECT_EQ(parse_device_request("auto"), DeviceRequest::Auto);

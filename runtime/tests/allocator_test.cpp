@@ -13,16 +13,18 @@
 #include "runtime/context.h"    // defines: DeviceContext, DeviceOptions
 #include "runtime/error.h"      // defines: Error, OutOfMemoryError
 #include "runtime/tensor.h"     // defines: Tensor
+#include "tests/test_helpers.h"
 
 namespace mt {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 
 bool aligned_256(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 256 == 0; }
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 // The what() of the OutOfMemoryError that fn throws, or a test failure when it throws none.
 template <class Fn>
 std::string oom_of(Fn&& fn) {

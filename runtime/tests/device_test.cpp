@@ -8,27 +8,17 @@
 #include "runtime/context.h"  // defines: DeviceContext, DeviceOptions, default_cpu_threads
 #include "runtime/device.h"   // defines: Device, parse_bytes, format_bytes, cpu_properties, discover_devices
 #include "runtime/error.h"    // defines: Error, this_host_name
+#include "tests/test_helpers.h"
 
 namespace mt {
 namespace {
 
+using testing::contains;
+using testing::error_of;
+
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 constexpr std::size_t GiB = 1024 * MiB;
-
-// The message of the mt::Error that fn throws, or a test failure when it throws none.
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "expected an mt::Error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(Device, ParseAndPrint) {
   EXPECT_EQ(Device::parse("cpu"), Device::cpu());

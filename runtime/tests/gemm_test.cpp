@@ -15,9 +15,13 @@
 #include "runtime/error.h"    // defines: Error
 #include "runtime/gemm.h"     // defines: GemmArgs, gemm, matmul, matmul_batched
 #include "runtime/tensor.h"   // defines: Tensor
+#include "tests/test_helpers.h"
 
 namespace mt {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 using i64 = std::int64_t;
 
@@ -30,19 +34,6 @@ std::vector<float> random_values(std::size_t n, unsigned seed) {
   for (float& x : v) x = dist(rng);
   return v;
 }
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "expected an mt::Error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // One GEMM as stored in memory: op(A) is m x k, op(B) is k x n, all row-major with row strides.
 struct Operands {

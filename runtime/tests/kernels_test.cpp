@@ -16,9 +16,13 @@
 #include "runtime/error.h"    // defines: Error
 #include "runtime/kernels.h"  // defines: kernels::fill, binary, scale, cast, reduce; kReduceChunk
 #include "runtime/tensor.h"   // defines: Tensor
+#include "tests/test_helpers.h"
 
 namespace mt {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 DeviceOptions cpu_options(int threads = 2) { return DeviceOptions{Device::cpu(), 0, threads}; }
 
@@ -69,17 +73,6 @@ std::vector<std::uint16_t> bf16_bits(const Tensor& t) {
   std::vector<std::uint16_t> out;
   for (bf16 x : t.to_host<bf16>()) out.push_back(x.bits);
   return out;
-}
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "expected an mt::Error";
-  return "";
 }
 
 const DType kAllTypes[] = {DType::F32, DType::BF16, DType::I32};

@@ -11,24 +11,15 @@
 #include "runtime/error.h"    // defines: Error
 #include "runtime/stream.h"   // defines: Stream, Event
 #include "runtime/tensor.h"   // defines: Tensor, Shape, shape_numel, shape_str
+#include "tests/test_helpers.h"
 
 namespace mt {
 namespace {
 
+using testing::contains;
+using testing::error_of;
+
 DeviceOptions cpu_options() { return DeviceOptions{Device::cpu(), 0, 2}; }
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "expected an mt::Error";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::vector<std::uint16_t> bits_of(const std::vector<bf16>& v) {
   std::vector<std::uint16_t> out;

@@ -1,0 +1,27 @@
+// Small helpers shared by the GoogleTest files.
+// defines: error_of, contains
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runtime/error.h"
+
+namespace mt::testing {
+
+// The message of the mt::Error that fn throws, or a test failure when it throws none.
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "expected an mt::Error";
+  return "";
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace mt::testing
