@@ -69,6 +69,8 @@ bool Work::test() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  // wait_for converts to the clock's nanoseconds: keep far-future timeouts from overflowing.
+  timeout = std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365 * 100)));
   std::unique_lock lock(mutex_);
   if (!done_cv_.wait_for(lock, timeout, [this] { return done_; })) {
     MT_FAIL_AS(TimeoutError, "timed out after ", timeout.count(), " ms waiting for ", desc_.describe());
@@ -125,8 +127,12 @@ void check_sizes(const CollectiveDesc& d) {
   const bool overlapping = d.input.defined() && d.output.defined() && d.input.same_storage(d.output);
   if (overlapping && d.kind != CollectiveKind::Broadcast && d.kind != CollectiveKind::Send &&
       d.kind != CollectiveKind::Recv) {
-    MT_CHECK(d.kind != CollectiveKind::Alltoall || d.input.data() != d.output.data(),
-             name, " cannot run in place");
+    if (d.kind == CollectiveKind::Alltoall) {
+      const char* in = static_cast<const char*>(d.input.data());
+      const char* out = static_cast<const char*>(d.output.data());
+      MT_CHECK(in + d.input.nbytes() <= out || out + d.output.nbytes() <= in, name,
+               ": input and output overlap (alltoall cannot run in place)");
+    }
     MT_CHECK(d.in_place() || d.kind == CollectiveKind::Alltoall, name,
              ": input and output share storage but are not in place (see CollectiveDesc::in_place)");
   }

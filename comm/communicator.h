@@ -49,7 +49,8 @@ struct CollectiveDesc {
   int group_rank = 0;
 
   // In place: output is input; for reduce_scatter input holds output at this rank's block, for
-  // allgather output holds input at this rank's block (the nccl-tests convention).
+  // allgather output holds input at this rank's block (the nccl-tests convention). After an in-place
+  // reduce_scatter only this rank's block is defined: the other blocks of the input may be overwritten.
   bool in_place() const;
   std::size_t bytes() const;  // of the larger of input and output
   std::string describe() const;  // "allreduce #12 fp32 x 1024 (4.0 KiB) sum"
@@ -90,6 +91,8 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // default for Work::wait()
 };
 
+// Submit from one thread per communicator: operations are numbered and started in submission
+// order, and every rank must submit its collectives in the same order.
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -1,5 +1,6 @@
 #include "comm/mpi_communicator.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -46,12 +47,16 @@ HostView stage(const CollectiveDesc& d) {
   cuda::synchronize_device();
   const bool shared = d.input.defined() && d.output.defined() && d.input.same_storage(d.output);
   if (shared) {
-    const Tensor& big = d.input.nbytes() >= d.output.nbytes() ? d.input : d.output;
-    v.staging = std::make_shared<PinnedBuffer>(big.nbytes());
-    copy_bytes(v.staging->data(), Device::cpu(), big.data(), big.device(), big.nbytes(), Stream(big.device()));
-    auto offset = [&](const Tensor& t) { return static_cast<const char*>(t.data()) - static_cast<const char*>(big.data()); };
-    v.input = v.staging->data() + offset(d.input);
-    v.output = v.staging->data() + offset(d.output);
+    // One pinned copy of the window from the lower start to the higher end of the two tensors.
+    const char* in = static_cast<const char*>(d.input.data());
+    const char* out = static_cast<const char*>(d.output.data());
+    const char* lo = std::min(in, out);
+    const char* hi = std::max(in + d.input.nbytes(), out + d.output.nbytes());
+    const auto bytes = static_cast<std::size_t>(hi - lo);
+    v.staging = std::make_shared<PinnedBuffer>(bytes);
+    copy_bytes(v.staging->data(), Device::cpu(), lo, d.input.device(), bytes, Stream(d.input.device()));
+    v.input = v.staging->data() + (in - lo);
+    v.output = v.staging->data() + (out - lo);
     return v;
   }
   // Separate storage: one buffer, input first, then output.
@@ -90,12 +95,13 @@ int checked_count(std::int64_t n, const CollectiveDesc& d) {
 MpiCommunicator::MpiCommunicator(MpiComm comm, std::shared_ptr<MpiEngine> engine, CommOptions options)
     : Communicator(comm.rank(), comm.size(), options),
       control_(std::move(comm)),
-      data_(control_.dup()),
+      data_(std::make_shared<MpiComm>(control_.dup())),
       engine_(std::move(engine)),
       world_ranks_(control_.world_ranks()) {}
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
-  return std::make_unique<MpiCommunicator>(MpiComm::world().dup(), std::make_shared<MpiEngine>(), options);
+  return std::make_unique<MpiCommunicator>(MpiComm::world().dup(), std::make_shared<MpiEngine>(options.timeout),
+                                           options);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split_by_color(int color, int key, const std::vector<int>& members) {
@@ -112,14 +118,14 @@ WorkPtr MpiCommunicator::launch(CollectiveDesc desc) {
   const MPI_Op op = mpi_reduce_op(desc.op, dtype);
   auto work = std::make_shared<Work>(desc, options().timeout);
   auto view = std::make_shared<HostView>(stage(desc));
-  const MPI_Comm comm = data_.get();
   const int size = this->size();
   const int rank = this->rank();
   const std::size_t esize = dtype_size(dtype);
 
   MpiTask task;
   task.work = work;
-  task.start = [desc, view, type, op, comm, size, rank](std::vector<MPI_Request>& requests) {
+  task.start = [desc, view, type, op, data = data_, size](std::vector<MPI_Request>& requests) {
+    const MPI_Comm comm = data->get();
     MPI_Request req = MPI_REQUEST_NULL;
     const bool in_place = desc.in_place();
     char* in = view->input;
@@ -171,7 +177,6 @@ WorkPtr MpiCommunicator::launch(CollectiveDesc desc) {
       }
       case CollectiveKind::Barrier: MT_MPI_CHECK(MPI_Ibarrier(comm, &req)); break;
     }
-    (void)rank;
     requests.push_back(req);
   };
   task.finish = [desc, view, size, rank, esize, dtype]() {

@@ -26,8 +26,9 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split_by_color(int color, int key, const std::vector<int>& members) override;
 
  private:
-  MpiComm control_;  // splits and checks, from the caller's thread
-  MpiComm data_;     // the operations, from the engine thread only
+  MpiComm control_;                // splits and checks, from the caller's thread
+  std::shared_ptr<MpiComm> data_;  // the operations, from the engine thread only; every op holds it
+                                   // alive, so dropping the communicator mid-op is safe
   std::shared_ptr<MpiEngine> engine_;
   std::vector<int> world_ranks_;
 };

@@ -5,16 +5,19 @@
 // new operation arrives. A zero-byte message to itself (the doorbell) wakes it from MPI_Waitsome,
 // so it neither polls on a timer nor spins while idle: with nothing in flight it sleeps on a
 // condition variable.
+//
+// Shutdown never hangs a failing job: while an exception unwinds past an engine that still has
+// operations in flight (a peer that never came, a timeout), the thread is left behind so the error
+// can reach the top level, which aborts the job; otherwise the engine waits for what is in flight
+// for at most its shutdown timeout, then names the operations and aborts.
 // defines: MpiTask, MpiEngine
 #pragma once
 
 #include <mpi.h>
 
-#include <condition_variable>
-#include <deque>
+#include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -33,34 +36,19 @@ struct MpiTask {
 
 class MpiEngine {
  public:
-  MpiEngine();
-  ~MpiEngine();  // finishes what is in flight, then stops the thread
+  explicit MpiEngine(std::chrono::milliseconds shutdown_timeout = std::chrono::minutes(10));
+  ~MpiEngine();
   MpiEngine(const MpiEngine&) = delete;
   MpiEngine& operator=(const MpiEngine&) = delete;
 
   void submit(MpiTask task);
 
  private:
-  struct Active {
-    MpiTask task;
-    std::vector<MPI_Request> requests;
-    int pending = 0;
-  };
-  void run();
-  void start_queued(std::deque<MpiTask>& queued);
-  void wait_some();
-  void post_doorbell();
-  void ring_doorbell();
-  static void finish(Active& active, std::exception_ptr error);
+  struct State;
+  static void run(const std::shared_ptr<State>& state);
 
-  MpiComm doorbell_comm_;  // a private duplicate of MPI_COMM_SELF
-  MPI_Request doorbell_request_ = MPI_REQUEST_NULL;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<MpiTask> queue_;
-  bool stopping_ = false;
-  bool in_mpi_wait_ = false;
-  std::vector<Active> active_;  // engine thread only
+  std::shared_ptr<State> state_;  // shared with the thread, which may outlive this object
+  std::chrono::milliseconds shutdown_timeout_;
   std::thread thread_;
 };
 

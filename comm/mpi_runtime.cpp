@@ -15,13 +15,17 @@ std::string mpi_error_string(int code) {
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
-    int provided = MPI_THREAD_SINGLE;
     MT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
-    if (provided < MPI_THREAD_MULTIPLE) {
-      MPI_Finalize();
-      MT_FAIL("this MPI does not provide MPI_THREAD_MULTIPLE, which the communication thread needs");
-    }
+    owns_mpi_ = true;
+  } else {
+    MPI_Query_thread(&provided);  // started by someone else: they finalize it
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    if (owns_mpi_) MPI_Finalize();
+    owns_mpi_ = false;
+    MT_FAIL("this MPI does not provide MPI_THREAD_MULTIPLE, which the communication thread needs");
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -32,7 +36,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (owns_mpi_ && !finalized) MPI_Finalize();
 }
 
 std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, int root) {

@@ -22,6 +22,7 @@ std::string mpi_error_string(int code);
 
 // Starts MPI with MPI_THREAD_MULTIPLE (the communication thread calls MPI beside the caller),
 // makes errors return codes instead of aborting, and labels errors with rank and host.
+// Communicators must be destroyed before it (their engine calls MPI while shutting down).
 class MpiRuntime {
  public:
   MpiRuntime(int* argc, char*** argv);
@@ -34,6 +35,7 @@ class MpiRuntime {
  private:
   int rank_ = 0;
   int size_ = 1;
+  bool owns_mpi_ = false;  // started MPI, so finalizes it
 };
 
 // Gathers one string per rank on `root` (in rank order); other ranks get an empty vector.

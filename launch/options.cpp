@@ -35,7 +35,10 @@ RuntimeOptions read(const po::variables_map& vm) {
   if (o.cpu_threads < 0) MT_FAIL("--cpu-threads must be 0 (automatic) or positive, not ", o.cpu_threads);
   o.comm_backend = parse_comm_backend(vm["comm-backend"].as<std::string>());
   const double seconds = vm["comm-timeout"].as<double>();
-  if (!(seconds > 0)) MT_FAIL("--comm-timeout must be a positive number of seconds, not ", seconds);
+  // Up to a year: longer is "never" in practice, and clocks overflow somewhat later.
+  if (!(seconds > 0 && seconds <= 365.0 * 24 * 3600)) {
+    MT_FAIL("--comm-timeout must be a number of seconds above 0 and at most a year, not ", seconds);
+  }
   o.comm_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
   return o;
 }

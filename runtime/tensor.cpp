@@ -76,8 +76,8 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
-  MT_CHECK(offset >= 0 && count >= 0 && offset + count <= numel_, "slice [", offset, ", ", offset + count,
-           ") out of range for ", describe());
+  MT_CHECK(offset >= 0 && count >= 0 && offset <= numel_ && count <= numel_ - offset, "slice of ", count,
+           " elements at ", offset, " out of range for ", describe());
   Tensor t = *this;
   t.offset_bytes_ += static_cast<std::size_t>(offset) * dtype_size(dtype_);
   t.shape_ = {count};
@@ -87,8 +87,8 @@ Tensor Tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
 
 Tensor Tensor::narrow(std::int64_t start, std::int64_t length) const {
   MT_CHECK(!shape_.empty(), "cannot narrow a scalar tensor");
-  MT_CHECK(start >= 0 && length >= 0 && start + length <= shape_[0], "rows [", start, ", ", start + length,
-           ") out of range for ", describe());
+  MT_CHECK(start >= 0 && length >= 0 && start <= shape_[0] && length <= shape_[0] - start, length, " rows at ",
+           start, " out of range for ", describe());
   const std::int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
   Tensor t = flat_slice(start * row, length * row);
   Shape shape = shape_;

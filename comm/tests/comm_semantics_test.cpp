@@ -6,7 +6,9 @@
 
 #include "comm/communicator.h"
 #include "runtime/error.h"
+#include "runtime/kernels.h"
 #include "tests/test_env.h"
+#include "tests/test_helpers.h"
 
 namespace mt {
 namespace {
@@ -132,6 +134,56 @@ TEST(Validation, WrongSizesAreClearErrorsBeforeAnyCommunication) {
   Tensor t = ints({1});
   world.allreduce(t);
   EXPECT_EQ(t.to_host<std::int32_t>()[0], n);
+}
+
+TEST(Validation, OverlappingAlltoallBuffersAreRefused) {
+  Communicator& world = test_world();
+  const int n = world.size();
+  Tensor storage = Tensor::zeros({3 * n}, DType::F32, test_context());
+  EXPECT_THROW(world.alltoall_async(storage.flat_slice(0, 2 * n), storage.flat_slice(n, 2 * n)), Error);
+  EXPECT_THROW(world.alltoall_async(storage.flat_slice(0, n), storage.flat_slice(0, n)), Error);
+  // Disjoint windows of one storage are fine.
+  Tensor in = storage.flat_slice(0, n);
+  Tensor out = storage.flat_slice(n, n);
+  kernels::fill(test_context(), in, world.rank());
+  world.alltoall(in, out);
+  std::vector<float> got = out.to_host<float>();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(got[static_cast<std::size_t>(r)], static_cast<float>(r));
+}
+
+TEST(Lifetime, DroppingASubgroupWithAnOpInFlightIsSafe) {
+  // Each op holds its communicator alive: destroying the Communicator right after launching is fine.
+  Communicator& world = test_world();
+  std::vector<int> all(static_cast<std::size_t>(world.size()));
+  std::iota(all.begin(), all.end(), 0);
+  for (int round = 0; round < 10; ++round) {
+    auto sub = world.split(all);
+    Tensor t = Tensor::zeros({1 << 16}, DType::F32, test_context());
+    kernels::fill(test_context(), t, 1.0);
+    WorkPtr work = sub->allreduce_async(t, t);
+    sub.reset();
+    work->wait();
+    EXPECT_EQ(kernels::reduce(test_context(), ReduceKind::Min, t), world.size());
+  }
+}
+
+TEST(Errors, ATruncatedReceiveFailsItsWork) {
+  Communicator& world = test_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (world.rank() == 0) {
+    Tensor small = ints({0, 0});
+    WorkPtr r = world.recv_async(small, 1, {9});
+    try {
+      r->wait();
+      FAIL() << "a 4-element message was received into 2 elements without an error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(testing::contains(e.what(), "recv")) << e.what();
+      EXPECT_TRUE(testing::contains(e.what(), "TRUNCATE") || testing::contains(e.what(), "truncat")) << e.what();
+    }
+  } else if (world.rank() == 1) {
+    world.send(ints({1, 2, 3, 4}), 0, {9});
+  }
+  world.barrier();
 }
 
 TEST(Wait, TimesOutWithTheOperationNamedThenCompletesLater) {

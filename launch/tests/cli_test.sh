@@ -43,6 +43,8 @@ lines=$(grep -c "meshtrain: error" "$out")
 [ "$lines" -eq 1 ] || { echo "FAIL usage error printed $lines times, expected once (rank 0)"; failures=$((failures + 1)); }
 check "unknown command" 2 "unknown command 'trian'" "$mpiexec" -np 2 --oversubscribe "$meshtrain" trian
 check "bad memory size" 2 "cannot read the size '12Q'" "$mpiexec" -np 2 --oversubscribe "$meshtrain" devices --device-memory-limit 12Q
+check "absurd --comm-timeout refused" 2 "--comm-timeout must be a number of seconds" \
+  "$mpiexec" -np 2 --oversubscribe "$meshtrain" devices --comm-timeout 1e10
 check "GPU requested where none exists" nonzero "\\[rank [0-9]+ host [^]]+\\]: --device cuda: no usable GPU" \
   "$mpiexec" -np 2 --oversubscribe "$meshtrain" devices --device cuda
 check "nccl requested on CPU ranks" nonzero "--comm-backend nccl needs a GPU of its own on every rank" \
