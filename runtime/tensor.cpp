@@ -7,6 +7,13 @@
 #include "runtime/cuda_api.h"
 
 namespace mt {
+namespace {
+// For messages about absurd ranges: a + b without signed overflow.
+std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
+  std::int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? (b > 0 ? INT64_MAX : INT64_MIN) : sum;
+}
+}  // namespace
 
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
@@ -76,8 +83,8 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
-  MT_CHECK(offset >= 0 && count >= 0 && offset <= numel_ && count <= numel_ - offset, "slice of ", count,
-           " elements at ", offset, " out of range for ", describe());
+  MT_CHECK(offset >= 0 && count >= 0 && offset <= numel_ && count <= numel_ - offset, "slice [", offset, ", ",
+           saturating_add(offset, count), ") out of range for ", describe());
   Tensor t = *this;
   t.offset_bytes_ += static_cast<std::size_t>(offset) * dtype_size(dtype_);
   t.shape_ = {count};
@@ -87,8 +94,8 @@ Tensor Tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
 
 Tensor Tensor::narrow(std::int64_t start, std::int64_t length) const {
   MT_CHECK(!shape_.empty(), "cannot narrow a scalar tensor");
-  MT_CHECK(start >= 0 && length >= 0 && start <= shape_[0] && length <= shape_[0] - start, length, " rows at ",
-           start, " out of range for ", describe());
+  MT_CHECK(start >= 0 && length >= 0 && start <= shape_[0] && length <= shape_[0] - start, "rows [", start, ", ",
+           saturating_add(start, length), ") out of range for ", describe());
   const std::int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
   Tensor t = flat_slice(start * row, length * row);
   Shape shape = shape_;
