@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 #include "comm/mpi_types.h"
@@ -12,17 +13,26 @@ namespace mt {
 namespace {
 
 // Page-locked host memory for staging device tensors (fast DMA both ways).
+// Freed on whichever thread drops the last reference (often the engine thread): it selects its
+// device first, or the runtime would open a context on GPU 0 for that thread.
 class PinnedBuffer {
  public:
-  explicit PinnedBuffer(std::size_t bytes) : data_(bytes ? cuda::malloc_pinned(bytes) : nullptr) {}
+  PinnedBuffer(std::size_t bytes, int device) : device_(device), data_(bytes ? cuda::malloc_pinned(bytes) : nullptr) {}
   ~PinnedBuffer() {
-    if (data_ != nullptr) cuda::free_pinned(data_);
+    if (data_ == nullptr) return;
+    try {
+      cuda::set_device(device_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrain: warning: %s\n", e.what());
+    }
+    cuda::free_pinned(data_);
   }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
   char* data() const { return static_cast<char*>(data_); }
 
  private:
+  int device_;
   void* data_;
 };
 
@@ -44,6 +54,8 @@ HostView stage(const CollectiveDesc& d) {
     return v;
   }
   // The producer of the data runs on the caller's streams: let it finish before copying out.
+  const int device = any.device().index;
+  cuda::set_device(device);
   cuda::synchronize_device();
   const bool shared = d.input.defined() && d.output.defined() && d.input.same_storage(d.output);
   if (shared) {
@@ -53,7 +65,7 @@ HostView stage(const CollectiveDesc& d) {
     const char* lo = std::min(in, out);
     const char* hi = std::max(in + d.input.nbytes(), out + d.output.nbytes());
     const auto bytes = static_cast<std::size_t>(hi - lo);
-    v.staging = std::make_shared<PinnedBuffer>(bytes);
+    v.staging = std::make_shared<PinnedBuffer>(bytes, device);
     copy_bytes(v.staging->data(), Device::cpu(), lo, d.input.device(), bytes, Stream(d.input.device()));
     v.input = v.staging->data() + (in - lo);
     v.output = v.staging->data() + (out - lo);
@@ -62,7 +74,7 @@ HostView stage(const CollectiveDesc& d) {
   // Separate storage: one buffer, input first, then output.
   const std::size_t in_bytes = d.input.defined() ? d.input.nbytes() : 0;
   const std::size_t out_bytes = d.output.defined() ? d.output.nbytes() : 0;
-  v.staging = std::make_shared<PinnedBuffer>(in_bytes + out_bytes);
+  v.staging = std::make_shared<PinnedBuffer>(in_bytes + out_bytes, device);
   if (in_bytes) {
     v.input = v.staging->data();
     copy_bytes(v.input, Device::cpu(), d.input.data(), d.input.device(), in_bytes, Stream(d.input.device()));

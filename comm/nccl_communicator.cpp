@@ -18,16 +18,18 @@
 //    pair them (e.g. even ranks send first, odd ranks receive first).
 //  - Tensors stay alive until the op has finished on the GPU: the Work holds its descriptor, and
 //    the communicator holds every Work still in flight even if the caller drops it.
-//  - ReduceOp::Avg is ncclAvg: floating types are pre-scaled by 1/size before the sum (so results
-//    may differ in the last bit from the MPI backend, which divides the sum); int32 sums, then
-//    divides (truncating), like the MPI backend.
+//  - ReduceOp::Avg is ncclAvg: floating types are pre-scaled by 1/size before the sum. In fp32 that
+//    differs from the MPI backend (which divides the sum) in the last bits; in bf16 the factor 1/size
+//    is itself rounded to bf16 (1/3 -> 0.33398, +0.2%). int32 sums, then divides (truncating), like MPI.
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <cstdio>
 #include <mutex>
 #include <source_location>
@@ -106,6 +108,10 @@ class NcclHandle {
   // For the owning communicator's thread, while the communicator lives.
   ncclComm_t get() const { return comm_; }
 
+  // Set when a wait on this comm timed out: a peer may never come, so the comm must be aborted.
+  void poison() { poisoned_ = true; }
+  bool poisoned() const { return poisoned_; }
+
   // Empty while the comm is healthy (or already ended), else what went wrong. Any thread.
   std::string async_error() {
     std::lock_guard lock(mutex_);
@@ -133,6 +139,7 @@ class NcclHandle {
  private:
   std::mutex mutex_;
   ncclComm_t comm_;
+  std::atomic<bool> poisoned_ = false;
 };
 
 // A queued NCCL op, done when the event recorded after it on the comm stream has completed, or
@@ -174,6 +181,7 @@ class NcclWork final : public Work {
     for (int polls = 0; !test(); ++polls) {
       // Compared in milliseconds: a huge timeout (milliseconds::max()) must not overflow.
       if (std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start) >= timeout) {
+        nccl_->poison();
         MT_FAIL_AS(TimeoutError, "timed out after ", timeout.count(), " ms waiting for ", desc_.describe(),
                    " (NCCL backend; the communicator is probably unusable now)");
       }
@@ -234,16 +242,18 @@ class BarrierScratch {
 
 class NcclCommunicator final : public Communicator {
  public:
+  // `stream` is shared by a communicator and every group split from it: NCCL kernels of several
+  // communicators running concurrently on one GPU may deadlock, one stream serialises them.
   NcclCommunicator(MpiComm comm, Device device, cuda::StreamHandle compute_stream, std::shared_ptr<NcclHandle> nccl,
-                   CommOptions options)
+                   std::shared_ptr<Stream> stream, CommOptions options)
       : Communicator(comm.rank(), comm.size(), options),
         mpi_(std::move(comm)),
         device_(device),
         compute_stream_(compute_stream),
         nccl_(std::move(nccl)),
         world_ranks_(mpi_.world_ranks()),
-        stream_(device_),
-        scratch_(device_, stream_) {
+        stream_(stream ? std::move(stream) : std::make_shared<Stream>(device_)),
+        scratch_(device_, *stream_) {
     int nccl_rank = -1;
     int nccl_size = -1;
     MT_NCCL_CHECK(ncclCommUserRank(nccl_->get(), &nccl_rank));
@@ -254,11 +264,14 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
-    // Let queued ops finish, unless the comm has failed: then peers may never come, so abort.
-    const bool failed = !nccl_->async_error().empty();
+    // ncclCommDestroy waits for queued work and (NCCL 2.28) for the node's other ranks: safe only
+    // when nothing went wrong. While an error unwinds, after a timeout or an asynchronous error, or
+    // when queued work does not drain within the timeout, abort instead: the job is ending, and
+    // waiting for peers that may never come would hang it before the error is even printed.
     MT_CUDA_CHECK_NOTHROW(cudaSetDevice(device_.index));
-    if (!failed) MT_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_.handle())));
-    nccl_->end(failed);
+    const bool abort = std::uncaught_exceptions() > 0 || nccl_->poisoned() || !nccl_->async_error().empty() ||
+                       !drained(options().timeout);
+    nccl_->end(abort);
     in_flight_.clear();  // their tensors may go back to the allocator now
     if (inputs_ready_ != nullptr) cuda::destroy_event(inputs_ready_);
   }
@@ -284,11 +297,11 @@ class NcclCommunicator final : public Communicator {
     if (compute_stream_ != nullptr) {
       // The op must see what the compute stream wrote before the call (and not reuse a buffer it still reads).
       cuda::record_event(inputs_ready_, compute_stream_);
-      cuda::stream_wait_event(stream_.handle(), inputs_ready_);
+      cuda::stream_wait_event(stream_->handle(), inputs_ready_);
     }
     Event done(device_);
     enqueue(desc);
-    done.record(stream_);
+    done.record(*stream_);
     auto work = std::make_shared<NcclWork>(std::move(desc), options().timeout, nccl_, std::move(done));
     in_flight_.push_back(work);
     return work;
@@ -311,7 +324,7 @@ class NcclCommunicator final : public Communicator {
     MT_NCCL_CHECK(ncclCommSplit(nccl_->get(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
     if (color < 0) return nullptr;
     auto handle = std::make_shared<NcclHandle>(child);
-    return std::make_unique<NcclCommunicator>(std::move(group), device_, compute_stream_, std::move(handle),
+    return std::make_unique<NcclCommunicator>(std::move(group), device_, compute_stream_, std::move(handle), stream_,
                                               options());
   }
 
@@ -321,7 +334,7 @@ class NcclCommunicator final : public Communicator {
     const ncclDataType_t type = any.defined() ? nccl_type(any.dtype()) : ncclFloat32;
     const std::size_t esize = any.defined() ? dtype_size(any.dtype()) : sizeof(float);
     const ncclComm_t comm = nccl_->get();
-    const auto stream = static_cast<cudaStream_t>(stream_.handle());
+    const auto stream = static_cast<cudaStream_t>(stream_->handle());
     // In place needs nothing special: CollectiveDesc::in_place follows NCCL's own convention
     // (same pointer; reduce_scatter output at input + rank * count; allgather input at
     // output + rank * count), so the tensors' pointers are what NCCL expects either way.
@@ -370,6 +383,22 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // Polls the comm stream until it is idle or the deadline passes (no unbounded host sync).
+  bool drained(std::chrono::milliseconds timeout) noexcept {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto stream = static_cast<cudaStream_t>(stream_->handle());
+    for (;;) {
+      const cudaError_t rc = cudaStreamQuery(stream);
+      if (rc == cudaSuccess) return true;
+      if (rc != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
   // Drops the Works the GPU is done with (the caller may still hold them).
   void prune_finished() {
     std::erase_if(in_flight_, [](const std::shared_ptr<NcclWork>& w) { return w->test(); });
@@ -382,7 +411,7 @@ class NcclCommunicator final : public Communicator {
   cuda::EventHandle inputs_ready_ = nullptr;
   std::shared_ptr<NcclHandle> nccl_;
   std::vector<int> world_ranks_;
-  Stream stream_;
+  std::shared_ptr<Stream> stream_;
   BarrierScratch scratch_;
   std::vector<std::shared_ptr<NcclWork>> in_flight_;
 };
@@ -422,7 +451,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(MpiComm comm, Device device
   ncclComm_t raw = nullptr;
   MT_NCCL_CHECK(ncclCommInitRank(&raw, size, id, rank));
   auto handle = std::make_shared<NcclHandle>(raw);
-  return std::make_unique<NcclCommunicator>(std::move(comm), device, compute_stream, std::move(handle), options);
+  return std::make_unique<NcclCommunicator>(std::move(comm), device, compute_stream, std::move(handle), nullptr,
+                                            options);
 }
 
 }  // namespace mt

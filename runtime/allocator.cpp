@@ -1,7 +1,9 @@
 #include "runtime/allocator.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 
 #include "runtime/cuda_api.h"
 #include "runtime/error.h"
@@ -21,7 +23,7 @@ std::size_t round_up(std::size_t bytes) {
 class HostRawMemory final : public RawMemory {
  public:
   void* allocate(std::size_t bytes) override { return std::aligned_alloc(kAlignment, bytes); }
-  void release(void* ptr) override { std::free(ptr); }
+  void release(void* ptr) noexcept override { std::free(ptr); }
 };
 
 class CudaRawMemory final : public RawMemory {
@@ -31,8 +33,13 @@ class CudaRawMemory final : public RawMemory {
     cuda::set_device(device_);
     return cuda::malloc_device(bytes);
   }
-  void release(void* ptr) override {
-    cuda::set_device(device_);
+  // Runs in destructors: logs instead of throwing (e.g. the runtime already unloading at exit).
+  void release(void* ptr) noexcept override {
+    try {
+      cuda::set_device(device_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "meshtrain: warning: %s\n", e.what());
+    }
     cuda::free_device(ptr);
   }
 

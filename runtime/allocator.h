@@ -26,7 +26,7 @@ class RawMemory {
  public:
   virtual ~RawMemory() = default;
   virtual void* allocate(std::size_t bytes) = 0;
-  virtual void release(void* ptr) = 0;
+  virtual void release(void* ptr) noexcept = 0;  // called from destructors: must not throw
 };
 
 // Hands out device memory in blocks, counts it against the cap and optionally keeps freed

@@ -127,7 +127,10 @@ void Tensor::copy_from_host(const void* src, std::size_t bytes, const Stream& st
 }
 
 void Tensor::read_back(void* dst) const {
-  if (device().is_cuda()) cuda::synchronize_device();
+  if (device().is_cuda()) {
+    cuda::set_device(device().index);
+    cuda::synchronize_device();
+  }
   copy_to_host(dst, nbytes(), Stream(device()));
 }
 
