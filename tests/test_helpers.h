@@ -10,15 +10,16 @@
 
 namespace mt::testing {
 
-// The message of the mt::Error that fn throws, or a test failure when it throws none.
-template <class Fn>
+// The message of the error of type E (an mt::Error by default) that fn throws, or a test failure
+// when it throws none.
+template <class E = Error, class Fn>
 std::string error_of(Fn&& fn) {
   try {
     fn();
-  } catch (const Error& e) {
+  } catch (const E& e) {
     return e.message();
   }
-  ADD_FAILURE() << "expected an mt::Error";
+  ADD_FAILURE() << "expected an exception of type " << ::testing::internal::GetTypeName<E>();
   return "";
 }
 

@@ -25,18 +25,6 @@ constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 
 bool aligned_256(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 256 == 0; }
-// The what() of the OutOfMemoryError that fn throws, or a test failure when it throws none.
-template <class Fn>
-std::string oom_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const OutOfMemoryError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an OutOfMemoryError";
-  return "";
-}
-
 TEST(Allocator, CountsRoundedBytesInUseAndPeak) {
   Allocator a(Device::cpu(), make_host_raw_memory(), 0, false);
   void* p = a.allocate(100);   // rounds to 256
@@ -92,7 +80,7 @@ TEST(Allocator, FreeingAForeignPointerThrows) {
 
 TEST(Allocator, CapThrowsOutOfMemoryNamingTheFlagAndDevice) {
   Allocator a(Device::cpu(), make_host_raw_memory(), MiB, false);
-  const std::string what = oom_of([&] { a.allocate(2 * MiB); });
+  const std::string what = error_of<OutOfMemoryError>([&] { a.allocate(2 * MiB); });
   EXPECT_TRUE(contains(what, "--device-memory-limit")) << what;
   EXPECT_TRUE(contains(what, "cpu: out of memory")) << what;
   EXPECT_TRUE(contains(what, "2.0 MiB")) << what;  // the request
@@ -111,7 +99,7 @@ TEST(Allocator, CapThrowsOutOfMemoryNamingTheFlagAndDevice) {
 TEST(Allocator, WithinTheCapAfterFreeing) {
   Allocator a(Device::cpu(), make_host_raw_memory(), MiB, false);
   void* big = a.allocate(768 * KiB);
-  const std::string what = oom_of([&] { a.allocate(512 * KiB); });
+  const std::string what = error_of<OutOfMemoryError>([&] { a.allocate(512 * KiB); });
   EXPECT_TRUE(contains(what, "768.0 KiB already in use")) << what;
   a.deallocate(big);
   void* p = a.allocate(512 * KiB);
@@ -264,7 +252,7 @@ TEST(AllocatorCache, HeldBytesStayUnderTheCap) {
 
 TEST(AllocatorContext, TensorOverTheCapThrowsOutOfMemory) {
   DeviceContext ctx(DeviceOptions{Device::cpu(), MiB, 1});
-  const std::string what = oom_of([&] { Tensor::empty({1024, 1024}, DType::F32, ctx); });  // 4 MiB
+  const std::string what = error_of<OutOfMemoryError>([&] { Tensor::empty({1024, 1024}, DType::F32, ctx); });  // 4 MiB
   EXPECT_TRUE(contains(what, "--device-memory-limit")) << what;
   EXPECT_TRUE(contains(what, "cpu")) << what;
   EXPECT_EQ(ctx.allocator().stats().in_use, 0u);
