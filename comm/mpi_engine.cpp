@@ -29,7 +29,7 @@ struct MpiEngine::State {
   bool stopping = false;
   bool in_mpi_wait = false;
   bool exited = false;
-  std::vector<std::string> in_flight;  // descriptions, for the shutdown message (under mutex)
+  std::vector<WorkPtr> in_flight;  // queued or started, for the shutdown message (under mutex)
 
   // Engine thread only.
   std::vector<Active> active;
@@ -43,13 +43,7 @@ struct MpiEngine::State {
 
   void forget(const Active& a) {
     std::lock_guard lock(mutex);
-    const std::string text = a.task.work->desc().describe();
-    for (auto it = in_flight.begin(); it != in_flight.end(); ++it) {
-      if (*it == text) {
-        in_flight.erase(it);
-        break;
-      }
-    }
+    std::erase(in_flight, a.task.work);
   }
 
   void finish(Active& a) {
@@ -203,7 +197,7 @@ MpiEngine::~MpiEngine() {
   std::unique_lock lock(state_->mutex);
   if (!state_->exited_cv.wait_for(lock, shutdown_timeout_, [&] { return state_->exited; })) {
     std::string ops;
-    for (const std::string& op : state_->in_flight) ops += "\n  " + op;
+    for (const WorkPtr& op : state_->in_flight) ops += "\n  " + op->desc().describe();
     std::fprintf(stderr, "meshtrain: error: %s: communication still in flight %lld s after shutdown began:%s\n",
                  describe_location(std::source_location::current()).c_str(),
                  static_cast<long long>(shutdown_timeout_.count() / 1000), ops.c_str());
@@ -218,7 +212,7 @@ void MpiEngine::submit(MpiTask task) {
   {
     std::lock_guard lock(state_->mutex);
     MT_CHECK(!state_->stopping, "operation submitted to a stopped MPI engine");
-    state_->in_flight.push_back(task.work->desc().describe());
+    state_->in_flight.push_back(task.work);
     state_->queue.push_back(std::move(task));
     // One ring per wait is enough: later submitters find the flag cleared.
     ring = std::exchange(state_->in_mpi_wait, false);
