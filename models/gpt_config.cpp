@@ -1,0 +1,85 @@
+#include "models/gpt_config.h"
+
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace mt {
+
+int padded_vocab(int vocab_size) { return (vocab_size + 127) / 128 * 128; }
+
+int GptConfig::vocab_rows() const { return padded_vocab == 0 ? mt::padded_vocab(vocab_size) : padded_vocab; }
+
+std::int64_t GptConfig::parameter_count() const {
+  const std::int64_t C = channels, L = layers;
+  const std::int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) +
+                                 (4 * C * C + C);
+  return static_cast<std::int64_t>(vocab_rows()) * C + static_cast<std::int64_t>(max_seq_len) * C +
+         L * per_layer + 2 * C;
+}
+
+std::int64_t GptConfig::real_parameter_count() const {
+  return parameter_count() - static_cast<std::int64_t>(vocab_rows() - vocab_size) * channels;
+}
+
+double GptConfig::training_flops_per_token(int seq_len) const {
+  // Matmul parameters: every block weight plus the LM head (the tied embedding, real rows only).
+  const double C = channels, L = layers;
+  const double matmul_params = L * 12.0 * C * C + static_cast<double>(vocab_size) * C;
+  return 6.0 * matmul_params + 12.0 * L * C * seq_len;
+}
+
+void GptConfig::validate() const {
+  MT_CHECK(layers >= 1, "model: layers must be at least 1, got ", layers);
+  MT_CHECK(heads >= 1, "model: heads must be at least 1, got ", heads);
+  MT_CHECK(channels >= 1 && channels % heads == 0, "model: channels (", channels,
+           ") must be a positive multiple of heads (", heads, ")");
+  MT_CHECK(max_seq_len >= 1, "model: max_seq_len must be at least 1, got ", max_seq_len);
+  MT_CHECK(vocab_size >= 1, "model: vocab_size must be at least 1, got ", vocab_size);
+  MT_CHECK(padded_vocab == 0 || padded_vocab >= vocab_size, "model: padded_vocab (", padded_vocab,
+           ") is smaller than vocab_size (", vocab_size, ")");
+}
+
+std::string GptConfig::describe() const {
+  std::ostringstream os;
+  os << "layers=" << layers << " heads=" << heads << " channels=" << channels << " max_seq_len=" << max_seq_len
+     << " vocab=" << vocab_size << "(" << vocab_rows() << ")";
+  return os.str();
+}
+
+namespace {
+struct Preset {
+  const char* name;
+  int layers, heads, channels, max_seq_len;
+};
+// tiny is for tests; small trains in minutes on a laptop CPU; the gpt2 family are OpenAI's shapes.
+constexpr Preset kPresets[] = {
+    {"tiny", 4, 4, 64, 64},           {"small", 6, 6, 384, 256},        {"gpt2", 12, 12, 768, 1024},
+    {"gpt2-medium", 24, 16, 1024, 1024}, {"gpt2-large", 36, 20, 1280, 1024}, {"gpt2-xl", 48, 25, 1600, 1024},
+};
+}  // namespace
+
+GptConfig gpt_preset(const std::string& name) {
+  for (const Preset& p : kPresets) {
+    if (name == p.name) {
+      GptConfig c;
+      c.layers = p.layers;
+      c.heads = p.heads;
+      c.channels = p.channels;
+      c.max_seq_len = p.max_seq_len;
+      c.vocab_size = 50257;
+      return c;
+    }
+  }
+  std::string known;
+  for (const Preset& p : kPresets) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  MT_FAIL("unknown model preset '", name, "' (known: ", known, ")");
+}
+
+std::vector<std::string> gpt_preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+}  // namespace mt

@@ -1,0 +1,36 @@
+#include "models/gpt_parameters.h"
+
+namespace mt {
+
+std::int64_t ParamSpec::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<ParamSpec> gpt_parameter_specs(const GptConfig& config) {
+  const std::int64_t C = config.channels;
+  std::vector<ParamSpec> specs;
+  specs.push_back({"wte", ParamKind::TokenEmbedding, -1, {config.vocab_rows(), C}, true});
+  specs.push_back({"wpe", ParamKind::PositionEmbedding, -1, {config.max_seq_len, C}, true});
+  for (int l = 0; l < config.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    specs.push_back({p + "ln1.weight", ParamKind::Ln1Weight, l, {C}, false});
+    specs.push_back({p + "ln1.bias", ParamKind::Ln1Bias, l, {C}, false});
+    specs.push_back({p + "attn.qkv.weight", ParamKind::QkvWeight, l, {3 * C, C}, true});
+    specs.push_back({p + "attn.qkv.bias", ParamKind::QkvBias, l, {3 * C}, false});
+    specs.push_back({p + "attn.proj.weight", ParamKind::AttnProjWeight, l, {C, C}, true});
+    specs.push_back({p + "attn.proj.bias", ParamKind::AttnProjBias, l, {C}, false});
+    specs.push_back({p + "ln2.weight", ParamKind::Ln2Weight, l, {C}, false});
+    specs.push_back({p + "ln2.bias", ParamKind::Ln2Bias, l, {C}, false});
+    specs.push_back({p + "mlp.fc.weight", ParamKind::FcWeight, l, {4 * C, C}, true});
+    specs.push_back({p + "mlp.fc.bias", ParamKind::FcBias, l, {4 * C}, false});
+    specs.push_back({p + "mlp.proj.weight", ParamKind::FcProjWeight, l, {C, 4 * C}, true});
+    specs.push_back({p + "mlp.proj.bias", ParamKind::FcProjBias, l, {C}, false});
+  }
+  specs.push_back({"lnf.weight", ParamKind::LnfWeight, -1, {C}, false});
+  specs.push_back({"lnf.bias", ParamKind::LnfBias, -1, {C}, false});
+  return specs;
+}
+
+}  // namespace mt

@@ -1,0 +1,43 @@
+// The parameters of a GPT model by name, shape and role, in the order the model stores them
+// (embedding, then block by block, then the final layernorm): the one list that the model, the
+// llm.c weights reader/writer, checkpoints and the test reference all follow.
+//
+// Linear weights are [out, in] (y = x W^T + b). The fused QKV projection's 3C outputs are
+// [q | k | v]; head h owns channels [h*hs, (h+1)*hs) of each. The LM head is tied to "wte".
+// defines: ParamKind, ParamSpec, gpt_parameter_specs, layer_param_name
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/gpt_config.h"
+
+namespace mt {
+
+// The role of a parameter, for weight decay (matrices only) and for the llm.c layout.
+enum class ParamKind : std::uint8_t {
+  TokenEmbedding,     // wte [Vp, C]
+  PositionEmbedding,  // wpe [maxT, C]
+  Ln1Weight, Ln1Bias,            // h.L.ln1.weight / .bias [C]
+  QkvWeight, QkvBias,            // h.L.attn.qkv.weight [3C, C] / .bias [3C]
+  AttnProjWeight, AttnProjBias,  // h.L.attn.proj.weight [C, C] / .bias [C]
+  Ln2Weight, Ln2Bias,            // h.L.ln2.weight / .bias [C]
+  FcWeight, FcBias,              // h.L.mlp.fc.weight [4C, C] / .bias [4C]
+  FcProjWeight, FcProjBias,      // h.L.mlp.proj.weight [C, 4C] / .bias [C]
+  LnfWeight, LnfBias,            // lnf.weight / lnf.bias [C]
+};
+inline constexpr int kParamKinds = 16;  // in llm.c's file order, which is the enum order
+
+struct ParamSpec {
+  std::string name;             // "wte", "h.3.attn.qkv.weight", "lnf.bias"
+  ParamKind kind;
+  int layer = -1;               // block index, -1 for embeddings and the final layernorm
+  std::vector<std::int64_t> shape;
+  bool decay = false;           // AdamW weight decay: matrices and embeddings, not biases or layernorms
+  std::int64_t numel() const;
+};
+
+std::vector<ParamSpec> gpt_parameter_specs(const GptConfig& config);
+
+}  // namespace mt

@@ -1,0 +1,26 @@
+// Deterministic parameter initialization. Every element's value is a pure function of (seed,
+// parameter name, element index in the full tensor), so any layout that holds a slice of a tensor
+// (tensor or pipeline parallel) initializes it exactly as a single rank holding all of it would.
+// defines: counter_normal, init_gpt_parameters, init_values
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/gpt_parameters.h"
+#include "models/parameter_store.h"
+
+namespace mt {
+
+// A standard normal sample from a counter-based generator (SplitMix64 + Box-Muller).
+float counter_normal(std::uint64_t seed, std::uint64_t stream, std::uint64_t index);
+std::uint64_t name_hash(const std::string& name);  // FNV-1a, stable across platforms
+
+// GPT-2's scheme: matrices and embeddings N(0, 0.02), the residual projections (attn.proj,
+// mlp.proj) N(0, 0.02 / sqrt(2 x layers)), biases 0, layernorm weights 1; padding rows of wte 0.
+// Fills `count` elements starting at `first` (of the full tensor) of the parameter `spec`.
+void init_values(const ParamSpec& spec, const GptConfig& config, std::uint64_t seed, std::int64_t first,
+                 std::int64_t count, float* out);
+void init_gpt_parameters(DeviceContext& ctx, ParameterStore& store, const GptConfig& config, std::uint64_t seed);
+
+}  // namespace mt

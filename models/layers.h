@@ -1,0 +1,44 @@
+// The parametrized layers a model is built from. Each holds views of its own parameters and
+// gradients (owned by a ParameterStore) and knows its shape, so a tensor-parallel split can hand
+// it a shard: a column-parallel Linear gets rows [out/tp] of W, a row-parallel one columns [in/tp].
+// defines: Linear, LayerNorm
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/tensor.h"
+
+namespace mt {
+
+class ParameterStore;
+
+// y = x W^T + b with W [out, in] and b [out] (bias optional).
+struct Linear {
+  Tensor weight, bias, dweight, dbias;
+
+  static Linear from_store(ParameterStore& store, const std::string& prefix, bool has_bias = true);
+  std::int64_t in_features() const { return weight.dim(1); }
+  std::int64_t out_features() const { return weight.dim(0); }
+
+  // x [N, in] -> y [N, out] (overwritten).
+  void forward(DeviceContext& ctx, const Tensor& x, Tensor& y) const;
+  // dweight += dy^T x; dbias += column sums of dy; and when dx is given, dx = dy W (or += with
+  // accumulate_dx).
+  void backward(DeviceContext& ctx, const Tensor& dy, const Tensor& x, Tensor* dx, bool accumulate_dx = false);
+};
+
+// Per-row normalization over the last dimension, with weight and bias [C].
+struct LayerNorm {
+  Tensor weight, bias, dweight, dbias;
+
+  static LayerNorm from_store(ParameterStore& store, const std::string& prefix);
+  void forward(DeviceContext& ctx, const Tensor& x, Tensor& out, Tensor& mean, Tensor& rstd) const;
+  // dx += ...; dweight, dbias += ...
+  void backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                Tensor& dx);
+};
+
+// A 2-D view [rows, cols] of a contiguous tensor.
+Tensor as_matrix(const Tensor& t, std::int64_t cols);
+
+}  // namespace mt

@@ -1,0 +1,18 @@
+// Without the CUDA backend every transformer op on a GPU throws, naming the build option.
+#include "runtime/error.h"
+#include "runtime/nn_backend.h"
+
+namespace mt::backend {
+namespace {
+[[noreturn]] void not_built() {
+  MT_FAIL("this meshtrain was built without the CUDA backend (configure with -DMESHTRAIN_CUDA=ON)");
+}
+}  // namespace
+
+#define MT_NN_STUB_RUN(Op)                                                                   \
+  void CudaNn::run(const nn_math::Op<float>&, cuda::StreamHandle) { not_built(); }            \
+  void CudaNn::run(const nn_math::Op<bf16>&, cuda::StreamHandle) { not_built(); }
+MT_NN_OPS(MT_NN_STUB_RUN)
+#undef MT_NN_STUB_RUN
+
+}  // namespace mt::backend

@@ -1,0 +1,377 @@
+// The math of the transformer kernels, written once for host and device. Each op is a struct of
+// pointers and sizes with `count()` units of work and `operator()(i)` doing unit i; the CPU runs
+// the units in an OpenMP loop, CUDA with one thread per unit (runtime/nn_kernels_cpu.cpp,
+// runtime/cuda/nn_kernels.cu). A unit owns its outputs and reduces them in a fixed order, so the
+// result never depends on the thread count.
+//
+// T is the activation type (float, or bf16 on CUDA); arithmetic is in float. Parameters, their
+// gradients, layernorm statistics, attention probabilities and losses are float.
+// defines: EmbeddingForward/Backward*, LayerNorm*, BroadcastRows, ColumnSum, Gelu*, Attention*,
+//          CrossEntropyRow, SoftmaxRow
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "runtime/functors.h"
+
+namespace mt::nn_math {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+// Columns per unit of the column-reducing ops: wide enough to vectorize on the CPU.
+inline constexpr std::int64_t kColumnBlock = 64;
+
+MT_HD std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+MT_HD float exp_f(float x) { return ::expf(x); }
+MT_HD float tanh_f(float x) { return ::tanhf(x); }
+
+// out[n, :] = wte[tokens[n], :] + wpe[n % T, :]; one unit per row.
+template <class T>
+struct EmbeddingForward {
+  const std::int32_t* tokens;
+  const float* wte;
+  const float* wpe;
+  T* out;
+  std::int64_t rows, seq_len, channels;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const float* e = wte + static_cast<std::int64_t>(tokens[n]) * channels;
+    const float* p = wpe + (n % seq_len) * channels;
+    T* o = out + n * channels;
+    for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>(e[c] + p[c]);
+  }
+};
+
+// dwte[tokens[n], cols] += dout[n, cols] for n in order; one unit per block of columns, so rows
+// with the same token never race.
+template <class T>
+struct EmbeddingBackwardTokens {
+  const std::int32_t* tokens;
+  const T* dout;
+  float* dwte;
+  std::int64_t rows, channels;
+  MT_HD std::int64_t count() const { return (channels + kColumnBlock - 1) / kColumnBlock; }
+  MT_HD void operator()(std::int64_t block) const {
+    const std::int64_t c0 = block * kColumnBlock, c1 = min64(c0 + kColumnBlock, channels);
+    for (std::int64_t n = 0; n < rows; ++n) {
+      float* dst = dwte + static_cast<std::int64_t>(tokens[n]) * channels;
+      const T* src = dout + n * channels;
+      for (std::int64_t c = c0; c < c1; ++c) dst[c] += widen(src[c]);
+    }
+  }
+};
+
+// dwpe[t, :] += sum over b of dout[b, t, :]; one unit per position.
+template <class T>
+struct EmbeddingBackwardPositions {
+  const T* dout;
+  float* dwpe;
+  std::int64_t batch, seq_len, channels;
+  MT_HD std::int64_t count() const { return seq_len; }
+  MT_HD void operator()(std::int64_t t) const {
+    float* dst = dwpe + t * channels;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const T* src = dout + (b * seq_len + t) * channels;
+      for (std::int64_t c = 0; c < channels; ++c) dst[c] += widen(src[c]);
+    }
+  }
+};
+
+// One unit per row: normalize, scale and shift; keep mean and 1/std for backward.
+template <class T>
+struct LayerNormForward {
+  const T* x;
+  const float* weight;
+  const float* bias;
+  T* out;
+  float* mean;
+  float* rstd;
+  std::int64_t rows, channels;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* xr = x + n * channels;
+    float sum = 0.0f;
+    for (std::int64_t c = 0; c < channels; ++c) sum += widen(xr[c]);
+    const float m = sum / static_cast<float>(channels);
+    float var = 0.0f;
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const float d = widen(xr[c]) - m;
+      var += d * d;
+    }
+    const float s = 1.0f / ::sqrtf(var / static_cast<float>(channels) + kLayerNormEps);
+    T* o = out + n * channels;
+    for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>((widen(xr[c]) - m) * s * weight[c] + bias[c]);
+    mean[n] = m;
+    rstd[n] = s;
+  }
+};
+
+// dx[n, :] += the input gradient of row n; one unit per row.
+template <class T>
+struct LayerNormBackwardInput {
+  const T* dout;
+  const T* x;
+  const float* weight;
+  const float* mean;
+  const float* rstd;
+  T* dx;
+  std::int64_t rows, channels;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* g = dout + n * channels;
+    const T* xr = x + n * channels;
+    const float m = mean[n], s = rstd[n];
+    // d(norm) = weight * dout; dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)).
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const float dnorm = weight[c] * widen(g[c]);
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * (widen(xr[c]) - m) * s;
+    }
+    dnorm_mean /= static_cast<float>(channels);
+    dnorm_norm_mean /= static_cast<float>(channels);
+    T* d = dx + n * channels;
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const float norm = (widen(xr[c]) - m) * s;
+      const float dnorm = weight[c] * widen(g[c]);
+      d[c] = narrow_to<T>(widen(d[c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+    }
+  }
+};
+
+// dweight[c] += sum_n dout[n, c] * norm[n, c]; dbias[c] += sum_n dout[n, c]; one unit per block
+// of columns, rows summed in order.
+template <class T>
+struct LayerNormBackwardParams {
+  const T* dout;
+  const T* x;
+  const float* mean;
+  const float* rstd;
+  float* dweight;
+  float* dbias;
+  std::int64_t rows, channels;
+  MT_HD std::int64_t count() const { return (channels + kColumnBlock - 1) / kColumnBlock; }
+  MT_HD void operator()(std::int64_t block) const {
+    const std::int64_t c0 = block * kColumnBlock, c1 = min64(c0 + kColumnBlock, channels);
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const T* g = dout + n * channels;
+      const T* xr = x + n * channels;
+      const float m = mean[n], s = rstd[n];
+      for (std::int64_t c = c0; c < c1; ++c) {
+        dweight[c] += widen(g[c]) * ((widen(xr[c]) - m) * s);
+        dbias[c] += widen(g[c]);
+      }
+    }
+  }
+};
+
+// out[n, :] = bias; one unit per row.
+template <class T>
+struct BroadcastRows {
+  const float* bias;
+  T* out;
+  std::int64_t rows, cols;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    T* o = out + n * cols;
+    for (std::int64_t j = 0; j < cols; ++j) o[j] = narrow_to<T>(bias[j]);
+  }
+};
+
+// sum[j] += sum over rows of x[n, j]; one unit per block of columns, rows in order.
+template <class T>
+struct ColumnSum {
+  const T* x;
+  float* sum;
+  std::int64_t rows, cols;
+  MT_HD std::int64_t count() const { return (cols + kColumnBlock - 1) / kColumnBlock; }
+  MT_HD void operator()(std::int64_t block) const {
+    const std::int64_t j0 = block * kColumnBlock, j1 = min64(j0 + kColumnBlock, cols);
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const T* xr = x + n * cols;
+      for (std::int64_t j = j0; j < j1; ++j) sum[j] += widen(xr[j]);
+    }
+  }
+};
+
+// GELU with the tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluCube = 0.044715f;
+
+MT_HD float gelu(float x) { return 0.5f * x * (1.0f + tanh_f(kGeluScale * (x + kGeluCube * x * x * x))); }
+MT_HD float gelu_grad(float x) {
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  const float th = tanh_f(u);
+  const float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+}
+
+// One unit per element.
+template <class T>
+struct GeluForward {
+  const T* x;
+  T* out;
+  std::int64_t n;
+  MT_HD std::int64_t count() const { return n; }
+  MT_HD void operator()(std::int64_t i) const { out[i] = narrow_to<T>(gelu(widen(x[i]))); }
+};
+
+template <class T>
+struct GeluBackward {
+  const T* x;
+  const T* dout;
+  T* dx;  // may alias dout
+  std::int64_t n;
+  MT_HD std::int64_t count() const { return n; }
+  MT_HD void operator()(std::int64_t i) const { dx[i] = narrow_to<T>(gelu_grad(widen(x[i])) * widen(dout[i])); }
+};
+
+// Causal self-attention over qkv [B, T, 3C]; one unit per (b, t, head): softmax of the scaled
+// scores against positions <= t into att[b, h, t, :] (zero beyond t), then the weighted sum of
+// values into out[b, t, head channels].
+template <class T>
+struct AttentionForward {
+  const T* qkv;
+  T* out;
+  float* att;
+  std::int64_t batch, seq_len, channels, heads;
+  MT_HD std::int64_t count() const { return batch * seq_len * heads; }
+  MT_HD void operator()(std::int64_t unit) const {
+    const std::int64_t h = unit % heads, t = (unit / heads) % seq_len, b = unit / (heads * seq_len);
+    const std::int64_t hs = channels / heads, C3 = 3 * channels;
+    const float scale = 1.0f / ::sqrtf(static_cast<float>(hs));
+    const T* q = qkv + (b * seq_len + t) * C3 + h * hs;
+    float* a = att + ((b * heads + h) * seq_len + t) * seq_len;
+    float max_score = -3.402823466e38f;
+    for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+      const T* k = qkv + (b * seq_len + t2) * C3 + channels + h * hs;
+      float dot = 0.0f;
+      for (std::int64_t i = 0; i < hs; ++i) dot += widen(q[i]) * widen(k[i]);
+      a[t2] = dot * scale;
+      if (a[t2] > max_score) max_score = a[t2];
+    }
+    float sum = 0.0f;
+    for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+      a[t2] = exp_f(a[t2] - max_score);
+      sum += a[t2];
+    }
+    const float inv = 1.0f / sum;
+    for (std::int64_t t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+    for (std::int64_t t2 = t + 1; t2 < seq_len; ++t2) a[t2] = 0.0f;
+    T* o = out + (b * seq_len + t) * channels + h * hs;
+    for (std::int64_t i = 0; i < hs; ++i) {
+      float acc = 0.0f;
+      for (std::int64_t t2 = 0; t2 <= t; ++t2) acc += a[t2] * widen(qkv[(b * seq_len + t2) * C3 + 2 * channels + h * hs + i]);
+      o[i] = narrow_to<T>(acc);
+    }
+  }
+};
+
+// One unit per (b, head): owns that head's channels of dq, dk and dv for every position, zeroes
+// them, then walks the query positions in order. `scratch` holds seq_len floats per unit.
+template <class T>
+struct AttentionBackward {
+  const T* dout;
+  const T* qkv;
+  const float* att;
+  T* dqkv;
+  float* scratch;
+  std::int64_t batch, seq_len, channels, heads;
+  MT_HD std::int64_t count() const { return batch * heads; }
+  MT_HD void operator()(std::int64_t unit) const {
+    const std::int64_t h = unit % heads, b = unit / heads;
+    const std::int64_t hs = channels / heads, C3 = 3 * channels;
+    const float scale = 1.0f / ::sqrtf(static_cast<float>(hs));
+    float* datt = scratch + unit * seq_len;
+    const T* base = qkv + b * seq_len * C3;
+    T* dbase = dqkv + b * seq_len * C3;
+    for (std::int64_t t = 0; t < seq_len; ++t)
+      for (std::int64_t part = 0; part < 3; ++part)
+        for (std::int64_t i = 0; i < hs; ++i) dbase[t * C3 + part * channels + h * hs + i] = narrow_to<T>(0.0f);
+    for (std::int64_t t = 0; t < seq_len; ++t) {
+      const float* a = att + ((b * heads + h) * seq_len + t) * seq_len;
+      const T* g = dout + (b * seq_len + t) * channels + h * hs;
+      // d(att[t2]) = dout . v[t2]; dv[t2] += att[t2] * dout.
+      float weighted = 0.0f;
+      for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+        const T* v = base + t2 * C3 + 2 * channels + h * hs;
+        T* dv = dbase + t2 * C3 + 2 * channels + h * hs;
+        float dot = 0.0f;
+        for (std::int64_t i = 0; i < hs; ++i) {
+          dot += widen(g[i]) * widen(v[i]);
+          dv[i] = narrow_to<T>(widen(dv[i]) + a[t2] * widen(g[i]));
+        }
+        datt[t2] = dot;
+        weighted += a[t2] * dot;
+      }
+      // Through the softmax: d(score[t2]) = att[t2] * (datt[t2] - sum_j att[j] datt[j]); then
+      // score = scale * q . k.
+      const T* q = base + t * C3 + h * hs;
+      T* dq = dbase + t * C3 + h * hs;
+      for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+        const float dscore = a[t2] * (datt[t2] - weighted) * scale;
+        const T* k = base + t2 * C3 + channels + h * hs;
+        T* dk = dbase + t2 * C3 + channels + h * hs;
+        for (std::int64_t i = 0; i < hs; ++i) {
+          dq[i] = narrow_to<T>(widen(dq[i]) + dscore * widen(k[i]));
+          dk[i] = narrow_to<T>(widen(dk[i]) + dscore * widen(q[i]));
+        }
+      }
+    }
+  }
+};
+
+// One unit per row of logits [N, Vp]: loss = logsumexp - logit[target] over the first `vocab`
+// columns; with `dlogits` set, (softmax - onehot) * dloss there and zero in the padding.
+template <class T>
+struct CrossEntropyRow {
+  const T* logits;
+  const std::int32_t* targets;
+  float* losses;
+  T* dlogits;  // may be null, or alias logits
+  std::int64_t rows, vocab, padded_vocab;
+  float dloss;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* x = logits + n * padded_vocab;
+    float max_logit = -3.402823466e38f;
+    for (std::int64_t j = 0; j < vocab; ++j) max_logit = widen(x[j]) > max_logit ? widen(x[j]) : max_logit;
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j < vocab; ++j) sum += exp_f(widen(x[j]) - max_logit);
+    const std::int32_t target = targets[n];
+    losses[n] = ::logf(sum) + max_logit - widen(x[target]);
+    if (dlogits == nullptr) return;
+    const float inv = 1.0f / sum;
+    T* d = dlogits + n * padded_vocab;
+    for (std::int64_t j = 0; j < vocab; ++j) {
+      const float p = exp_f(widen(x[j]) - max_logit) * inv;
+      d[j] = narrow_to<T>((p - (j == target ? 1.0f : 0.0f)) * dloss);
+    }
+    for (std::int64_t j = vocab; j < padded_vocab; ++j) d[j] = narrow_to<T>(0.0f);
+  }
+};
+
+// probs[n, :vocab] = softmax(logits[n, :vocab] / temperature); one unit per row.
+template <class T>
+struct SoftmaxRow {
+  const T* logits;
+  float* probs;
+  std::int64_t rows, vocab, padded_vocab;
+  float temperature;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* x = logits + n * padded_vocab;
+    float* p = probs + n * vocab;
+    float max_logit = -3.402823466e38f;
+    for (std::int64_t j = 0; j < vocab; ++j) max_logit = widen(x[j]) > max_logit ? widen(x[j]) : max_logit;
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j < vocab; ++j) {
+      p[j] = exp_f((widen(x[j]) - max_logit) / temperature);
+      sum += p[j];
+    }
+    const float inv = 1.0f / sum;
+    for (std::int64_t j = 0; j < vocab; ++j) p[j] *= inv;
+  }
+};
+
+}  // namespace mt::nn_math

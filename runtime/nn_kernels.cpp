@@ -1,0 +1,284 @@
+// Checks shapes, builds the op of runtime/nn_functors.h and runs it on the context's device's
+// backend (runtime/nn_backend.h).
+#include "runtime/nn_kernels.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "runtime/nn_backend.h"
+
+namespace mt::nn {
+namespace {
+
+using nn_math::kColumnBlock;
+
+// Builds Op<T> for the activation dtype of `like` and runs it.
+template <template <class> class Op, class Fill>
+void run(DeviceContext& ctx, DType activations, Fill&& fill) {
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    Op<T> op{};
+    fill(op);
+    if (ctx.device().is_cpu()) {
+      backend::CpuNn::run(op, ctx.cpu_threads());
+    } else {
+      backend::CudaNn::run(op, ctx.stream().handle());
+    }
+  };
+  if (activations == DType::F32) {
+    go(float{});
+  } else {
+    MT_CHECK(activations == DType::BF16, "activations must be fp32 or bf16, got ", dtype_name(activations));
+    MT_CHECK(!ctx.device().is_cpu(), "bf16 activations are computed on CUDA only; the CPU uses fp32");
+    go(bf16{});
+  }
+}
+
+void expect_on(const DeviceContext& ctx, const Tensor& t, const char* what) {
+  MT_CHECK(t.defined(), what, " is not allocated");
+  MT_CHECK(t.device() == ctx.device(), what, " is ", t.describe(), ", the context is on ", ctx.device().str());
+}
+
+void expect_f32(const DeviceContext& ctx, const Tensor& t, const char* what) {
+  expect_on(ctx, t, what);
+  MT_CHECK(t.dtype() == DType::F32, what, " must be fp32, got ", t.describe());
+}
+
+void expect_numel(const Tensor& t, std::int64_t numel, const char* what) {
+  MT_CHECK(t.numel() == numel, what, " has ", t.numel(), " elements (", t.describe(), "), expected ", numel);
+}
+
+// Token ids index rows of a table: on the CPU check them here, so a bad id is an error rather
+// than a read out of bounds (on CUDA the loader validated them before the upload).
+void check_ids(const DeviceContext& ctx, const Tensor& ids, std::int64_t limit, const char* what) {
+  MT_CHECK(ids.dtype() == DType::I32, what, " must be int32, got ", ids.describe());
+  if (!ctx.device().is_cpu()) return;
+  const std::int32_t* p = ids.data_as<std::int32_t>();
+  for (std::int64_t i = 0; i < ids.numel(); ++i)
+    MT_CHECK(p[i] >= 0 && p[i] < limit, what, "[", i, "] = ", p[i], " is outside [0, ", limit, ")");
+}
+
+template <class T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data());
+}
+
+}  // namespace
+
+void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+  expect_on(ctx, tokens, "tokens");
+  expect_f32(ctx, wte, "wte");
+  expect_f32(ctx, wpe, "wpe");
+  expect_on(ctx, out, "embedding output");
+  MT_CHECK(tokens.rank() == 2 && wte.rank() == 2 && wpe.rank() == 2, "embedding: tokens [B, T], wte [V, C], wpe [maxT, C]");
+  const std::int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
+  MT_CHECK(wpe.dim(1) == C && T <= wpe.dim(0), "embedding: sequence length ", T, " needs wpe with at least ", T,
+           " rows of ", C, ", got ", wpe.describe());
+  expect_numel(out, B * T * C, "embedding output");
+  check_ids(ctx, tokens, wte.dim(0), "tokens");
+  run<nn_math::EmbeddingForward>(ctx, out.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const std::int32_t>(tokens), ptr<const float>(wte), ptr<const float>(wpe), ptr<T_>(out), B * T, T, C};
+  });
+}
+
+void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+  expect_on(ctx, tokens, "tokens");
+  expect_on(ctx, dout, "embedding output gradient");
+  expect_f32(ctx, dwte, "dwte");
+  expect_f32(ctx, dwpe, "dwpe");
+  const std::int64_t B = tokens.dim(0), T = tokens.dim(1), C = dwte.dim(1);
+  expect_numel(dout, B * T * C, "embedding output gradient");
+  MT_CHECK(dwpe.dim(1) == C && T <= dwpe.dim(0), "embedding backward: dwpe ", dwpe.describe(), " for T=", T);
+  check_ids(ctx, tokens, dwte.dim(0), "tokens");
+  run<nn_math::EmbeddingBackwardTokens>(ctx, dout.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
+    op = {ptr<const std::int32_t>(tokens), ptr<const T_>(dout), ptr<float>(dwte), B * T, C};
+  });
+  run<nn_math::EmbeddingBackwardPositions>(ctx, dout.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
+    op = {ptr<const T_>(dout), ptr<float>(dwpe), B, T, C};
+  });
+}
+
+void layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+                       Tensor& mean, Tensor& rstd) {
+  expect_on(ctx, x, "layernorm input");
+  expect_f32(ctx, weight, "layernorm weight");
+  expect_f32(ctx, bias, "layernorm bias");
+  expect_f32(ctx, mean, "layernorm mean");
+  expect_f32(ctx, rstd, "layernorm rstd");
+  expect_on(ctx, out, "layernorm output");
+  const std::int64_t C = weight.numel(), N = x.numel() / C;
+  MT_CHECK(C > 0 && x.numel() == N * C, "layernorm: input ", x.describe(), " is not rows of ", C);
+  expect_numel(bias, C, "layernorm bias");
+  expect_numel(out, N * C, "layernorm output");
+  expect_numel(mean, N, "layernorm mean");
+  expect_numel(rstd, N, "layernorm rstd");
+  MT_CHECK(out.dtype() == x.dtype(), "layernorm: output ", out.describe(), " for input ", x.describe());
+  run<nn_math::LayerNormForward>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const T_>(x), ptr<const float>(weight), ptr<const float>(bias), ptr<T_>(out), ptr<float>(mean),
+          ptr<float>(rstd), N, C};
+  });
+}
+
+void layernorm_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  expect_on(ctx, dout, "layernorm output gradient");
+  expect_on(ctx, x, "layernorm input");
+  expect_on(ctx, dx, "layernorm input gradient");
+  expect_f32(ctx, weight, "layernorm weight");
+  expect_f32(ctx, dweight, "layernorm weight gradient");
+  expect_f32(ctx, dbias, "layernorm bias gradient");
+  const std::int64_t C = weight.numel(), N = x.numel() / C;
+  MT_CHECK(C > 0 && x.numel() == N * C, "layernorm backward: input ", x.describe(), " is not rows of ", C);
+  expect_numel(dout, N * C, "layernorm output gradient");
+  expect_numel(dx, N * C, "layernorm input gradient");
+  expect_numel(mean, N, "layernorm mean");
+  expect_numel(rstd, N, "layernorm rstd");
+  expect_numel(dweight, C, "layernorm weight gradient");
+  expect_numel(dbias, C, "layernorm bias gradient");
+  MT_CHECK(dout.dtype() == x.dtype() && dx.dtype() == x.dtype(), "layernorm backward: mixed activation dtypes");
+  run<nn_math::LayerNormBackwardInput>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dx)>;
+    op = {ptr<const T_>(dout), ptr<const T_>(x), ptr<const float>(weight), ptr<const float>(mean),
+          ptr<const float>(rstd), ptr<T_>(dx), N, C};
+  });
+  run<nn_math::LayerNormBackwardParams>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.x)>>;
+    op = {ptr<const T_>(dout), ptr<const T_>(x), ptr<const float>(mean), ptr<const float>(rstd), ptr<float>(dweight),
+          ptr<float>(dbias), N, C};
+  });
+}
+
+void broadcast_rows(DeviceContext& ctx, const Tensor& bias, Tensor& out) {
+  expect_f32(ctx, bias, "bias");
+  expect_on(ctx, out, "output");
+  const std::int64_t cols = bias.numel(), rows = out.numel() / std::max<std::int64_t>(cols, 1);
+  MT_CHECK(cols > 0 && rows * cols == out.numel(), "broadcast: ", out.describe(), " is not rows of ", cols);
+  run<nn_math::BroadcastRows>(ctx, out.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const float>(bias), ptr<T_>(out), rows, cols};
+  });
+}
+
+void bias_backward(DeviceContext& ctx, const Tensor& dout, Tensor& dbias) {
+  expect_on(ctx, dout, "output gradient");
+  expect_f32(ctx, dbias, "bias gradient");
+  const std::int64_t cols = dbias.numel(), rows = dout.numel() / std::max<std::int64_t>(cols, 1);
+  MT_CHECK(cols > 0 && rows * cols == dout.numel(), "bias backward: ", dout.describe(), " is not rows of ", cols);
+  run<nn_math::ColumnSum>(ctx, dout.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.x)>>;
+    op = {ptr<const T_>(dout), ptr<float>(dbias), rows, cols};
+  });
+}
+
+void gelu_forward(DeviceContext& ctx, const Tensor& x, Tensor& out) {
+  expect_on(ctx, x, "gelu input");
+  expect_on(ctx, out, "gelu output");
+  expect_numel(out, x.numel(), "gelu output");
+  MT_CHECK(out.dtype() == x.dtype(), "gelu: output ", out.describe(), " for input ", x.describe());
+  run<nn_math::GeluForward>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const T_>(x), ptr<T_>(out), x.numel()};
+  });
+}
+
+void gelu_backward(DeviceContext& ctx, const Tensor& x, const Tensor& dout, Tensor& dx) {
+  expect_on(ctx, x, "gelu input");
+  expect_on(ctx, dout, "gelu output gradient");
+  expect_on(ctx, dx, "gelu input gradient");
+  expect_numel(dout, x.numel(), "gelu output gradient");
+  expect_numel(dx, x.numel(), "gelu input gradient");
+  MT_CHECK(dout.dtype() == x.dtype() && dx.dtype() == x.dtype(), "gelu backward: mixed activation dtypes");
+  run<nn_math::GeluBackward>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dx)>;
+    op = {ptr<const T_>(x), ptr<const T_>(dout), ptr<T_>(dx), x.numel()};
+  });
+}
+
+namespace {
+struct AttentionShape {
+  std::int64_t B, T, C, heads;
+};
+AttentionShape attention_shape(const Tensor& qkv, int heads) {
+  MT_CHECK(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, T, 3C], got ", qkv.describe());
+  const std::int64_t C = qkv.dim(2) / 3;
+  MT_CHECK(heads > 0 && C % heads == 0, "attention: ", C, " channels do not split into ", heads, " heads");
+  return {qkv.dim(0), qkv.dim(1), C, heads};
+}
+}  // namespace
+
+void attention_forward(DeviceContext& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& att) {
+  expect_on(ctx, qkv, "qkv");
+  expect_on(ctx, out, "attention output");
+  expect_f32(ctx, att, "attention probabilities");
+  const AttentionShape s = attention_shape(qkv, heads);
+  expect_numel(out, s.B * s.T * s.C, "attention output");
+  expect_numel(att, s.B * s.heads * s.T * s.T, "attention probabilities");
+  MT_CHECK(out.dtype() == qkv.dtype(), "attention: output ", out.describe(), " for qkv ", qkv.describe());
+  run<nn_math::AttentionForward>(ctx, qkv.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const T_>(qkv), ptr<T_>(out), ptr<float>(att), s.B, s.T, s.C, s.heads};
+  });
+}
+
+void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads,
+                        Tensor& dqkv) {
+  expect_on(ctx, dout, "attention output gradient");
+  expect_on(ctx, qkv, "qkv");
+  expect_on(ctx, dqkv, "qkv gradient");
+  expect_f32(ctx, att, "attention probabilities");
+  const AttentionShape s = attention_shape(qkv, heads);
+  expect_numel(dout, s.B * s.T * s.C, "attention output gradient");
+  expect_numel(att, s.B * s.heads * s.T * s.T, "attention probabilities");
+  expect_numel(dqkv, qkv.numel(), "qkv gradient");
+  MT_CHECK(dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype(), "attention backward: mixed activation dtypes");
+  Tensor scratch = Tensor::empty({s.B * s.heads, s.T}, DType::F32, ctx);
+  run<nn_math::AttentionBackward>(ctx, qkv.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dqkv)>;
+    op = {ptr<const T_>(dout), ptr<const T_>(qkv), ptr<const float>(att), ptr<T_>(dqkv), ptr<float>(scratch),
+          s.B, s.T, s.C, s.heads};
+  });
+}
+
+void cross_entropy(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, int vocab, Tensor& losses,
+                   Tensor* dlogits, float dloss) {
+  expect_on(ctx, logits, "logits");
+  expect_on(ctx, targets, "targets");
+  expect_f32(ctx, losses, "losses");
+  MT_CHECK(logits.rank() == 2, "cross entropy: logits must be [N, Vp], got ", logits.describe());
+  const std::int64_t N = logits.dim(0), Vp = logits.dim(1);
+  MT_CHECK(vocab > 0 && vocab <= Vp, "cross entropy: vocab ", vocab, " for logits ", logits.describe());
+  expect_numel(targets, N, "targets");
+  expect_numel(losses, N, "losses");
+  check_ids(ctx, targets, vocab, "targets");
+  if (dlogits != nullptr) {
+    expect_on(ctx, *dlogits, "logits gradient");
+    expect_numel(*dlogits, N * Vp, "logits gradient");
+    MT_CHECK(dlogits->dtype() == logits.dtype(), "cross entropy: gradient ", dlogits->describe(), " for logits ",
+             logits.describe());
+  }
+  run<nn_math::CrossEntropyRow>(ctx, logits.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dlogits)>;
+    op = {ptr<const T_>(logits), ptr<const std::int32_t>(targets), ptr<float>(losses),
+          dlogits != nullptr ? ptr<T_>(*dlogits) : nullptr, N, vocab, Vp, dloss};
+  });
+}
+
+void softmax_rows(DeviceContext& ctx, const Tensor& logits, int vocab, float temperature, Tensor& probs) {
+  expect_on(ctx, logits, "logits");
+  expect_f32(ctx, probs, "probabilities");
+  MT_CHECK(logits.rank() == 2, "softmax: logits must be [N, Vp], got ", logits.describe());
+  MT_CHECK(temperature > 0.0f, "softmax: temperature must be positive, got ", temperature);
+  const std::int64_t N = logits.dim(0), Vp = logits.dim(1);
+  MT_CHECK(vocab > 0 && vocab <= Vp, "softmax: vocab ", vocab, " for logits ", logits.describe());
+  expect_numel(probs, N * vocab, "probabilities");
+  run<nn_math::SoftmaxRow>(ctx, logits.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.logits)>>;
+    op = {ptr<const T_>(logits), ptr<float>(probs), N, vocab, Vp, temperature};
+  });
+}
+
+}  // namespace mt::nn
