@@ -4,6 +4,9 @@
 #include <iostream>
 
 #include "launch/devices_command.h"
+#include "launch/prepare_command.h"
+#include "launch/sample_command.h"
+#include "launch/train_command.h"
 
 namespace mt {
 namespace {
@@ -22,6 +25,9 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> all = {
       {"devices", "show every rank's host, device, memory and cap, threads and communication backend",
        devices_command},
+      {"prepare", "tokenize text files into llm.c train/validation token shards", prepare_command},
+      {"train", "train a GPT on token shards (AdamW, accumulation, clipping, schedule)", train_command},
+      {"sample", "generate text from trained weights", sample_command},
   };
   return all;
 }

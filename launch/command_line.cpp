@@ -1,5 +1,6 @@
 #include "launch/command_line.h"
 
+#include <fstream>
 #include <iostream>
 
 #include "launch/cli.h"
@@ -21,6 +22,18 @@ std::optional<po::variables_map> parse_command_line(const std::string& command, 
                   << desc << std::flush;
       }
       return std::nullopt;
+    }
+    // Options from an ini file (`key = value` per line, the option names without dashes); the
+    // command line wins over the file because values stored first are kept.
+    if (desc.find_nothrow("config", false) != nullptr && vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in) throw UsageError("cannot read config file '" + path + "'");
+      try {
+        po::store(po::parse_config_file(in, desc), vm);
+      } catch (const po::error& e) {
+        throw UsageError("config file '" + path + "': " + e.what());
+      }
     }
     po::notify(vm);
   } catch (const po::error& e) {

@@ -1,0 +1,76 @@
+// `meshtrain sample`: generates text from llm.c GPT-2 weights with the GPT-2 (or byte) tokenizer.
+#include "launch/sample_command.h"
+
+#include <cstdio>
+
+#include "data/tokenizer/tokenizer.h"
+#include "launch/cli.h"
+#include "launch/command_line.h"
+#include "launch/model_options.h"
+#include "launch/session.h"
+#include "models/gpt_weights.h"
+#include "models/llmc/llmc_weights.h"
+#include "models/sampler.h"
+
+namespace po = boost::program_options;
+
+namespace mt {
+
+int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
+  po::options_description desc("options");
+  desc.add_options()
+      ("weights", po::value<std::string>()->required(),
+       "llm.c GPT-2 checkpoint to sample from (as written by `meshtrain train --save-weights`)")
+      ("prompt", po::value<std::string>()->default_value("\n"), "text to continue")
+      ("tokens", po::value<int>()->default_value(64), "new tokens to generate")
+      ("temperature", po::value<float>()->default_value(1.0f), "softmax temperature (> 0; lower is greedier)")
+      ("top-k", po::value<int>()->default_value(40), "sample among the k most likely tokens (0: all)")
+      ("seed", po::value<std::uint64_t>()->default_value(1337), "the same seed gives the same text");
+  add_tokenizer_options(desc);
+  add_runtime_options(desc);
+  auto parsed = parse_command_line("sample",
+                                   "Generates text from a trained model: the prompt is encoded, continued "
+                                   "token by token and printed as it grows.",
+                                   desc, args, mpi.world_rank());
+  if (!parsed) return 0;
+  const po::variables_map& vm = *parsed;
+  SampleOptions options;
+  options.tokens = vm["tokens"].as<int>();
+  options.temperature = vm["temperature"].as<float>();
+  options.top_k = vm["top-k"].as<int>();
+  options.seed = vm["seed"].as<std::uint64_t>();
+  if (options.tokens < 0) throw UsageError("--tokens must be >= 0");
+  if (!(options.temperature > 0.0f)) throw UsageError("--temperature must be positive");
+  if (options.top_k < 0) throw UsageError("--top-k must be >= 0");
+  const std::string name = tokenizer_name(vm);
+
+  Session session = open_session(read_runtime_options(vm));
+  DeviceContext& ctx = *session.context;
+  const std::filesystem::path weights = vm["weights"].as<std::string>();
+  const GptConfig config = read_llmc_header(weights);
+  const auto tokenizer = data::make_tokenizer(name, tokenizer_dir(vm));
+  MT_CHECK(tokenizer->vocab_size() == config.vocab_size, "the ", name, " tokenizer has ", tokenizer->vocab_size(),
+           " tokens, the model in ", weights.string(), " ", config.vocab_size, " (use --tokenizer ",
+           config.vocab_size == 256 ? "bytes" : "gpt2", ")");
+  Gpt model(ctx, config);
+  load_llmc_weights(model, ctx, weights);
+
+  const std::string prompt = vm["prompt"].as<std::string>();
+  std::vector<std::int32_t> tokens = tokenizer->encode(prompt);
+  if (tokens.empty()) tokens.push_back(tokenizer->eot_token());
+  const bool root = session.placement.world_rank == 0;
+  if (root) {
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  generate(model, ctx, tokens, options, [&](std::int32_t token) {
+    if (!root) return;
+    const std::string text = token == tokenizer->eot_token() ? "\n---\n" : tokenizer->decode({&token, 1});
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (root) std::fputs("\n", stdout);
+  return 0;
+}
+
+}  // namespace mt

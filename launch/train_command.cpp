@@ -1,0 +1,232 @@
+// `meshtrain train`: trains a GPT on token shards. One rank for now; the parallel layouts build on
+// the same loop.
+#include "launch/train_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "data/loader.h"
+#include "data/shard.h"
+#include "launch/cli.h"
+#include "launch/command_line.h"
+#include "launch/model_options.h"
+#include "launch/session.h"
+#include "models/gpt_weights.h"
+#include "runtime/gemm_rate.h"
+#include "train/trainer.h"
+
+namespace po = boost::program_options;
+
+namespace mt {
+namespace {
+
+po::options_description train_options() {
+  po::options_description desc("options");
+  desc.add_options()
+      ("config", po::value<std::string>(),
+       "read options from this ini file: one `name = value` per line, names as below without the "
+       "dashes; options given on the command line win")
+      ("data", po::value<std::string>()->default_value("assets/corpus/fortunes"),
+       "directory of llm.c token shards: *_train_NNNNNN.bin and, for validation, *_val_NNNNNN.bin "
+       "(made by `meshtrain prepare`)")
+      ("global-batch", po::value<int>()->default_value(8),
+       "sequences per optimizer step, whatever the layout (a multiple of --micro-batch)")
+      ("micro-batch", po::value<int>()->default_value(4),
+       "sequences per forward/backward pass; gradients accumulate over global-batch / micro-batch passes")
+      ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T (at most the model's context)")
+      ("steps", po::value<int>()->default_value(100), "optimizer steps to run")
+      ("lr", po::value<float>()->default_value(6e-4f), "peak learning rate")
+      ("lr-schedule", po::value<std::string>()->default_value("cosine"),
+       "cosine, linear or constant decay after the warmup")
+      ("warmup", po::value<int>()->default_value(0), "steps of linear learning-rate warmup")
+      ("min-lr-fraction", po::value<float>()->default_value(0.1f),
+       "final learning rate as a fraction of --lr (cosine and linear)")
+      ("weight-decay", po::value<float>()->default_value(0.1f),
+       "AdamW decoupled weight decay, applied to matrices and embeddings (not to biases or layernorms)")
+      ("beta1", po::value<float>()->default_value(0.9f), "AdamW first-moment decay")
+      ("beta2", po::value<float>()->default_value(0.95f), "AdamW second-moment decay")
+      ("eps", po::value<float>()->default_value(1e-8f), "AdamW epsilon")
+      ("grad-clip", po::value<float>()->default_value(1.0f),
+       "clip the global gradient norm to this value; 0 disables clipping")
+      ("seed", po::value<std::uint64_t>()->default_value(1337),
+       "seeds the initialization and the data order: the same seed gives the same run, bit for bit")
+      ("eval-every", po::value<int>()->default_value(0),
+       "steps between validation losses (0: only after the last step)")
+      ("eval-batches", po::value<int>()->default_value(4), "micro-batches of validation data per evaluation")
+      ("log-every", po::value<int>()->default_value(10),
+       "steps between progress lines (loss, tokens/s, MFU, ETA); the first and last steps are always shown")
+      ("metrics", po::value<std::string>(), "write one JSON line per step to this file")
+      ("init-weights", po::value<std::string>(),
+       "start from this llm.c GPT-2 checkpoint (its shape must match the model options)")
+      ("save-weights", po::value<std::string>(), "write the trained weights as an llm.c checkpoint here")
+      ("save-dtype", po::value<std::string>()->default_value("fp32"), "fp32 (llm.c version 3) or bf16 (version 5)")
+      ("peak-tflops", po::value<double>(),
+       "the device's matrix-multiply peak, for MFU (default: measured with sgemm at start on the CPU; "
+       "not reported on GPUs unless given)");
+  add_model_options(desc);
+  add_tokenizer_options(desc);
+  add_runtime_options(desc);
+  return desc;
+}
+
+template <class T>
+T get(const po::variables_map& vm, const char* name) {
+  return vm[name].as<T>();
+}
+
+// Reads the options into settings; any invalid value is a usage error (same on every rank).
+TrainSettings read_settings(const po::variables_map& vm) {
+  TrainSettings s;
+  s.global_batch = get<int>(vm, "global-batch");
+  s.micro_batch = get<int>(vm, "micro-batch");
+  s.seq_len = get<int>(vm, "seq-len");
+  s.steps = get<int>(vm, "steps");
+  s.grad_clip = get<float>(vm, "grad-clip");
+  s.eval_every = get<int>(vm, "eval-every");
+  s.eval_batches = get<int>(vm, "eval-batches");
+  s.adamw = {get<float>(vm, "beta1"), get<float>(vm, "beta2"), get<float>(vm, "eps"), get<float>(vm, "weight-decay")};
+  try {
+    s.schedule.kind = parse_lr_schedule_kind(get<std::string>(vm, "lr-schedule"));
+    s.schedule.max_lr = get<float>(vm, "lr");
+    s.schedule.warmup_steps = get<int>(vm, "warmup");
+    s.schedule.total_steps = s.steps;
+    s.schedule.min_lr_fraction = get<float>(vm, "min-lr-fraction");
+    s.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.message());
+  }
+  return s;
+}
+
+std::string format_count(double n) {
+  char buf[32];
+  if (n >= 1e9) {
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  } else if (n >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  } else if (n >= 1e3) {
+    std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f", n);
+  }
+  return buf;
+}
+
+// Validation is optional: a corpus prepared with --val-fraction 0 has none.
+bool has_split(const std::filesystem::path& dir, const std::string& split) {
+  try {
+    return !data::find_shards(dir, split).empty();
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
+  po::options_description desc = train_options();
+  auto parsed = parse_command_line("train",
+                                   "Trains a GPT-2 style model on llm.c token shards with AdamW, gradient "
+                                   "accumulation, clipping and a warmup + decay schedule, printing progress "
+                                   "lines and validation losses.",
+                                   desc, args, mpi.world_rank());
+  if (!parsed) return 0;
+  const po::variables_map& vm = *parsed;
+  const std::string tokenizer = tokenizer_name(vm);
+  const GptConfig config = read_model_config(vm, tokenizer_vocab_size(tokenizer));
+  const TrainSettings settings = read_settings(vm);
+  const std::string save_dtype = get<std::string>(vm, "save-dtype");
+  if (save_dtype != "fp32" && save_dtype != "bf16")
+    throw UsageError("unknown --save-dtype '" + save_dtype + "' (known: fp32, bf16)");
+  if (settings.seq_len > config.max_seq_len)
+    throw UsageError("--seq-len " + std::to_string(settings.seq_len) + " exceeds the model's context of " +
+                     std::to_string(config.max_seq_len));
+  const int log_every = get<int>(vm, "log-every");
+  if (log_every < 1) throw UsageError("--log-every must be at least 1");
+  if (mpi.world_size() != 1)
+    throw UsageError("meshtrain train runs on one rank so far (launched on " + std::to_string(mpi.world_size()) +
+                     "); data, tensor and pipeline parallel layouts come next");
+
+  Session session = open_session(read_runtime_options(vm));
+  DeviceContext& ctx = *session.context;
+  const bool root = session.placement.world_rank == 0;
+
+  const std::filesystem::path data_dir = get<std::string>(vm, "data");
+  const std::uint64_t seed = get<std::uint64_t>(vm, "seed");
+  data::DataLoader train = data::DataLoader::for_split(data_dir, "train", settings.seq_len, seed, config.vocab_size);
+  std::unique_ptr<data::DataLoader> val;
+  if (has_split(data_dir, "val"))
+    val = std::make_unique<data::DataLoader>(
+        data::DataLoader::for_split(data_dir, "val", settings.seq_len, seed, config.vocab_size));
+
+  Gpt model(ctx, config);
+  if (vm.count("init-weights")) {
+    load_llmc_weights(model, ctx, get<std::string>(vm, "init-weights"));
+  } else {
+    model.init(seed);
+  }
+
+  TrainSettings run = settings;
+  if (vm.count("peak-tflops")) {
+    run.peak_flops = get<double>(vm, "peak-tflops") * 1e12;
+  } else if (ctx.device().is_cpu()) {
+    run.peak_flops = measure_gemm_flops(ctx);
+  }
+  Trainer trainer(ctx, model, train, val.get(), run);
+  std::unique_ptr<MetricsWriter> metrics;
+  if (vm.count("metrics")) {
+    metrics = std::make_unique<MetricsWriter>(get<std::string>(vm, "metrics"));
+    nlohmann::ordered_json header;
+    header["run"] = {{"model", config.describe()},
+                     {"parameters", config.real_parameter_count()},
+                     {"global_batch", settings.global_batch},
+                     {"micro_batch", settings.micro_batch},
+                     {"seq_len", settings.seq_len},
+                     {"steps", settings.steps},
+                     {"schedule", settings.schedule.describe()},
+                     {"seed", seed},
+                     {"device", ctx.device().str()},
+                     {"peak_flops", run.peak_flops}};
+    metrics->write_json(header.dump());
+  }
+
+  if (root) {
+    std::printf("meshtrain train: %s, %s parameters\n", config.describe().c_str(),
+                format_count(static_cast<double>(config.real_parameter_count())).c_str());
+    std::printf("  data %s: %s train tokens in %zu shard(s)%s\n", data_dir.c_str(),
+                format_count(static_cast<double>(train.tokens_per_epoch())).c_str(), train.num_shards(),
+                val ? (", " + format_count(static_cast<double>(val->tokens_per_epoch())) + " validation").c_str()
+                    : ", no validation split");
+    std::printf("  batch %d x %d tokens (%d micro-batch(es) of %d), %d steps, %s\n", settings.global_batch,
+                settings.seq_len, settings.micro_steps(), settings.micro_batch, settings.steps,
+                settings.schedule.describe().c_str());
+    std::printf("  device %s, %d CPU thread(s)%s\n", ctx.device().str().c_str(), ctx.cpu_threads(),
+                run.peak_flops > 0 ? (", MFU against " + format_count(run.peak_flops) + "FLOP/s").c_str() : "");
+    std::fflush(stdout);
+  }
+
+  double elapsed = 0.0;
+  StepRecord last;
+  for (int s = 0; s < settings.steps; ++s) {
+    last = trainer.step();
+    elapsed += last.step_ms / 1e3;
+    if (metrics) metrics->write(last);
+    const bool show = last.step == 1 || last.step == settings.steps || last.step % log_every == 0 || last.val_loss;
+    if (root && show) {
+      // ETA from the mean step time so far, leaving out the first (warm-up) step when possible.
+      const double mean = last.step > 1 ? (elapsed - 0.0) / last.step : last.step_ms / 1e3;
+      std::printf("%s\n", format_progress(last, settings.steps, mean * (settings.steps - last.step)).c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (vm.count("save-weights")) {
+    const std::filesystem::path out = get<std::string>(vm, "save-weights");
+    save_llmc_weights(model, out, save_dtype == "bf16" ? DType::BF16 : DType::F32);
+    if (root) std::printf("saved weights to %s\n", out.c_str());
+  }
+  if (root && last.val_loss) std::printf("final validation loss %.4f\n", *last.val_loss);
+  return 0;
+}
+
+}  // namespace mt

@@ -1,0 +1,48 @@
+// What a training run reports: one record per optimizer step, written as JSON lines to a file and
+// as a progress line (loss, tokens/s, ETA) to the terminal.
+// defines: StepRecord, MetricsWriter, format_progress, format_duration
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace mt {
+
+struct StepRecord {
+  int step = 0;                   // 1-based: the number of optimizer steps done
+  double loss = 0.0;              // mean training loss of the step's global batch
+  std::optional<double> val_loss; // when evaluated at this step
+  double lr = 0.0;
+  double grad_norm = 0.0;         // before clipping
+  double tokens_per_s = 0.0;
+  double step_ms = 0.0;
+  double mfu = 0.0;               // model FLOPs / (time x peak); 0 when no peak is known
+};
+
+// Appends one JSON object per line: {"step":..,"loss":..,"val_loss":..,"lr":..,"grad_norm":..,
+// "tokens_per_s":..,"step_ms":..,"mfu":..}; val_loss only on evaluated steps. Lines are flushed
+// as written, so a crashed run keeps its history.
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::filesystem::path& path);  // truncates; Error when not writable
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  void write(const StepRecord& record);
+  // A free-form JSON object line, e.g. the run's configuration as the first line.
+  void write_json(const std::string& json_object);
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+};
+
+std::string to_json(const StepRecord& record);
+// "step   120/1000 | loss 3.2145 | val 3.3012 | lr 5.80e-04 | norm 0.91 | 12.3k tok/s | mfu 52.1% | 245 ms | ETA 3m35s"
+std::string format_progress(const StepRecord& record, int total_steps, double seconds_left);
+std::string format_duration(double seconds);  // "45s", "3m35s", "2h05m"
+
+}  // namespace mt

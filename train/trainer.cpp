@@ -1,0 +1,87 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "train/optim/grad_norm.h"
+
+namespace mt {
+
+void TrainSettings::validate() const {
+  MT_CHECK(micro_batch >= 1, "--micro-batch must be at least 1, got ", micro_batch);
+  MT_CHECK(global_batch >= micro_batch && global_batch % micro_batch == 0, "--global-batch (", global_batch,
+           ") must be a positive multiple of --micro-batch (", micro_batch, ")");
+  MT_CHECK(seq_len >= 1, "--seq-len must be at least 1, got ", seq_len);
+  MT_CHECK(steps >= 1, "--steps must be at least 1, got ", steps);
+  MT_CHECK(grad_clip >= 0.0f && std::isfinite(grad_clip), "--grad-clip must be >= 0, got ", grad_clip);
+  MT_CHECK(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
+  MT_CHECK(eval_batches >= 1, "--eval-batches must be at least 1, got ", eval_batches);
+  schedule.validate();
+  mt::validate(adamw);
+}
+
+Trainer::Trainer(DeviceContext& ctx, Gpt& model, data::DataLoader& train, data::DataLoader* val,
+                 TrainSettings settings)
+    : ctx_(ctx), model_(model), train_(train), val_(val), settings_(std::move(settings)) {
+  settings_.validate();
+  MT_CHECK(settings_.seq_len <= model_.config().max_seq_len, "--seq-len ", settings_.seq_len,
+           " exceeds the model's context of ", model_.config().max_seq_len);
+  MT_CHECK(train_.seq_len() == settings_.seq_len, "the training loader yields sequences of ", train_.seq_len(),
+           " tokens, the trainer wants ", settings_.seq_len);
+  ParameterStore& store = model_.parameters();
+  std::vector<ParamSlot> slots;
+  for (std::size_t i = 0; i < store.size(); ++i)
+    slots.push_back({store.spec(i).name, store.param(i), store.grad(i), store.spec(i).decay});
+  optimizer_ = std::make_unique<AdamW>(ctx_, std::move(slots), settings_.adamw);
+  const std::size_t n = static_cast<std::size_t>(settings_.micro_batch) * static_cast<std::size_t>(settings_.seq_len);
+  inputs_.resize(n);
+  targets_.resize(n);
+}
+
+StepRecord Trainer::step() {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const int micro_steps = settings_.micro_steps();
+  ParameterStore& store = model_.parameters();
+  store.zero_grads(ctx_);
+  double loss_sum = 0.0;
+  for (int m = 0; m < micro_steps; ++m) {
+    train_.next(settings_.micro_batch, inputs_, targets_);
+    loss_sum += model_.forward(inputs_, targets_, settings_.micro_batch, settings_.seq_len);
+    model_.backward(1.0f / static_cast<float>(micro_steps));
+  }
+  StepRecord r;
+  r.step = steps_done_ + 1;
+  r.loss = loss_sum / micro_steps;
+  const Tensor grads = store.flat_grads();
+  r.grad_norm = std::sqrt(sum_of_squares(ctx_, std::span<const Tensor>(&grads, 1)));
+  MT_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "training diverged at step ", r.step, ": loss ",
+           r.loss, ", gradient norm ", r.grad_norm, " (try a lower --lr or --grad-clip)");
+  r.lr = settings_.schedule.at(steps_done_);
+  optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
+  ctx_.synchronize();
+  ++steps_done_;
+  const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+  const double tokens = static_cast<double>(settings_.global_batch) * settings_.seq_len;
+  r.step_ms = 1e3 * seconds;
+  r.tokens_per_s = tokens / seconds;
+  if (settings_.peak_flops > 0)
+    r.mfu = tokens * model_.config().training_flops_per_token(settings_.seq_len) / seconds / settings_.peak_flops;
+  const bool last = steps_done_ == settings_.steps;
+  if (val_ != nullptr && (last || (settings_.eval_every > 0 && steps_done_ % settings_.eval_every == 0)))
+    r.val_loss = evaluate();
+  return r;
+}
+
+double Trainer::evaluate() {
+  MT_CHECK(val_ != nullptr, "no validation data to evaluate on");
+  double sum = 0.0;
+  for (int b = 0; b < settings_.eval_batches; ++b) {
+    // Wraps around small validation sets (the stream repeats them in order).
+    val_->read(static_cast<std::int64_t>(b) * settings_.micro_batch, settings_.micro_batch, inputs_, targets_);
+    sum += model_.forward(inputs_, targets_, settings_.micro_batch, settings_.seq_len);
+  }
+  return sum / settings_.eval_batches;
+}
+
+}  // namespace mt
