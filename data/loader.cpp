@@ -1,0 +1,195 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <bit>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "runtime/error.h"
+
+namespace mt::data {
+namespace fs = std::filesystem;
+
+namespace {
+
+// splitmix64's finalizer: a strong 64-bit mixer (Steele, Lea, Flood 2014).
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// FNV-1a, 64 bit: a hash that is the same on every machine and every run (std::hash is not).
+class Fnv64 {
+ public:
+  void bytes(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) {
+      h_ ^= p[i];
+      h_ *= 0x100000001b3ull;
+    }
+  }
+  void str(const std::string& s) {
+    u64(s.size());
+    bytes(s.data(), s.size());
+  }
+  void u64(std::uint64_t v) {
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(v >> (8 * i));
+    bytes(le, 8);
+  }
+  std::uint64_t value() const { return h_; }
+
+ private:
+  std::uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+constexpr int kFeistelRounds = 6;
+
+}  // namespace
+
+std::int64_t window_permutation(std::int64_t index, std::int64_t n, std::uint64_t seed, std::int64_t epoch) {
+  MT_CHECK(n > 0 && index >= 0 && index < n, "permutation index ", index, " outside [0, ", n, ")");
+  if (n == 1) return 0;
+  // Domain 2^bits >= n with bits even, so both Feistel halves have the same width; 2^bits < 4n,
+  // so cycle walking (re-applying until the value lands inside [0, n)) takes < 4 steps on average.
+  int bits = std::bit_width(static_cast<std::uint64_t>(n - 1));
+  bits += bits & 1;
+  const int half = bits / 2;
+  const std::uint64_t mask = (std::uint64_t{1} << half) - 1;
+  std::uint64_t keys[kFeistelRounds];
+  const std::uint64_t base = mix64(seed ^ mix64(static_cast<std::uint64_t>(epoch) ^ 0x6d65736874726169ull));
+  for (int r = 0; r < kFeistelRounds; ++r) keys[r] = mix64(base + static_cast<std::uint64_t>(r) * 0x9e3779b97f4a7c15ull);
+
+  auto x = static_cast<std::uint64_t>(index);
+  do {
+    std::uint64_t left = x >> half;
+    std::uint64_t right = x & mask;
+    for (std::uint64_t key : keys) {
+      std::uint64_t next = left ^ (mix64(right ^ key) & mask);
+      left = right;
+      right = next;
+    }
+    x = (left << half) | right;
+  } while (x >= static_cast<std::uint64_t>(n));
+  return static_cast<std::int64_t>(x);
+}
+
+DataLoader::DataLoader(std::vector<fs::path> shard_paths, const LoaderOptions& options) : options_(options) {
+  MT_CHECK(!shard_paths.empty(), "the data loader was given no shard files", "");
+  MT_CHECK(options.seq_len >= 1, "sequence length must be >= 1, got ", options.seq_len);
+  MT_CHECK(options.vocab_size >= 0, "vocabulary size must be >= 0 (0: unchecked), got ", options.vocab_size);
+  const std::int64_t T = options.seq_len;
+
+  shards_.reserve(shard_paths.size());
+  first_window_.reserve(shard_paths.size() + 1);
+  Fnv64 fp;
+  fp.str("meshtrain-loader-v1");
+  fp.u64(static_cast<std::uint64_t>(T));
+  fp.u64(options.shuffle ? 1 : 0);
+  fp.u64(options.shuffle ? options.seed : 0);  // the seed does not change an unshuffled stream
+  for (const fs::path& path : shard_paths) {
+    ShardFile shard = ShardFile::open(path);
+    first_window_.push_back(windows_);
+    if (shard.size() >= T + 1) windows_ += (shard.size() - 1) / T;
+    fp.str(path.filename().string());
+    fp.u64(static_cast<std::uint64_t>(shard.size()));
+    shards_.push_back(std::move(shard));
+  }
+  first_window_.push_back(windows_);
+  fingerprint_ = fp.value();
+
+  if (windows_ == 0) {
+    std::set<std::string> dirs;
+    std::int64_t longest = 0;
+    for (const ShardFile& s : shards_) {
+      dirs.insert(s.path().parent_path().string());
+      longest = std::max(longest, s.size());
+    }
+    std::ostringstream where;
+    for (const std::string& d : dirs) where << (where.tellp() > 0 ? ", " : "") << '"' << (d.empty() ? "." : d) << '"';
+    MT_FAIL("too little data in ", where.str(), ": a sequence of length ", T, " needs ", T + 1,
+            " tokens in one shard, and the longest of the ", shards_.size(), " shard(s) holds ", longest, " tokens");
+  }
+}
+
+DataLoader DataLoader::for_split(const fs::path& dir, const std::string& split, int seq_len, std::uint64_t seed,
+                                 int vocab_size) {
+  LoaderOptions options;
+  options.seq_len = seq_len;
+  options.seed = seed;
+  options.shuffle = split == "train";
+  options.vocab_size = vocab_size;
+  return DataLoader(find_shards(dir, split), options);
+}
+
+std::int64_t DataLoader::window_of(std::int64_t sequence) const {
+  MT_CHECK(sequence >= 0, "sequence index must be >= 0, got ", sequence);
+  const std::int64_t in_epoch = sequence % windows_;
+  if (!options_.shuffle) return in_epoch;
+  return window_permutation(in_epoch, windows_, options_.seed, sequence / windows_);
+}
+
+DataLoader::Location DataLoader::locate(std::int64_t window) const {
+  MT_CHECK(window >= 0 && window < windows_, "window ", window, " outside [0, ", windows_, ")");
+  auto after = std::upper_bound(first_window_.begin(), first_window_.end(), window);
+  const auto shard = static_cast<std::size_t>(after - first_window_.begin() - 1);
+  return {shard, (window - first_window_[shard]) * options_.seq_len};
+}
+
+void DataLoader::read(std::int64_t first_sequence, int count, std::span<std::int32_t> inputs,
+                      std::span<std::int32_t> targets) const {
+  const std::int64_t T = options_.seq_len;
+  MT_CHECK(first_sequence >= 0, "first sequence index must be >= 0, got ", first_sequence);
+  MT_CHECK(count >= 0, "sequence count must be >= 0, got ", count);
+  MT_CHECK(first_sequence <= INT64_MAX - count, "sequence index overflows: ", first_sequence, " + ", count);
+  const auto want = static_cast<std::size_t>(count * T);
+  MT_CHECK(inputs.size() == want && targets.size() == want, "reading ", count, " sequences of ", T,
+           " tokens needs inputs and targets of ", want, " elements, got ", inputs.size(), " and ", targets.size());
+  const int vocab = options_.vocab_size;
+  for (int k = 0; k < count; ++k) {
+    const std::int64_t sequence = first_sequence + k;
+    const Location at = locate(window_of(sequence));
+    const ShardFile& shard = shards_[at.shard];
+    const std::uint16_t* src = shard.tokens().data() + at.offset;
+    if (vocab > 0) {
+      std::uint16_t top = 0;
+      for (std::int64_t j = 0; j <= T; ++j) top = std::max(top, src[j]);
+      if (static_cast<int>(top) >= vocab) {
+        const std::int64_t j = std::find_if(src, src + T + 1, [&](std::uint16_t t) { return t >= vocab; }) - src;
+        MT_FAIL("token shard ", shard.path(), " holds token id ", src[j], " at position ", at.offset + j,
+                ", outside the vocabulary of ", vocab, " tokens (reading sequence ", sequence, ")");
+      }
+    }
+    std::int32_t* in = inputs.data() + k * T;
+    std::int32_t* out = targets.data() + k * T;
+    for (std::int64_t j = 0; j < T; ++j) {
+      in[j] = src[j];
+      out[j] = src[j + 1];
+    }
+  }
+}
+
+void DataLoader::next(int count, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+  read(cursor_, count, inputs, targets);
+  cursor_ += count;
+}
+
+void DataLoader::seek(std::int64_t sequence) {
+  MT_CHECK(sequence >= 0, "cannot seek the data loader to sequence ", sequence);
+  cursor_ = sequence;
+}
+
+void DataLoader::restore(const LoaderState& state) {
+  if (state.fingerprint != fingerprint_) {
+    MT_FAIL("cannot restore the data loader: the saved state comes from a loader over other data (fingerprint ",
+            std::hex, state.fingerprint, ", this loader ", fingerprint_, std::dec,
+            "): the shard files, their sizes, the sequence length, the seed or shuffling differ");
+  }
+  MT_CHECK(state.next_sequence >= 0, "saved data loader position is negative: ", state.next_sequence);
+  cursor_ = state.next_sequence;
+}
+
+}  // namespace mt::data

@@ -1,0 +1,252 @@
+#include "data/shard.h"
+
+#include <fcntl.h>     // defines: open, O_* flags
+#include <sys/mman.h>  // defines: mmap, munmap, madvise
+#include <sys/stat.h>  // defines: fstat, S_ISREG
+#include <unistd.h>    // defines: write, pread, fsync, close, getpid
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include "runtime/error.h"
+
+namespace mt::data {
+namespace fs = std::filesystem;
+
+static_assert(std::endian::native == std::endian::little,
+              "llm.c shards are little-endian; this reader maps them as they are");
+
+namespace {
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// Closes a file descriptor on scope exit unless released.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, const void* data, std::size_t bytes, const fs::path& file) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) MT_FAIL("cannot write token shard ", file, ": ", errno_text(errno));
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+// Makes the rename durable: fsync of the directory that holds the new entry. Best effort (some
+// file systems refuse fsync on directories); the data itself was fsynced before the rename.
+void sync_directory(const fs::path& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+void write_shard_bytes(const fs::path& file, std::int64_t count, const std::uint16_t* tokens) {
+  MT_CHECK(count <= std::numeric_limits<std::int32_t>::max(), "token shard ", file, " would hold ", count,
+           " tokens; the llm.c header counts at most 2^31-1");
+  std::array<std::int32_t, kShardHeaderInts> header{};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<std::int32_t>(count);
+
+  static std::atomic<unsigned> counter{0};
+  fs::path tmp = file;
+  tmp += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) MT_FAIL("cannot create token shard ", file, " (temporary ", tmp, "): ", errno_text(errno));
+  try {
+    write_all(fd.get(), header.data(), kShardHeaderBytes, file);
+    write_all(fd.get(), tokens, static_cast<std::size_t>(count) * sizeof(std::uint16_t), file);
+    if (::fsync(fd.get()) != 0) MT_FAIL("cannot flush token shard ", file, ": ", errno_text(errno));
+    if (::close(fd.release()) != 0) MT_FAIL("cannot close token shard ", file, ": ", errno_text(errno));
+    if (::rename(tmp.c_str(), file.c_str()) != 0) {
+      MT_FAIL("cannot rename ", tmp, " to token shard ", file, ": ", errno_text(errno));
+    }
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw;
+  }
+  sync_directory(file.parent_path());
+}
+
+}  // namespace
+
+void write_shard(const fs::path& file, std::span<const std::uint16_t> tokens) {
+  write_shard_bytes(file, static_cast<std::int64_t>(tokens.size()), tokens.data());
+}
+
+void write_shard(const fs::path& file, std::span<const std::int32_t> tokens) {
+  std::vector<std::uint16_t> narrow(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    std::int32_t t = tokens[i];
+    if (t < 0 || t > kMaxShardToken) {
+      MT_FAIL("cannot write token shard ", file, ": token ", i, " is ", t,
+              ", outside [0, 65535] (llm.c shards store ids as uint16)");
+    }
+    narrow[i] = static_cast<std::uint16_t>(t);
+  }
+  write_shard(file, std::span<const std::uint16_t>(narrow));
+}
+
+// --- ShardFile ---------------------------------------------------------------------------------
+
+ShardFile ShardFile::open(const fs::path& file) {
+  Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) MT_FAIL("cannot open token shard ", file, ": ", errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) MT_FAIL("cannot stat token shard ", file, ": ", errno_text(errno));
+  if (!S_ISREG(st.st_mode)) MT_FAIL("token shard ", file, " is not a regular file");
+  const auto bytes = static_cast<std::uint64_t>(st.st_size);
+  if (bytes < kShardHeaderBytes) {
+    std::int32_t first = kShardMagic;
+    if (bytes >= sizeof(first) && ::pread(fd.get(), &first, sizeof(first), 0) == sizeof(first) &&
+        first != kShardMagic) {
+      MT_FAIL(file, " is not an llm.c token shard: it starts with ", first, ", not the magic number ", kShardMagic,
+              " (and is only ", bytes, " bytes long)");
+    }
+    MT_FAIL("token shard ", file, " is truncated: it is ", bytes, " bytes, shorter than the ",
+            kShardHeaderBytes, "-byte llm.c shard header");
+  }
+
+  ShardFile shard;
+  shard.path_ = file;
+  shard.map_bytes_ = static_cast<std::size_t>(bytes);
+  void* map = ::mmap(nullptr, shard.map_bytes_, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (map == MAP_FAILED) MT_FAIL("cannot map token shard ", file, ": ", errno_text(errno));
+  shard.map_ = map;  // owned from here: unmapped by ~ShardFile if a check below throws
+
+  std::array<std::int32_t, kShardHeaderInts> header{};
+  std::memcpy(header.data(), map, kShardHeaderBytes);
+  if (header[0] != kShardMagic) {
+    MT_FAIL(file, " is not an llm.c token shard: it starts with ", header[0], ", not the magic number ", kShardMagic);
+  }
+  if (header[1] != kShardVersion) {
+    MT_FAIL("token shard ", file, " has version ", header[1], "; this reader supports llm.c shard version ",
+            kShardVersion, " (uint16 tokens) only");
+  }
+  const std::int64_t count = header[2];
+  if (count < 0) MT_FAIL("token shard ", file, " is corrupt: its header gives a negative token count ", count);
+  const std::uint64_t want = static_cast<std::uint64_t>(count) * sizeof(std::uint16_t);
+  const std::uint64_t have = bytes - kShardHeaderBytes;
+  if (have < want) {
+    MT_FAIL("token shard ", file, " is truncated: its header says ", count, " tokens (", want,
+            " bytes after the header) but the file holds ", have, " bytes after the header");
+  }
+  if (have > want) {
+    MT_FAIL("token shard ", file, " has ", have - want, " trailing bytes after the ", count,
+            " tokens its header announces");
+  }
+  shard.count_ = count;
+  shard.tokens_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
+  return shard;
+}
+
+ShardFile::ShardFile(ShardFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)),
+      tokens_(std::exchange(other.tokens_, nullptr)),
+      count_(std::exchange(other.count_, 0)) {}
+
+ShardFile& ShardFile::operator=(ShardFile&& other) noexcept {
+  if (this != &other) {
+    ShardFile dead(std::move(*this));
+    path_ = std::move(other.path_);
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+    count_ = std::exchange(other.count_, 0);
+  }
+  return *this;
+}
+
+ShardFile::~ShardFile() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+}
+
+void ShardFile::check_vocab(int vocab_size) const {
+  MT_CHECK(vocab_size > 0, "vocabulary size must be positive, got ", vocab_size);
+  auto ids = tokens();
+  // Fast pass (vectorizes): the maximum; the slow search only when something is out of range.
+  std::uint16_t top = 0;
+  for (std::uint16_t t : ids) top = std::max(top, t);
+  if (static_cast<int>(top) < vocab_size) return;
+  auto bad = std::find_if(ids.begin(), ids.end(), [&](std::uint16_t t) { return static_cast<int>(t) >= vocab_size; });
+  MT_FAIL("token shard ", path_, " holds token id ", *bad, " at position ", bad - ids.begin(),
+          ", outside the vocabulary of ", vocab_size, " tokens");
+}
+
+std::vector<std::uint16_t> read_shard(const fs::path& file, int vocab_size) {
+  ShardFile shard = ShardFile::open(file);
+  if (vocab_size > 0) shard.check_vocab(vocab_size);
+  auto ids = shard.tokens();
+  return {ids.begin(), ids.end()};
+}
+
+// --- finding shards ----------------------------------------------------------------------------
+
+std::string shard_file_name(const std::string& prefix, const std::string& split, int index) {
+  MT_CHECK(index >= 0 && index <= 999999, "shard index ", index, " does not fit in 6 digits");
+  std::string number = std::to_string(index);
+  return prefix + "_" + split + "_" + std::string(6 - number.size(), '0') + number + ".bin";
+}
+
+std::vector<fs::path> find_shards(const fs::path& dir, const std::string& split) {
+  MT_CHECK(!split.empty(), "split name is empty", "");
+  const std::string pattern = "*_" + split + "_NNNNNN.bin or *_" + split + ".bin";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    MT_FAIL("data directory ", dir, (fs::exists(dir, ec) ? " is not a directory" : " does not exist"),
+            " (looking for ", split, " shards ", pattern, ")");
+  }
+  // (prefix, shard number, path): numeric order even where digit counts differ.
+  std::vector<std::tuple<std::string, long long, fs::path>> found;
+  const std::string tag = "_" + split;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".bin") != 0) continue;
+    std::string stem = name.substr(0, name.size() - 4);
+    long long number = -1;
+    std::size_t digits = stem.size();
+    while (digits > 0 && stem[digits - 1] >= '0' && stem[digits - 1] <= '9') --digits;
+    if (digits < stem.size() && digits > 0 && stem[digits - 1] == '_' && stem.size() - digits <= 18) {
+      number = std::stoll(stem.substr(digits));
+      stem.resize(digits - 1);
+    }
+    if (stem.size() <= tag.size() || stem.compare(stem.size() - tag.size(), tag.size(), tag) != 0) continue;
+    found.emplace_back(stem.substr(0, stem.size() - tag.size()), number, entry.path());
+  }
+  if (found.empty()) MT_FAIL("no ", split, " shards in ", dir, ": no file matches ", pattern);
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> shards;
+  shards.reserve(found.size());
+  for (auto& f : found) shards.push_back(std::move(std::get<2>(f)));
+  return shards;
+}
+
+}  // namespace mt::data
