@@ -1,0 +1,137 @@
+#include "bench/train_bench.h"
+
+#include <sys/resource.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+
+#include "launch/table.h"
+#include "models/gpt.h"
+#include "runtime/gemm_rate.h"
+#include "train/optim/adamw.h"
+#include "train/optim/grad_norm.h"
+
+namespace po = boost::program_options;
+
+namespace mt {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+struct Timing {
+  double forward = 0, backward = 0, optimizer = 0;
+  double total() const { return forward + backward + optimizer; }
+};
+
+// Times `steps` training steps after `warmup` untimed ones; the data are fixed random tokens.
+Timing run_steps(DeviceContext& ctx, Gpt& model, AdamW& opt, int B, int T, int warmup, int steps) {
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = static_cast<std::int32_t>((i * 2654435761u) % static_cast<std::uint32_t>(model.config().vocab_size));
+    targets[i] = static_cast<std::int32_t>((i * 40503u + 7) % static_cast<std::uint32_t>(model.config().vocab_size));
+  }
+  Timing t;
+  for (int s = 0; s < warmup + steps; ++s) {
+    const bool timed = s >= warmup;
+    auto t0 = clock_type::now();
+    model.parameters().zero_grads(ctx);
+    model.forward(inputs, targets, B, T);
+    ctx.synchronize();
+    const double f = since(t0);
+    t0 = clock_type::now();
+    model.backward();
+    ctx.synchronize();
+    const double b = since(t0);
+    t0 = clock_type::now();
+    const Tensor g = model.parameters().flat_grads();
+    const double norm = std::sqrt(sum_of_squares(ctx, std::span<const Tensor>(&g, 1)));
+    opt.step(1e-4f, static_cast<float>(clip_scale(norm, 1.0)));
+    ctx.synchronize();
+    const double o = since(t0);
+    if (timed) {
+      t.forward += f / steps;
+      t.backward += b / steps;
+      t.optimizer += o / steps;
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+int train_bench(const std::vector<std::string>& args) {
+  po::options_description desc("meshbench train options");
+  desc.add_options()("help,h", "print this help")
+      ("models", po::value<std::string>()->default_value("small,gpt2"),
+       "comma-separated presets to measure, smallest first (peak memory is per process)")
+      ("batch", po::value<int>()->default_value(4), "sequences per step B")
+      ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T")
+      ("steps", po::value<int>()->default_value(5), "timed steps per model")
+      ("warmup", po::value<int>()->default_value(1), "untimed steps first")
+      ("cpu-threads", po::value<int>()->default_value(0), "threads (0: all cores)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: meshbench train [options]\n\nSingle-rank training throughput and MFU of GPT shapes on "
+                 "the CPU, next to the measured sgemm rate.\n\n"
+              << desc;
+    return 0;
+  }
+  po::notify(vm);
+  const int B = vm["batch"].as<int>(), T = vm["seq-len"].as<int>();
+  const int steps = vm["steps"].as<int>(), warmup = vm["warmup"].as<int>();
+  DeviceOptions options;
+  options.cpu_threads = vm["cpu-threads"].as<int>() > 0 ? vm["cpu-threads"].as<int>() : default_cpu_threads(1);
+  DeviceContext ctx(options);
+
+  const double sgemm = measure_gemm_flops(ctx, 1024, 1.0);
+  std::printf("meshbench train: B=%d T=%d, %d timed step(s) after %d warm-up, %d CPU thread(s)\n", B, T, steps,
+              warmup, ctx.cpu_threads());
+  std::printf("sgemm 1024^3 (OpenBLAS, this run): %.1f GFLOP/s\n", sgemm / 1e9);
+  TextTable table({"model", "params", "tokens", "step ms", "fwd ms", "bwd ms", "opt ms", "tokens/s", "GFLOP/s",
+                   "MFU", "peak RSS"});
+  std::string list = vm["models"].as<std::string>();
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = list.find(',', start);
+    const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? list.size() + 1 : comma + 1;
+    if (name.empty()) continue;
+    GptConfig config = gpt_preset(name);
+    Gpt model(ctx, config);
+    model.init(1);
+    std::vector<ParamSlot> slots;
+    for (std::size_t i = 0; i < model.parameters().size(); ++i)
+      slots.push_back({model.parameters().spec(i).name, model.parameters().param(i), model.parameters().grad(i),
+                       model.parameters().spec(i).decay});
+    AdamW opt(ctx, std::move(slots));
+    const Timing t = run_steps(ctx, model, opt, B, T, warmup, steps);
+    const double tokens = static_cast<double>(B) * T;
+    const double flops = tokens * config.training_flops_per_token(T) / t.total();
+    table.add_row({name, fmt("%.1fM", static_cast<double>(config.real_parameter_count()) / 1e6), fmt("%.0f", tokens),
+                   fmt("%.0f", 1e3 * t.total()), fmt("%.0f", 1e3 * t.forward), fmt("%.0f", 1e3 * t.backward),
+                   fmt("%.0f", 1e3 * t.optimizer), fmt("%.0f", tokens / t.total()), fmt("%.1f", flops / 1e9),
+                   fmt("%.2f", flops / sgemm), fmt("%.2f GiB", peak_rss_bytes() / (1024.0 * 1024 * 1024))});
+  }
+  std::printf("%s", table.render().c_str());
+  std::printf("MFU = model FLOPs (6 x matmul parameters x tokens + attention) / step time / sgemm rate\n");
+  return 0;
+}
+
+}  // namespace mt

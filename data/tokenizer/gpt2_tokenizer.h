@@ -1,0 +1,39 @@
+// GPT-2's byte-level BPE, token for token what the reference Encoder.js (npm gpt-3-encoder 1.1.4)
+// produces: bytes -> code points (U+FFFD for invalid UTF-8) -> GPT-2's pre-tokenizer -> each piece's
+// UTF-8 bytes as one-byte tokens -> merges by rank. The text "<|endoftext|>" is ordinary text here;
+// only eot_token() is the separator. BPE results are cached per piece, so common words cost one
+// lookup; encode and decode may be called from several threads at once.
+// defines: Gpt2Tokenizer
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "data/tokenizer/gpt2_vocab.h"  // defines: Gpt2Vocab
+#include "data/tokenizer/tokenizer.h"   // defines: Tokenizer
+
+namespace mt::data {
+
+class Gpt2Tokenizer final : public Tokenizer {
+ public:
+  explicit Gpt2Tokenizer(Gpt2Vocab vocab);
+
+  std::string name() const override { return "gpt2"; }
+  int vocab_size() const override { return static_cast<int>(vocab_.token_bytes.size()); }
+  std::int32_t eot_token() const override { return vocab_.eot_token; }
+  std::vector<std::int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const std::int32_t> tokens) const override;
+
+ private:
+  // Appends the BPE tokens of one piece (its UTF-8 bytes) to `out`.
+  void encode_piece(const std::string& piece, std::vector<std::int32_t>& out) const;
+
+  Gpt2Vocab vocab_;
+  // piece bytes -> tokens. Bounded: cleared when full; long pieces are not kept.
+  mutable std::mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache_;
+};
+
+}  // namespace mt::data
