@@ -5,8 +5,10 @@
 #include <vector>
 
 #include "bench/train_bench.h"
+#include "runtime/openmp_policy.h"
 
 int main(int argc, char** argv) {
+  mt::prefer_passive_openmp(argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::printf("usage: meshbench COMMAND [options]\n\ncommands:\n  train   single-rank training tokens/s and MFU "

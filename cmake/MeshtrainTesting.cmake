@@ -2,7 +2,7 @@
 # with the Open MPI settings ../shared/RECIPES.md verified (root allowed, yield when idle).
 set(MESHTRAIN_MPI_TEST_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none)
+  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_WAIT_POLICY=passive)
 
 # meshtrain_add_test(NAME SOURCES... [LIBS ...] [LABELS ...]): a single-process GoogleTest executable.
 function(meshtrain_add_test name)
@@ -10,7 +10,8 @@ function(meshtrain_add_test name)
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main meshtrain_warnings)
   add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES LABELS "unit;${T_LABELS}" TIMEOUT 300)
+  # Idle OpenMP threads sleep (runtime/openmp_policy.h): tests run side by side on few cores.
+  set_tests_properties(${name} PROPERTIES LABELS "unit;${T_LABELS}" TIMEOUT 300 ENVIRONMENT OMP_WAIT_POLICY=passive)
 endfunction()
 
 # meshtrain_add_mpi_test(NAME SOURCES... RANKS 1 2 4 [LIBS ...] [TIMEOUT s]): one executable with the

@@ -23,6 +23,8 @@ int run_guarded(int argc, char** argv, const std::function<int(int, char**, cons
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    // Alone there is nobody to take down; with peers, the job must end rather than hang them.
+    if (mpi->world_size() == 1) return 1;
     abort_job(1);
   }
 }

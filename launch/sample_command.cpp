@@ -48,10 +48,11 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   DeviceContext& ctx = *session.context;
   const std::filesystem::path weights = vm["weights"].as<std::string>();
   const GptConfig config = read_llmc_header(weights);
+  if (tokenizer_vocab_size(name) != config.vocab_size)
+    throw UsageError("the " + name + " tokenizer has " + std::to_string(tokenizer_vocab_size(name)) +
+                     " tokens, the model in " + weights.string() + " " + std::to_string(config.vocab_size) +
+                     " (use --tokenizer " + (config.vocab_size == 256 ? "bytes" : "gpt2") + ")");
   const auto tokenizer = data::make_tokenizer(name, tokenizer_dir(vm));
-  MT_CHECK(tokenizer->vocab_size() == config.vocab_size, "the ", name, " tokenizer has ", tokenizer->vocab_size(),
-           " tokens, the model in ", weights.string(), " ", config.vocab_size, " (use --tokenizer ",
-           config.vocab_size == 256 ? "bytes" : "gpt2", ")");
   Gpt model(ctx, config);
   load_llmc_weights(model, ctx, weights);
 

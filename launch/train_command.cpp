@@ -61,6 +61,10 @@ po::options_description train_options() {
        "start from this llm.c GPT-2 checkpoint (its shape must match the model options)")
       ("save-weights", po::value<std::string>(), "write the trained weights as an llm.c checkpoint here")
       ("save-dtype", po::value<std::string>()->default_value("fp32"), "fp32 (llm.c version 3) or bf16 (version 5)")
+      ("compute-dtype", po::value<std::string>()->default_value("fp32"),
+       "fp32, or bf16: bf16 matrix multiplies and activations over fp32 master weights, gradients and "
+       "optimizer state. bf16 is meant for CUDA; on the CPU it runs, slowly (its GEMMs widen to fp32), "
+       "for testing")
       ("peak-tflops", po::value<double>(),
        "the device's matrix-multiply peak, for MFU (default: measured with sgemm at start on the CPU; "
        "not reported on GPUs unless given)");
@@ -99,20 +103,6 @@ TrainSettings read_settings(const po::variables_map& vm) {
   return s;
 }
 
-std::string format_count(double n) {
-  char buf[32];
-  if (n >= 1e9) {
-    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  } else if (n >= 1e6) {
-    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  } else if (n >= 1e3) {
-    std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.0f", n);
-  }
-  return buf;
-}
-
 // Validation is optional: a corpus prepared with --val-fraction 0 has none.
 bool has_split(const std::filesystem::path& dir, const std::string& split) {
   try {
@@ -139,6 +129,10 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   const std::string save_dtype = get<std::string>(vm, "save-dtype");
   if (save_dtype != "fp32" && save_dtype != "bf16")
     throw UsageError("unknown --save-dtype '" + save_dtype + "' (known: fp32, bf16)");
+  const std::string compute_name = get<std::string>(vm, "compute-dtype");
+  if (compute_name != "fp32" && compute_name != "bf16")
+    throw UsageError("unknown --compute-dtype '" + compute_name + "' (known: fp32, bf16)");
+  const DType compute = compute_name == "bf16" ? DType::BF16 : DType::F32;
   if (settings.seq_len > config.max_seq_len)
     throw UsageError("--seq-len " + std::to_string(settings.seq_len) + " exceeds the model's context of " +
                      std::to_string(config.max_seq_len));
@@ -160,7 +154,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     val = std::make_unique<data::DataLoader>(
         data::DataLoader::for_split(data_dir, "val", settings.seq_len, seed, config.vocab_size));
 
-  Gpt model(ctx, config);
+  Gpt model(ctx, config, compute);
   if (vm.count("init-weights")) {
     load_llmc_weights(model, ctx, get<std::string>(vm, "init-weights"));
   } else {
@@ -187,6 +181,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                      {"schedule", settings.schedule.describe()},
                      {"seed", seed},
                      {"device", ctx.device().str()},
+                     {"compute_dtype", dtype_name(compute)},
                      {"peak_flops", run.peak_flops}};
     metrics->write_json(header.dump());
   }
@@ -201,21 +196,22 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     std::printf("  batch %d x %d tokens (%d micro-batch(es) of %d), %d steps, %s\n", settings.global_batch,
                 settings.seq_len, settings.micro_steps(), settings.micro_batch, settings.steps,
                 settings.schedule.describe().c_str());
-    std::printf("  device %s, %d CPU thread(s)%s\n", ctx.device().str().c_str(), ctx.cpu_threads(),
+    std::printf("  device %s, %s compute, %d CPU thread(s)%s\n", ctx.device().str().c_str(), dtype_name(compute),
+                ctx.cpu_threads(),
                 run.peak_flops > 0 ? (", MFU against " + format_count(run.peak_flops) + "FLOP/s").c_str() : "");
     std::fflush(stdout);
   }
 
-  double elapsed = 0.0;
+  double elapsed_after_first = 0.0;
   StepRecord last;
   for (int s = 0; s < settings.steps; ++s) {
     last = trainer.step();
-    elapsed += last.step_ms / 1e3;
+    if (last.step > 1) elapsed_after_first += last.step_ms / 1e3;
     if (metrics) metrics->write(last);
     const bool show = last.step == 1 || last.step == settings.steps || last.step % log_every == 0 || last.val_loss;
     if (root && show) {
       // ETA from the mean step time so far, leaving out the first (warm-up) step when possible.
-      const double mean = last.step > 1 ? (elapsed - 0.0) / last.step : last.step_ms / 1e3;
+      const double mean = last.step > 1 ? elapsed_after_first / (last.step - 1) : last.step_ms / 1e3;
       std::printf("%s\n", format_progress(last, settings.steps, mean * (settings.steps - last.step)).c_str());
       std::fflush(stdout);
     }

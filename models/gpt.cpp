@@ -22,14 +22,14 @@ struct Gpt::Activations {
     Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   };
   std::vector<PerBlock> blocks;
-  Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
+  Tensor lnf, lnf_mean, lnf_rstd, logits, losses, lse;
   // Scratch shared by all blocks in forward (branch outputs) and backward (gradients).
   Tensor branch, dres, dln, datty, dqkv, dfch;
   std::int64_t bytes = 0;
 };
 
-Gpt::Gpt(DeviceContext& ctx, const GptConfig& config)
-    : ctx_(ctx), config_(config), store_((config.validate(), ctx), gpt_parameter_specs(config)) {
+Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute)
+    : ctx_(ctx), config_(config), store_((config.validate(), ctx), gpt_parameter_specs(config), compute) {
   for (int l = 0; l < config_.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     blocks_.push_back({LayerNorm::from_store(store_, p + "ln1"), LayerNorm::from_store(store_, p + "ln2"),
@@ -52,32 +52,36 @@ void Gpt::ensure_activations(int B, int T) {
   a->B = B;
   a->T = T;
   const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, H = config_.heads;
-  auto make = [&](Shape shape) {
-    Tensor t = Tensor::empty(std::move(shape), DType::F32, ctx_);
+  auto make = [&](Shape shape, DType dtype) {
+    Tensor t = Tensor::empty(std::move(shape), dtype, ctx_);
     a->bytes += static_cast<std::int64_t>(t.nbytes());
     return t;
   };
-  for (int l = 0; l <= config_.layers; ++l) a->residual.push_back(make({N, C}));
+  // Activations and their gradients are of the compute dtype; statistics are fp32 whatever it is.
+  auto act = [&](Shape shape) { return make(std::move(shape), compute_dtype()); };
+  auto f32 = [&](Shape shape) { return make(std::move(shape), DType::F32); };
+  for (int l = 0; l <= config_.layers; ++l) a->residual.push_back(act({N, C}));
   for (int l = 0; l < config_.layers; ++l) {
-    a->blocks.push_back({make({N, C}), make({N}), make({N}), make({B, T, 3 * C}), make({N, C}),
-                         make({B, H, T, T}), make({N, C}), make({N, C}), make({N}), make({N}), make({N, 4 * C}),
-                         make({N, 4 * C})});
+    a->blocks.push_back({act({N, C}), f32({N}), f32({N}), act({B, T, 3 * C}), act({N, C}), f32({B, H, T, T}),
+                         act({N, C}), act({N, C}), f32({N}), f32({N}), act({N, 4 * C}), act({N, 4 * C})});
   }
-  a->lnf = make({N, C});
-  a->lnf_mean = make({N});
-  a->lnf_rstd = make({N});
-  a->logits = make({N, config_.vocab_rows()});
-  a->losses = make({N});
-  a->branch = make({N, C});
-  a->dres = make({N, C});
-  a->dln = make({N, C});
-  a->datty = make({N, C});
-  a->dqkv = make({B, T, 3 * C});
-  a->dfch = make({N, 4 * C});
+  a->lnf = act({N, C});
+  a->lnf_mean = f32({N});
+  a->lnf_rstd = f32({N});
+  a->logits = act({N, config_.vocab_rows()});
+  a->losses = f32({N});
+  a->lse = f32({N});
+  a->branch = act({N, C});
+  a->dres = act({N, C});
+  a->dln = act({N, C});
+  a->datty = act({N, C});
+  a->dqkv = act({B, T, 3 * C});
+  a->dfch = act({N, 4 * C});
   acts_ = std::move(a);
 }
 
 void Gpt::run_forward(std::span<const std::int32_t> inputs, int B, int T) {
+  have_targets_ = false;  // whatever happens below, the last batch's targets no longer match the activations
   ensure_activations(B, T);
   Activations& a = *acts_;
   MT_CHECK(static_cast<std::int64_t>(inputs.size()) == static_cast<std::int64_t>(B) * T, "forward: ",
@@ -86,6 +90,8 @@ void Gpt::run_forward(std::span<const std::int32_t> inputs, int B, int T) {
     MT_CHECK(id >= 0 && id < config_.vocab_size, "input token ", id, " is outside the vocabulary [0, ",
              config_.vocab_size, ")");
   a.tokens = Tensor::from_host(inputs, {B, T}, ctx_);
+  store_.refresh_compute_params(ctx_);  // the bf16 copy of the master weights (nothing to do in fp32)
+  // The embedding kernel reads the fp32 tables and rounds their sum once into the activation dtype.
   nn::embedding_forward(ctx_, a.tokens, store_.param(0), store_.param(1), a.residual[0]);
   for (int l = 0; l < config_.layers; ++l) {
     Block& blk = blocks_[static_cast<std::size_t>(l)];
@@ -104,15 +110,19 @@ void Gpt::run_forward(std::span<const std::int32_t> inputs, int B, int T) {
   }
   lnf_.forward(ctx_, a.residual.back(), a.lnf, a.lnf_mean, a.lnf_rstd);
   // logits = lnf wte^T over all Vp rows (the padding columns are ignored by the loss).
-  matmul(ctx_, a.lnf, false, store_.param(0), true, a.logits);
+  matmul(ctx_, a.lnf, false, store_.compute_param(0), true, a.logits);
 }
 
 float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T) {
   run_forward(inputs, B, T);
   Activations& a = *acts_;
   MT_CHECK(targets.size() == inputs.size(), "forward: ", targets.size(), " targets for ", inputs.size(), " inputs");
+  // Checked here on the host: the CUDA cross-entropy kernel does not check its ids.
+  for (std::int32_t id : targets)
+    MT_CHECK(id >= 0 && id < config_.vocab_size, "target token ", id, " is outside the vocabulary [0, ",
+             config_.vocab_size, ")");
   a.targets = Tensor::from_host(targets, {static_cast<std::int64_t>(targets.size())}, ctx_);
-  nn::cross_entropy(ctx_, a.logits, a.targets, config_.vocab_size, a.losses, nullptr, 0.0f);
+  nn::cross_entropy_forward(ctx_, a.logits, a.targets, config_.vocab_size, a.losses, a.lse);
   have_targets_ = true;
   return static_cast<float>(kernels::reduce(ctx_, ReduceKind::Sum, a.losses) / static_cast<double>(a.losses.numel()));
 }
@@ -127,12 +137,12 @@ void Gpt::backward(float loss_weight) {
   Activations& a = *acts_;
   const std::int64_t N = a.losses.numel();
   // dlogits replaces the logits; then through the tied LM head.
-  nn::cross_entropy(ctx_, a.logits, a.targets, config_.vocab_size, a.losses, &a.logits,
-                    loss_weight / static_cast<float>(N));
+  nn::cross_entropy_backward(ctx_, a.logits, a.targets, a.lse, config_.vocab_size,
+                             loss_weight / static_cast<float>(N), a.logits);
   have_targets_ = false;  // the logits are gone
-  Tensor& dwte = store_.grad(0);
+  Tensor& dwte = store_.grad(0);  // fp32 whatever the compute dtype
   matmul(ctx_, a.logits, true, a.lnf, false, dwte, 1.0f, 1.0f);
-  matmul(ctx_, a.logits, false, store_.param(0), false, a.dln);
+  matmul(ctx_, a.logits, false, store_.compute_param(0), false, a.dln);
   kernels::fill(ctx_, a.dres, 0.0);
   lnf_.backward(ctx_, a.dln, a.residual.back(), a.lnf_mean, a.lnf_rstd, a.dres);
 

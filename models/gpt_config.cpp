@@ -30,13 +30,13 @@ double GptConfig::training_flops_per_token(int seq_len) const {
 }
 
 void GptConfig::validate() const {
-  MT_CHECK(layers >= 1, "model: layers must be at least 1, got ", layers);
-  MT_CHECK(heads >= 1, "model: heads must be at least 1, got ", heads);
-  MT_CHECK(channels >= 1 && channels % heads == 0, "model: channels (", channels,
+  MT_REQUIRE(layers >= 1, "model: layers must be at least 1, got ", layers);
+  MT_REQUIRE(heads >= 1, "model: heads must be at least 1, got ", heads);
+  MT_REQUIRE(channels >= 1 && channels % heads == 0, "model: channels (", channels,
            ") must be a positive multiple of heads (", heads, ")");
-  MT_CHECK(max_seq_len >= 1, "model: max_seq_len must be at least 1, got ", max_seq_len);
-  MT_CHECK(vocab_size >= 1, "model: vocab_size must be at least 1, got ", vocab_size);
-  MT_CHECK(padded_vocab == 0 || padded_vocab >= vocab_size, "model: padded_vocab (", padded_vocab,
+  MT_REQUIRE(max_seq_len >= 1, "model: max_seq_len must be at least 1, got ", max_seq_len);
+  MT_REQUIRE(vocab_size >= 1, "model: vocab_size must be at least 1, got ", vocab_size);
+  MT_REQUIRE(padded_vocab == 0 || padded_vocab >= vocab_size, "model: padded_vocab (", padded_vocab,
            ") is smaller than vocab_size (", vocab_size, ")");
 }
 

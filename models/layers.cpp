@@ -15,6 +15,7 @@ Linear Linear::from_store(ParameterStore& store, const std::string& prefix, bool
   Linear l;
   l.weight = store.param(prefix + ".weight");
   l.dweight = store.grad(prefix + ".weight");
+  l.compute_weight = store.compute_param(prefix + ".weight");
   if (has_bias) {
     l.bias = store.param(prefix + ".bias");
     l.dbias = store.grad(prefix + ".bias");
@@ -28,9 +29,9 @@ void Linear::forward(DeviceContext& ctx, const Tensor& x, Tensor& y) const {
   MT_CHECK(x2.dim(0) == y2.dim(0), "linear: input ", x.describe(), " and output ", y.describe(), " differ in rows");
   if (bias.defined()) {
     nn::broadcast_rows(ctx, bias, y2);
-    matmul(ctx, x2, false, weight, true, y2, 1.0f, 1.0f);
+    matmul(ctx, x2, false, compute_weight, true, y2, 1.0f, 1.0f);
   } else {
-    matmul(ctx, x2, false, weight, true, y2);
+    matmul(ctx, x2, false, compute_weight, true, y2);
   }
 }
 
@@ -41,7 +42,7 @@ void Linear::backward(DeviceContext& ctx, const Tensor& dy, const Tensor& x, Ten
   if (dbias.defined()) nn::bias_backward(ctx, dy2, dbias);
   if (dx != nullptr) {
     Tensor dx2 = as_matrix(*dx, in_features());
-    matmul(ctx, dy2, false, weight, false, dx2, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+    matmul(ctx, dy2, false, compute_weight, false, dx2, 1.0f, accumulate_dx ? 1.0f : 0.0f);
   }
 }
 

@@ -13,8 +13,15 @@ namespace mt {
 class ParameterStore;
 
 // y = x W^T + b with W [out, in] and b [out] (bias optional).
+//
+// The activations x, y and their gradients are of the compute dtype (fp32 or bf16); so is
+// `compute_weight`, the weight as the GEMMs read it: `weight` itself in fp32, the store's bf16 copy
+// of it otherwise. `weight`, `bias` and the gradients are the fp32 masters: dweight accumulates in
+// fp32 (a bf16 x bf16 -> fp32 GEMM); the kernels read the fp32 bias (broadcast into y, in y's
+// dtype, before the GEMM adds x W^T to it) and sum dbias in fp32.
 struct Linear {
   Tensor weight, bias, dweight, dbias;
+  Tensor compute_weight;
 
   static Linear from_store(ParameterStore& store, const std::string& prefix, bool has_bias = true);
   std::int64_t in_features() const { return weight.dim(1); }

@@ -4,7 +4,10 @@
 
 namespace mt {
 
-ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs) : specs_(std::move(specs)) {
+ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute)
+    : specs_(std::move(specs)) {
+  MT_CHECK(compute == DType::F32 || compute == DType::BF16, "parameters compute in fp32 or bf16, not ",
+           dtype_name(compute));
   std::int64_t total = 0;
   for (const ParamSpec& s : specs_) {
     offsets_.push_back(total);
@@ -12,9 +15,14 @@ ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs)
   }
   flat_params_ = Tensor::zeros({total}, DType::F32, ctx);
   flat_grads_ = Tensor::zeros({total}, DType::F32, ctx);
+  flat_compute_ = compute == DType::F32 ? flat_params_ : Tensor::zeros({total}, compute, ctx);
   for (std::size_t i = 0; i < specs_.size(); ++i) {
-    params_.push_back(flat_params_.flat_slice(offsets_[i], specs_[i].numel()).reshape(specs_[i].shape));
-    grads_.push_back(flat_grads_.flat_slice(offsets_[i], specs_[i].numel()).reshape(specs_[i].shape));
+    auto view = [&](const Tensor& flat) {
+      return flat.flat_slice(offsets_[i], specs_[i].numel()).reshape(specs_[i].shape);
+    };
+    params_.push_back(view(flat_params_));
+    grads_.push_back(view(flat_grads_));
+    compute_.push_back(view(flat_compute_));
   }
 }
 
@@ -25,5 +33,10 @@ std::size_t ParameterStore::index_of(const std::string& name) const {
 }
 
 void ParameterStore::zero_grads(DeviceContext& ctx) { kernels::fill(ctx, flat_grads_, 0.0); }
+
+void ParameterStore::refresh_compute_params(DeviceContext& ctx) {
+  if (compute_dtype() == DType::F32) return;  // the compute views are the parameters themselves
+  kernels::cast(ctx, flat_params_, flat_compute_);
+}
 
 }  // namespace mt

@@ -1,6 +1,11 @@
 // A model's parameters and gradients, each in one contiguous fp32 buffer on the device, handed out
 // as per-parameter views in the order of the specs. One buffer makes the gradient norm one
 // reduction, and lets data parallelism cut the gradients into contiguous buckets.
+//
+// With a bf16 compute dtype the fp32 parameters and gradients stay the master copy (what the
+// optimizer updates, checkpoints save and gradients accumulate into), and a third flat buffer
+// holds the parameters rounded to bf16 for the GEMMs: refresh_compute_params() casts the master
+// into it in one kernel. With fp32 compute there is no copy: the compute views are the parameters.
 // defines: ParameterStore
 #pragma once
 
@@ -16,7 +21,7 @@ namespace mt {
 
 class ParameterStore {
  public:
-  ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs);
+  ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute = DType::F32);
 
   std::size_t size() const { return specs_.size(); }
   const std::vector<ParamSpec>& specs() const { return specs_; }
@@ -37,11 +42,20 @@ class ParameterStore {
 
   void zero_grads(DeviceContext& ctx);
 
+  // The parameters in the compute dtype (fp32 or bf16), as the GEMMs read them; the same offsets.
+  DType compute_dtype() const { return flat_compute_.dtype(); }
+  const Tensor& compute_param(std::size_t i) const { return compute_.at(i); }
+  const Tensor& compute_param(const std::string& name) const { return compute_.at(index_of(name)); }
+  const Tensor& flat_compute_params() const { return flat_compute_; }
+  // Rounds the master parameters into the bf16 copy (to nearest even); nothing to do for fp32.
+  // Call after every change of the parameters and before the next forward.
+  void refresh_compute_params(DeviceContext& ctx);
+
  private:
   std::vector<ParamSpec> specs_;
   std::vector<std::int64_t> offsets_;
-  Tensor flat_params_, flat_grads_;
-  std::vector<Tensor> params_, grads_;
+  Tensor flat_params_, flat_grads_, flat_compute_;  // flat_compute_ shares flat_params_ for fp32
+  std::vector<Tensor> params_, grads_, compute_;
 };
 
 }  // namespace mt

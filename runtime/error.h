@@ -1,5 +1,5 @@
 // Errors that say where: every meshtrain error carries file:line, the rank and the host.
-// defines: Error, TimeoutError, OutOfMemoryError, ProcessLabel, MT_CHECK, MT_FAIL
+// defines: Error, TimeoutError, OutOfMemoryError, ProcessLabel, MT_CHECK, MT_REQUIRE, MT_FAIL
 #pragma once
 
 #include <source_location>
@@ -53,6 +53,11 @@ template <class E = Error, class... Parts>
 
 #define MT_FAIL(...) ::mt::fail_at(std::source_location::current(), __VA_ARGS__)
 #define MT_FAIL_AS(E, ...) ::mt::fail_at<E>(std::source_location::current(), __VA_ARGS__)
+// For checks of what a user gave (options, files): the message alone, without the condition's text.
+#define MT_REQUIRE(cond, ...)                                                   \
+  do {                                                                          \
+    if (!(cond)) ::mt::fail_at(std::source_location::current(), __VA_ARGS__);   \
+  } while (0)
 #define MT_CHECK(cond, ...)                                                          \
   do {                                                                               \
     if (!(cond)) ::mt::fail_at(std::source_location::current(), "check failed: " #cond ": ", __VA_ARGS__); \

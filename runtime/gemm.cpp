@@ -4,16 +4,26 @@
 
 namespace mt {
 
+namespace {
+// The element types GEMM takes (see gemm.h): A and B alike, C the same or fp32 for bf16 inputs.
+bool supported_types(DType ab, DType c) {
+  if (ab == DType::F32) return c == DType::F32;
+  if (ab == DType::BF16) return c == DType::BF16 || c == DType::F32;
+  return false;
+}
+}  // namespace
+
 void gemm(DeviceContext& ctx, const GemmArgs& args) {
   MT_CHECK(args.m >= 0 && args.n >= 0 && args.k >= 0 && args.batch >= 0, "negative GEMM size m=", args.m,
            " n=", args.n, " k=", args.k, " batch=", args.batch);
-  MT_CHECK(args.dtype != DType::I32, "GEMM on int32 is not supported");
+  MT_CHECK(args.dtype != DType::I32 && args.c_type() != DType::I32, "GEMM on int32 is not supported");
+  MT_CHECK(supported_types(args.dtype, args.c_type()), "GEMM of ", dtype_name(args.dtype), " inputs into ",
+           dtype_name(args.c_type()), " is not supported (fp32 x fp32 -> fp32, bf16 x bf16 -> fp32 or bf16)");
   MT_CHECK(args.lda >= (args.trans_a ? args.m : args.k) && args.ldb >= (args.trans_b ? args.k : args.n) &&
                args.ldc >= args.n,
            "GEMM leading dimensions too small: lda=", args.lda, " ldb=", args.ldb, " ldc=", args.ldc);
   if (args.m == 0 || args.n == 0 || args.batch == 0) return;
   if (ctx.device().is_cpu()) {
-    MT_CHECK(args.dtype == DType::F32, "the CPU backend multiplies fp32 only, not ", dtype_name(args.dtype));
     blas::cpu_gemm(args);
   } else {
     blas::cuda_gemm(ctx.blas_handle(), args);
@@ -33,8 +43,11 @@ GemmArgs args_for(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, 
   const std::int64_t kb = trans_b ? b.dim(r + 1) : b.dim(r);
   MT_CHECK(kb == g.k && c.dim(r) == g.m && c.dim(r + 1) == g.n, "matmul shapes do not agree: ", a.describe(),
            trans_a ? "^T" : "", " @ ", b.describe(), trans_b ? "^T" : "", " -> ", c.describe());
-  MT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "matmul dtypes differ: ", a.describe(), ", ",
-           b.describe(), ", ", c.describe());
+  MT_CHECK(a.dtype() == b.dtype(), "matmul dtypes differ: ", a.describe(), ", ", b.describe(),
+           " (a and b must share one dtype)");
+  MT_CHECK(a.dtype() == c.dtype() || (a.dtype() == DType::BF16 && c.dtype() == DType::F32),
+           "matmul dtypes differ: ", a.describe(), " @ ", b.describe(), " -> ", c.describe(),
+           " (c must be of a's dtype, or fp32 for bf16 inputs)");
   g.alpha = alpha;
   g.beta = beta;
   g.a = a.data();
@@ -44,6 +57,7 @@ GemmArgs args_for(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, 
   g.ldb = b.dim(r + 1);
   g.ldc = c.dim(r + 1);
   g.dtype = a.dtype();
+  g.c_dtype = c.dtype();
   return g;
 }
 }  // namespace

@@ -10,7 +10,7 @@
 #define MT_NN_OPS(X)                                                                             \
   X(EmbeddingForward) X(EmbeddingBackwardTokens) X(EmbeddingBackwardPositions) X(LayerNormForward) \
   X(LayerNormBackwardInput) X(LayerNormBackwardParams) X(BroadcastRows) X(ColumnSum) X(GeluForward) \
-  X(GeluBackward) X(AttentionForward) X(AttentionBackward) X(CrossEntropyRow) X(SoftmaxRow)
+  X(GeluBackward) X(AttentionForward) X(AttentionBackward) X(CrossEntropyForward) X(CrossEntropyBackward) X(SoftmaxRow)
 
 namespace mt::backend {
 

@@ -4,14 +4,15 @@
 // runtime/cuda/nn_kernels.cu). A unit owns its outputs and reduces them in a fixed order, so the
 // result never depends on the thread count.
 //
-// T is the activation type (float, or bf16 on CUDA); arithmetic is in float. Parameters, their
+// T is the activation type (float, or bf16: meant for CUDA, run on the CPU in tests); arithmetic is in float. Parameters, their
 // gradients, layernorm statistics, attention probabilities and losses are float.
 // defines: EmbeddingForward/Backward*, LayerNorm*, BroadcastRows, ColumnSum, Gelu*, Attention*,
-//          CrossEntropyRow, SoftmaxRow
+//          CrossEntropyForward/Backward, SoftmaxRow, exp_f
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "runtime/functors.h"
 
@@ -22,8 +23,75 @@ inline constexpr float kLayerNormEps = 1e-5f;
 inline constexpr std::int64_t kColumnBlock = 64;
 
 MT_HD std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
-MT_HD float exp_f(float x) { return ::expf(x); }
 MT_HD float tanh_f(float x) { return ::tanhf(x); }
+
+MT_HD float float_from_bits(std::int32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+MT_HD std::int32_t bits_from_float(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_int(f);
+#else
+  std::int32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+#endif
+}
+
+// exp(x) in plain float arithmetic, no library call, so CPU loops over it vectorize (the softmax
+// over a 50k vocabulary was half of a small model's step with libm's scalar expf). x = n ln2 + r
+// with |r| <= ln2/2 (n rounded by the 1.5 x 2^23 trick, ln2 split in two for an exact product),
+// e^r by a degree-7 polynomial (cephes' minimax coefficients), 2^n from the exponent bits.
+// Relative error about 2e-7; arguments below -87.3 give 0, above 88 are taken as 88.
+MT_HD float exp_f(float x) {
+  const float underflow = x < -87.3f ? 0.0f : 1.0f;
+  x = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+  const float shifted = x * 1.44269504088896341f + 12582912.0f;
+  const float n = shifted - 12582912.0f;
+  const std::int32_t ni = bits_from_float(shifted) - 0x4B400000;
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * float_from_bits((ni + 127) << 23) * underflow;
+}
+
+// Row reductions in kLanes interleaved partial results, folded in a fixed order: the same result
+// on every backend and thread count, and a shape the CPU compiler turns into vector code.
+inline constexpr int kLanes = 8;
+
+template <class F>
+MT_HD float lane_sum(std::int64_t n, const F& f) {
+  float acc[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += f(j + l);
+  for (int l = 0; j < n; ++j, ++l) acc[l] += f(j);
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+MT_HD float max_f(float a, float b) { return b > a ? b : a; }
+
+template <class F>
+MT_HD float lane_max(std::int64_t n, const F& f) {
+  const float lowest = -3.402823466e38f;
+  float acc[kLanes] = {lowest, lowest, lowest, lowest, lowest, lowest, lowest, lowest};
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] = max_f(acc[l], f(j + l));
+  for (int l = 0; j < n; ++j, ++l) acc[l] = max_f(acc[l], f(j));
+  return max_f(max_f(max_f(acc[0], acc[4]), max_f(acc[1], acc[5])), max_f(max_f(acc[2], acc[6]), max_f(acc[3], acc[7])));
+}
 
 // out[n, :] = wte[tokens[n], :] + wpe[n % T, :]; one unit per row.
 template <class T>
@@ -321,32 +389,45 @@ struct AttentionBackward {
   }
 };
 
-// One unit per row of logits [N, Vp]: loss = logsumexp - logit[target] over the first `vocab`
-// columns; with `dlogits` set, (softmax - onehot) * dloss there and zero in the padding.
+// One unit per row of logits [N, Vp]: over the first `vocab` columns, lse = log(sum(exp(x))) and
+// loss = lse - x[target]. The padding columns never enter.
 template <class T>
-struct CrossEntropyRow {
+struct CrossEntropyForward {
   const T* logits;
   const std::int32_t* targets;
   float* losses;
-  T* dlogits;  // may be null, or alias logits
+  float* lse;
+  std::int64_t rows, vocab, padded_vocab;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* x = logits + n * padded_vocab;
+    const float m = lane_max(vocab, [x](std::int64_t j) { return widen(x[j]); });
+    const float sum = lane_sum(vocab, [x, m](std::int64_t j) { return exp_f(widen(x[j]) - m); });
+    const float log_sum = m + ::logf(sum);
+    lse[n] = log_sum;
+    losses[n] = log_sum - widen(x[targets[n]]);
+  }
+};
+
+// dlogits = (softmax - onehot(target)) * dloss over the first `vocab` columns, zero in the
+// padding; one unit per row. dlogits may alias logits.
+template <class T>
+struct CrossEntropyBackward {
+  const T* logits;
+  const std::int32_t* targets;
+  const float* lse;
+  T* dlogits;
   std::int64_t rows, vocab, padded_vocab;
   float dloss;
   MT_HD std::int64_t count() const { return rows; }
   MT_HD void operator()(std::int64_t n) const {
     const T* x = logits + n * padded_vocab;
-    float max_logit = -3.402823466e38f;
-    for (std::int64_t j = 0; j < vocab; ++j) max_logit = widen(x[j]) > max_logit ? widen(x[j]) : max_logit;
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j < vocab; ++j) sum += exp_f(widen(x[j]) - max_logit);
-    const std::int32_t target = targets[n];
-    losses[n] = ::logf(sum) + max_logit - widen(x[target]);
-    if (dlogits == nullptr) return;
-    const float inv = 1.0f / sum;
     T* d = dlogits + n * padded_vocab;
-    for (std::int64_t j = 0; j < vocab; ++j) {
-      const float p = exp_f(widen(x[j]) - max_logit) * inv;
-      d[j] = narrow_to<T>((p - (j == target ? 1.0f : 0.0f)) * dloss);
-    }
+    const float log_sum = lse[n];
+    const std::int32_t target = targets[n];
+    const float p_target = exp_f(widen(x[target]) - log_sum);
+    for (std::int64_t j = 0; j < vocab; ++j) d[j] = narrow_to<T>(exp_f(widen(x[j]) - log_sum) * dloss);
+    d[target] = narrow_to<T>((p_target - 1.0f) * dloss);
     for (std::int64_t j = vocab; j < padded_vocab; ++j) d[j] = narrow_to<T>(0.0f);
   }
 };
@@ -362,14 +443,9 @@ struct SoftmaxRow {
   MT_HD void operator()(std::int64_t n) const {
     const T* x = logits + n * padded_vocab;
     float* p = probs + n * vocab;
-    float max_logit = -3.402823466e38f;
-    for (std::int64_t j = 0; j < vocab; ++j) max_logit = widen(x[j]) > max_logit ? widen(x[j]) : max_logit;
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j < vocab; ++j) {
-      p[j] = exp_f((widen(x[j]) - max_logit) / temperature);
-      sum += p[j];
-    }
-    const float inv = 1.0f / sum;
+    const float max_logit = lane_max(vocab, [x](std::int64_t j) { return widen(x[j]); });
+    for (std::int64_t j = 0; j < vocab; ++j) p[j] = exp_f((widen(x[j]) - max_logit) / temperature);
+    const float inv = 1.0f / lane_sum(vocab, [p](std::int64_t j) { return p[j]; });
     for (std::int64_t j = 0; j < vocab; ++j) p[j] *= inv;
   }
 };

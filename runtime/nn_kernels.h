@@ -5,7 +5,7 @@
 //
 // Shapes: N = rows (batch x time), C = channels. "+=" marks outputs that accumulate (gradients
 // of parameters accumulate over micro-batches; the residual stream's gradient over branches).
-// Activations may be fp32, or bf16 on CUDA; parameters, their gradients and statistics are fp32.
+// Activations may be fp32 or bf16 (meant for CUDA; the CPU runs it too, for tests); parameters, their gradients and statistics are fp32.
 // defines: mt::nn kernels
 #pragma once
 
@@ -48,6 +48,13 @@ void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qk
 // targets int32 [N] in [0, vocab).
 void cross_entropy(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, int vocab, Tensor& losses,
                    Tensor* dlogits, float dloss);
+
+// The same in two steps, as training uses them: forward keeps lse [N] = log(sum(exp(logits)))
+// per row; backward turns logits into dlogits (dlogits may be logits) from it, one exp per element.
+void cross_entropy_forward(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, int vocab, Tensor& losses,
+                           Tensor& lse);
+void cross_entropy_backward(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            int vocab, float dloss, Tensor& dlogits);
 
 // Softmax over the first `vocab` columns of each row with temperature, into fp32 probs [N, vocab].
 void softmax_rows(DeviceContext& ctx, const Tensor& logits, int vocab, float temperature, Tensor& probs);

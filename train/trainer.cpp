@@ -8,14 +8,14 @@
 namespace mt {
 
 void TrainSettings::validate() const {
-  MT_CHECK(micro_batch >= 1, "--micro-batch must be at least 1, got ", micro_batch);
-  MT_CHECK(global_batch >= micro_batch && global_batch % micro_batch == 0, "--global-batch (", global_batch,
+  MT_REQUIRE(micro_batch >= 1, "--micro-batch must be at least 1, got ", micro_batch);
+  MT_REQUIRE(global_batch >= micro_batch && global_batch % micro_batch == 0, "--global-batch (", global_batch,
            ") must be a positive multiple of --micro-batch (", micro_batch, ")");
-  MT_CHECK(seq_len >= 1, "--seq-len must be at least 1, got ", seq_len);
-  MT_CHECK(steps >= 1, "--steps must be at least 1, got ", steps);
-  MT_CHECK(grad_clip >= 0.0f && std::isfinite(grad_clip), "--grad-clip must be >= 0, got ", grad_clip);
-  MT_CHECK(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
-  MT_CHECK(eval_batches >= 1, "--eval-batches must be at least 1, got ", eval_batches);
+  MT_REQUIRE(seq_len >= 1, "--seq-len must be at least 1, got ", seq_len);
+  MT_REQUIRE(steps >= 1, "--steps must be at least 1, got ", steps);
+  MT_REQUIRE(grad_clip >= 0.0f && std::isfinite(grad_clip), "--grad-clip must be >= 0, got ", grad_clip);
+  MT_REQUIRE(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
+  MT_REQUIRE(eval_batches >= 1, "--eval-batches must be at least 1, got ", eval_batches);
   schedule.validate();
   mt::validate(adamw);
 }
@@ -24,7 +24,7 @@ Trainer::Trainer(DeviceContext& ctx, Gpt& model, data::DataLoader& train, data::
                  TrainSettings settings)
     : ctx_(ctx), model_(model), train_(train), val_(val), settings_(std::move(settings)) {
   settings_.validate();
-  MT_CHECK(settings_.seq_len <= model_.config().max_seq_len, "--seq-len ", settings_.seq_len,
+  MT_REQUIRE(settings_.seq_len <= model_.config().max_seq_len, "--seq-len ", settings_.seq_len,
            " exceeds the model's context of ", model_.config().max_seq_len);
   MT_CHECK(train_.seq_len() == settings_.seq_len, "the training loader yields sequences of ", train_.seq_len(),
            " tokens, the trainer wants ", settings_.seq_len);
@@ -55,7 +55,7 @@ StepRecord Trainer::step() {
   r.loss = loss_sum / micro_steps;
   const Tensor grads = store.flat_grads();
   r.grad_norm = std::sqrt(sum_of_squares(ctx_, std::span<const Tensor>(&grads, 1)));
-  MT_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "training diverged at step ", r.step, ": loss ",
+  MT_REQUIRE(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "training diverged at step ", r.step, ": loss ",
            r.loss, ", gradient norm ", r.grad_norm, " (try a lower --lr or --grad-clip)");
   r.lr = settings_.schedule.at(steps_done_);
   optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));

@@ -19,30 +19,11 @@
 #include "data/shard.h"
 #include "data/tokenizer/tokenizer.h"
 #include "runtime/error.h"
+#include "tests/scratch_dir.h"
 
 namespace mt::data::testing {
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("meshtrain_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using mt::testing::ScratchDir;
 
 // The bytes tokenizer's contract (vocab 256, eot 0, one id per byte), without the tokenizer library.
 class FakeByteTokenizer final : public Tokenizer {

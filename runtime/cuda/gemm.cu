@@ -9,7 +9,9 @@
 // One call covers every case: cublasGemmStridedBatchedEx (batch 1 included). fp32 computes with
 // CUBLAS_COMPUTE_32F and the default math mode, which never down-converts to TF32, so results are
 // comparable to the CPU's sgemm; bf16 inputs and outputs also accumulate in fp32 (reductions of
-// partial results included: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION).
+// partial results included: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION). bf16 A and B may
+// write a bf16 C or accumulate into an fp32 C (Ctype CUDA_R_32F), both with CUBLAS_COMPUTE_32F and
+// fp32 alpha and beta; gemm() has checked the combination.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -66,7 +68,8 @@ void cuda_gemm(void* handle, const GemmArgs& g) {
            "GEMM dimension exceeds the 32-bit cuBLAS interface: m=", g.m, " n=", g.n, " k=", g.k,
            " batch=", g.batch);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
-  const cudaDataType_t type = cuda_type(g.dtype);
+  const cudaDataType_t ab_type = cuda_type(g.dtype);
+  const cudaDataType_t c_type = cuda_type(g.c_type());
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // cuBLAS checks ld >= max(1, rows) even when a matrix is empty (k == 0); with k == 0 it then
@@ -78,9 +81,9 @@ void cuda_gemm(void* handle, const GemmArgs& g) {
   const float beta = g.beta;
   MT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       to_handle(handle), op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha,
-      g.b, type, ldb, static_cast<long long>(g.stride_b),  //
-      g.a, type, lda, static_cast<long long>(g.stride_a),  //
-      &beta, g.c, type, ldc, static_cast<long long>(g.stride_c), static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
+      g.b, ab_type, ldb, static_cast<long long>(g.stride_b),  //
+      g.a, ab_type, lda, static_cast<long long>(g.stride_a),  //
+      &beta, g.c, c_type, ldc, static_cast<long long>(g.stride_c), static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
 }
 

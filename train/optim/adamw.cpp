@@ -28,12 +28,12 @@ void check_slot(const DeviceContext& ctx, const ParamSlot& s) {
 }  // namespace
 
 void validate(const AdamWConfig& c) {
-  MT_CHECK(std::isfinite(c.beta1) && c.beta1 >= 0.0f && c.beta1 < 1.0f, "AdamW beta1 must be in [0, 1), got ",
+  MT_REQUIRE(std::isfinite(c.beta1) && c.beta1 >= 0.0f && c.beta1 < 1.0f, "AdamW beta1 must be in [0, 1), got ",
            c.beta1);
-  MT_CHECK(std::isfinite(c.beta2) && c.beta2 >= 0.0f && c.beta2 < 1.0f, "AdamW beta2 must be in [0, 1), got ",
+  MT_REQUIRE(std::isfinite(c.beta2) && c.beta2 >= 0.0f && c.beta2 < 1.0f, "AdamW beta2 must be in [0, 1), got ",
            c.beta2);
-  MT_CHECK(std::isfinite(c.eps) && c.eps > 0.0f, "AdamW eps must be finite and > 0, got ", c.eps);
-  MT_CHECK(finite_nonnegative(c.weight_decay), "AdamW weight_decay must be finite and >= 0, got ", c.weight_decay);
+  MT_REQUIRE(std::isfinite(c.eps) && c.eps > 0.0f, "AdamW eps must be finite and > 0, got ", c.eps);
+  MT_REQUIRE(finite_nonnegative(c.weight_decay), "AdamW weight_decay must be finite and >= 0, got ", c.weight_decay);
 }
 
 AdamW::AdamW(DeviceContext& ctx, std::vector<ParamSlot> slots, AdamWConfig config)

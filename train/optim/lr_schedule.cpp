@@ -25,11 +25,11 @@ const char* lr_schedule_kind_name(LrScheduleKind kind) {
 }
 
 void LrSchedule::validate() const {
-  MT_CHECK(std::isfinite(max_lr) && max_lr >= 0.0f, "learning rate max_lr must be finite and >= 0, got ", max_lr);
-  MT_CHECK(total_steps >= 1, "learning-rate schedule total_steps must be >= 1, got ", total_steps);
-  MT_CHECK(warmup_steps >= 0 && warmup_steps <= total_steps, "learning-rate warmup_steps must be in [0, total_steps = ",
+  MT_REQUIRE(std::isfinite(max_lr) && max_lr >= 0.0f, "learning rate max_lr must be finite and >= 0, got ", max_lr);
+  MT_REQUIRE(total_steps >= 1, "learning-rate schedule total_steps must be >= 1, got ", total_steps);
+  MT_REQUIRE(warmup_steps >= 0 && warmup_steps <= total_steps, "learning-rate warmup_steps must be in [0, total_steps = ",
            total_steps, "], got ", warmup_steps);
-  MT_CHECK(min_lr_fraction >= 0.0f && min_lr_fraction <= 1.0f, "learning-rate min_lr_fraction must be in [0, 1], got ",
+  MT_REQUIRE(min_lr_fraction >= 0.0f && min_lr_fraction <= 1.0f, "learning-rate min_lr_fraction must be in [0, 1], got ",
            min_lr_fraction);
 }
 
@@ -40,7 +40,7 @@ float LrSchedule::min_lr() const {
 
 float LrSchedule::at(int step) const {
   validate();
-  MT_CHECK(step >= 0, "learning rate asked for step ", step, " (steps count from 0)");
+  MT_REQUIRE(step >= 0, "learning rate asked for step ", step, " (steps count from 0)");
   const double max = max_lr;
   if (step < warmup_steps) return static_cast<float>(max * (static_cast<double>(step) + 1.0) / warmup_steps);
   if (kind == LrScheduleKind::Constant) return max_lr;
