@@ -24,10 +24,11 @@
 #include "models/parameter_store.h"  // defines: ParameterStore
 #include "models/tests/reference_gpt.h"  // defines: reference_random_params
 #include "runtime/context.h"         // defines: DeviceContext, DeviceOptions
-#include "runtime/device.h"          // defines: discover_devices (the GPU test skips without one)
 #include "runtime/kernels.h"         // defines: kernels::scale
 #include "runtime/tensor.h"          // defines: Tensor
 #include "train/optim/adamw.h"       // defines: AdamW, ParamSlot
+#include "tests/float_bits.h"  // defines: bits
+#include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
 
 namespace mt {
 namespace {
@@ -80,18 +81,7 @@ Batch make_batch(int B, int T, std::uint32_t seed) {
 
 DeviceOptions cpu_options(int threads = 1) { return DeviceOptions{Device::cpu(), 0, threads}; }
 
-std::vector<std::uint32_t> bits(const Tensor& t) {
-  const std::vector<float> v = t.to_host<float>();
-  std::vector<std::uint32_t> out(v.size());
-  std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
-  return out;
-}
-
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
+using testing::bits;
 
 // Copies every master parameter of `from` into `to` (any devices, same config).
 void copy_parameters(const Gpt& from, Gpt& to, DeviceContext& to_ctx) {
@@ -342,10 +332,7 @@ TEST(GptBf16, RepeatsBitForBitAlsoAcrossThreadCounts) {
 // environment this test was written in).
 
 TEST(GptBf16Cuda, MatchesTheCpuBf16Model) {
-  const DeviceDiscovery found = discover_devices();
-  if (found.gpus.empty())
-    GTEST_SKIP() << "no usable GPU: "
-                 << (found.cuda_compiled ? found.cuda_unavailable_reason : "meshtrain was built without CUDA");
+  MT_SKIP_WITHOUT_GPU();
   DeviceContext cpu(cpu_options());
   DeviceContext gpu(DeviceOptions{Device::cuda(0), 0, 1});
   Gpt on_cpu(cpu, test_config(), DType::BF16);

@@ -31,6 +31,7 @@
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/kernels.h"             // defines: kernels::scale, kernels::binary (the SGD step)
 #include "runtime/tensor.h"              // defines: Tensor
+#include "tests/float_bits.h"  // defines: bits
 #include "tests/test_helpers.h"          // defines: error_of, contains
 
 namespace mt {
@@ -157,18 +158,7 @@ void load(Gpt& model, const RefParams& p, DeviceContext& ctx) {
 
 std::vector<float> floats(const Tensor& t) { return t.to_host<float>(); }
 
-std::vector<std::uint32_t> bits(const Tensor& t) {
-  const std::vector<float> v = t.to_host<float>();
-  std::vector<std::uint32_t> out(v.size());
-  std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
-  return out;
-}
-
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
+using testing::bits;
 
 // Gradients of tensor i of the store, as doubles.
 Vec grad_of(const ParameterStore& store, std::size_t i) {

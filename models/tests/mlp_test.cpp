@@ -24,6 +24,7 @@
 #include "models/tests/reference_gpt.h"  // defines: ref::linear, ref::gelu, ref::cross_entropy, central_difference
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/kernels.h"             // defines: kernels::scale, kernels::binary (the SGD step)
+#include "tests/float_bits.h"  // defines: bits
 #include "tests/test_helpers.h"          // defines: error_of, contains
 
 namespace mt {
@@ -138,18 +139,7 @@ Vec values(const Tensor& t) {
   return {v.begin(), v.end()};
 }
 
-std::vector<std::uint32_t> bits(const Tensor& t) {
-  const std::vector<float> v = t.to_host<float>();
-  std::vector<std::uint32_t> out(v.size());
-  std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
-  return out;
-}
-
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
+using testing::bits;
 
 double max_abs(const Vec& v) {
   double m = 0.0;

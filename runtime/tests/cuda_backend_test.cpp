@@ -27,26 +27,13 @@
 #include "runtime/kernels.h"         // defines: kernels::fill, binary, scale, cast, reduce
 #include "runtime/stream.h"          // defines: Stream, Event
 #include "runtime/tensor.h"          // defines: Tensor
+#include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
 
 namespace mt {
 namespace {
 
 using i64 = std::int64_t;
 
-const DeviceDiscovery& discovery() {
-  static const DeviceDiscovery found = discover_devices();
-  return found;
-}
-
-std::string no_gpu_reason() {
-  return discovery().cuda_compiled ? discovery().cuda_unavailable_reason : "meshtrain was built without CUDA";
-}
-
-// First statement of every GPU test.
-#define MT_SKIP_WITHOUT_GPU()                                                              \
-  do {                                                                                     \
-    if (discovery().gpus.empty()) GTEST_SKIP() << "no usable GPU: " << no_gpu_reason();    \
-  } while (0)
 
 DeviceOptions cpu_options() { return DeviceOptions{Device::cpu(), 0, 2}; }
 DeviceOptions gpu_options(std::size_t limit = 0) { return DeviceOptions{Device::cuda(0), limit, 1}; }
@@ -60,22 +47,22 @@ TEST(CudaDiscovery, ReportsNoGpuWithAReasonInsteadOfFailing) {
   std::string why = "unset";
   int count = -1;
   EXPECT_NO_THROW(count = cuda::device_count(&why));
-  EXPECT_EQ(static_cast<std::size_t>(count), discovery().gpus.size());
+  EXPECT_EQ(static_cast<std::size_t>(count), testing::test_device_discovery().gpus.size());
   if (count == 0) {
     EXPECT_FALSE(why.empty());
     // Compiled in, the reason names the failing call (no driver: cudaErrorInsufficientDriver).
     if (cuda::compiled()) {
       EXPECT_NE(why.find("cudaGetDeviceCount"), std::string::npos) << why;
     }
-    EXPECT_EQ(discovery().cuda_unavailable_reason.empty(), !cuda::compiled());
-    std::printf("no usable GPU here: %s\n", no_gpu_reason().c_str());
+    EXPECT_EQ(testing::test_device_discovery().cuda_unavailable_reason.empty(), !cuda::compiled());
+    std::printf("no usable GPU here: %s\n", testing::no_gpu_reason().c_str());
   } else {
     EXPECT_TRUE(why.empty()) << why;
   }
 }
 
 TEST(CudaDiscovery, CudaContextWithoutGpuThrows) {
-  if (!discovery().gpus.empty()) GTEST_SKIP() << "a GPU is usable here";
+  if (!testing::test_device_discovery().gpus.empty()) GTEST_SKIP() << "a GPU is usable here";
   EXPECT_THROW(DeviceContext ctx(gpu_options()), Error);
 }
 
@@ -84,7 +71,7 @@ TEST(CudaDiscovery, CudaContextWithoutGpuThrows) {
 
 TEST(CudaDevice, PropertiesDescribeTheGpu) {
   MT_SKIP_WITHOUT_GPU();
-  for (std::size_t i = 0; i < discovery().gpus.size(); ++i) {
+  for (std::size_t i = 0; i < testing::test_device_discovery().gpus.size(); ++i) {
     const DeviceProperties p = cuda::properties(static_cast<int>(i));
     EXPECT_EQ(p.device, Device::cuda(static_cast<int>(i)));
     EXPECT_FALSE(p.name.empty());
@@ -98,7 +85,7 @@ TEST(CudaDevice, PropertiesDescribeTheGpu) {
 TEST(CudaDevice, OutOfMemoryIsNullptrAndLeavesNoStickyError) {
   MT_SKIP_WITHOUT_GPU();
   DeviceContext ctx(gpu_options());
-  EXPECT_EQ(cuda::malloc_device(2 * discovery().gpus[0].total_memory), nullptr);  // twice the GPU
+  EXPECT_EQ(cuda::malloc_device(2 * testing::test_device_discovery().gpus[0].total_memory), nullptr);  // twice the GPU
   // The failed cudaMalloc must not surface in the next launch check.
   Tensor x = Tensor::empty({1000}, DType::F32, ctx);
   EXPECT_NO_THROW(kernels::fill(ctx, x, 2.0));
@@ -536,7 +523,7 @@ TEST(CudaAllocator, RefusesPastTheMemoryLimit) {
 TEST(CudaAllocator, DeviceOutOfMemoryIsAnOutOfMemoryError) {
   MT_SKIP_WITHOUT_GPU();
   DeviceContext ctx(gpu_options());  // no cap: the device itself refuses
-  const auto twice_the_gpu = static_cast<i64>(2 * discovery().gpus[0].total_memory / sizeof(float));
+  const auto twice_the_gpu = static_cast<i64>(2 * testing::test_device_discovery().gpus[0].total_memory / sizeof(float));
   EXPECT_THROW(Tensor::empty({twice_the_gpu}, DType::F32, ctx), OutOfMemoryError);
   Tensor fine = Tensor::empty({16}, DType::F32, ctx);
   EXPECT_NO_THROW(kernels::fill(ctx, fine, 1.0));

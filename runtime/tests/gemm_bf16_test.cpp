@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "runtime/context.h"  // defines: DeviceContext, DeviceOptions
-#include "runtime/device.h"   // defines: discover_devices (the GPU tests skip without one)
 #include "runtime/error.h"    // defines: Error
 #include "runtime/gemm.h"     // defines: GemmArgs, gemm, matmul, matmul_batched
 #include "runtime/tensor.h"   // defines: Tensor
 #include "tests/test_helpers.h"
+#include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
 
 namespace mt {
 namespace {
@@ -335,10 +335,7 @@ TEST(GemmBf16, UnsupportedDtypeMixesThrowClearly) {
 // spacing, at most 2^-7 of the value.
 
 TEST(CudaGemmBf16, MatchesTheCpuIntoFp32AndBf16) {
-  const DeviceDiscovery found = discover_devices();
-  if (found.gpus.empty())
-    GTEST_SKIP() << "no usable GPU: "
-                 << (found.cuda_compiled ? found.cuda_unavailable_reason : "meshtrain was built without CUDA");
+  MT_SKIP_WITHOUT_GPU();
   DeviceContext cpu(cpu_options());
   DeviceContext gpu(DeviceOptions{Device::cuda(0), 0, 1});
   unsigned seed = 500;

@@ -19,6 +19,7 @@
 #include "train/optim/adamw.h"           // defines: AdamW, ParamSlot
 #include "train/optim/adamw_backend.h"   // defines: backend::adamw_cuda
 #include "train/optim/grad_norm.h"       // defines: sum_of_squares
+#include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
 
 namespace mt {
 namespace {
@@ -27,19 +28,6 @@ using testing::contains;
 using testing::error_of;
 using i64 = std::int64_t;
 
-const DeviceDiscovery& discovery() {
-  static const DeviceDiscovery found = discover_devices();
-  return found;
-}
-
-std::string no_gpu_reason() {
-  return discovery().cuda_compiled ? discovery().cuda_unavailable_reason : "meshtrain was built without CUDA";
-}
-
-#define MT_SKIP_WITHOUT_GPU()                                                           \
-  do {                                                                                  \
-    if (discovery().gpus.empty()) GTEST_SKIP() << "no usable GPU: " << no_gpu_reason(); \
-  } while (0)
 
 std::vector<float> random_values(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
