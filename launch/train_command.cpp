@@ -36,17 +36,17 @@ po::options_description train_options() {
        "sequences per forward/backward pass; gradients accumulate over global-batch / micro-batch passes")
       ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T (at most the model's context)")
       ("steps", po::value<int>()->default_value(100), "optimizer steps to run")
-      ("lr", po::value<float>()->default_value(6e-4f), "peak learning rate")
+      ("lr", po::value<float>()->default_value(6e-4f, "6e-4"), "peak learning rate")
       ("lr-schedule", po::value<std::string>()->default_value("cosine"),
        "cosine, linear or constant decay after the warmup")
       ("warmup", po::value<int>()->default_value(0), "steps of linear learning-rate warmup")
-      ("min-lr-fraction", po::value<float>()->default_value(0.1f),
+      ("min-lr-fraction", po::value<float>()->default_value(0.1f, "0.1"),
        "final learning rate as a fraction of --lr (cosine and linear)")
-      ("weight-decay", po::value<float>()->default_value(0.1f),
+      ("weight-decay", po::value<float>()->default_value(0.1f, "0.1"),
        "AdamW decoupled weight decay, applied to matrices and embeddings (not to biases or layernorms)")
-      ("beta1", po::value<float>()->default_value(0.9f), "AdamW first-moment decay")
-      ("beta2", po::value<float>()->default_value(0.95f), "AdamW second-moment decay")
-      ("eps", po::value<float>()->default_value(1e-8f), "AdamW epsilon")
+      ("beta1", po::value<float>()->default_value(0.9f, "0.9"), "AdamW first-moment decay")
+      ("beta2", po::value<float>()->default_value(0.95f, "0.95"), "AdamW second-moment decay")
+      ("eps", po::value<float>()->default_value(1e-8f, "1e-8"), "AdamW epsilon")
       ("grad-clip", po::value<float>()->default_value(1.0f),
        "clip the global gradient norm to this value; 0 disables clipping")
       ("seed", po::value<std::uint64_t>()->default_value(1337),
