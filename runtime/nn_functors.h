@@ -73,27 +73,35 @@ MT_HD float tanh_f(float x) { return 1.0f - 2.0f / (exp_f(2.0f * x) + 1.0f); }
 // on every backend and thread count, and a shape the CPU compiler turns into vector code.
 inline constexpr int kLanes = 8;
 
-template <class F>
-MT_HD float lane_sum(std::int64_t n, const F& f) {
-  float acc[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+// f(j) for j in [0, n) folded by `combine` into kLanes partial results (element j into lane
+// j % kLanes, in order), then the lanes pairwise in a fixed tree.
+template <class F, class Combine>
+MT_HD float lane_reduce(std::int64_t n, float identity, const F& f, const Combine& combine) {
+  float acc[kLanes];
+  for (int l = 0; l < kLanes; ++l) acc[l] = identity;
   std::int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += f(j + l);
-  for (int l = 0; j < n; ++j, ++l) acc[l] += f(j);
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (int l = 0; l < kLanes; ++l) acc[l] = combine(acc[l], f(j + l));
+  for (int l = 0; j < n; ++j, ++l) acc[l] = combine(acc[l], f(j));
+  return combine(combine(combine(acc[0], acc[4]), combine(acc[1], acc[5])),
+                 combine(combine(acc[2], acc[6]), combine(acc[3], acc[7])));
 }
 
-MT_HD float max_f(float a, float b) { return b > a ? b : a; }
+struct AddF {
+  MT_HD float operator()(float a, float b) const { return a + b; }
+};
+struct MaxF {
+  MT_HD float operator()(float a, float b) const { return b > a ? b : a; }
+};
+
+template <class F>
+MT_HD float lane_sum(std::int64_t n, const F& f) {
+  return lane_reduce(n, 0.0f, f, AddF{});
+}
 
 template <class F>
 MT_HD float lane_max(std::int64_t n, const F& f) {
-  const float lowest = -3.402823466e38f;
-  float acc[kLanes] = {lowest, lowest, lowest, lowest, lowest, lowest, lowest, lowest};
-  std::int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] = max_f(acc[l], f(j + l));
-  for (int l = 0; j < n; ++j, ++l) acc[l] = max_f(acc[l], f(j));
-  return max_f(max_f(max_f(acc[0], acc[4]), max_f(acc[1], acc[5])), max_f(max_f(acc[2], acc[6]), max_f(acc[3], acc[7])));
+  return lane_reduce(n, -3.402823466e38f, f, MaxF{});
 }
 
 // out[n, :] = wte[tokens[n], :] + wpe[n % T, :]; one unit per row.
