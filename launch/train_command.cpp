@@ -53,7 +53,7 @@ po::options_description train_options() {
        "seeds the initialization and the data order: the same seed gives the same run, bit for bit")
       ("eval-every", po::value<int>()->default_value(0),
        "steps between validation losses (0: only after the last step)")
-      ("eval-batches", po::value<int>()->default_value(4), "micro-batches of validation data per evaluation")
+      ("eval-batches", po::value<int>()->default_value(4), "global batches of validation data per evaluation (the same sequences every time)")
       ("log-every", po::value<int>()->default_value(10),
        "steps between progress lines (loss, tokens/s, MFU, ETA); the first and last steps are always shown")
       ("metrics", po::value<std::string>(), "write one JSON line per step to this file")

@@ -75,13 +75,15 @@ StepRecord Trainer::step() {
 
 double Trainer::evaluate() {
   MT_CHECK(val_ != nullptr, "no validation data to evaluate on");
+  // The first eval_batches x global_batch sequences, in micro-batches: the same set whatever the
+  // micro-batch (the stream repeats a small validation split in order).
+  const int micro_batches = settings_.eval_batches * settings_.micro_steps();
   double sum = 0.0;
-  for (int b = 0; b < settings_.eval_batches; ++b) {
-    // Wraps around small validation sets (the stream repeats them in order).
+  for (int b = 0; b < micro_batches; ++b) {
     val_->read(static_cast<std::int64_t>(b) * settings_.micro_batch, settings_.micro_batch, inputs_, targets_);
     sum += model_.forward(inputs_, targets_, settings_.micro_batch, settings_.seq_len);
   }
-  return sum / settings_.eval_batches;
+  return sum / micro_batches;
 }
 
 }  // namespace mt

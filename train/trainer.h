@@ -24,7 +24,7 @@ struct TrainSettings {
   AdamWConfig adamw;
   float grad_clip = 1.0f;  // max global gradient norm; 0 disables clipping
   int eval_every = 0;      // steps between validation losses; 0: only after the last step
-  int eval_batches = 4;    // micro-batches of validation data per evaluation
+  int eval_batches = 4;    // global batches of validation data per evaluation
   double peak_flops = 0.0; // for MFU; 0: not reported
 
   void validate() const;   // Error naming the first bad field
@@ -39,8 +39,8 @@ class Trainer {
   // One optimizer step over global_batch sequences; evaluates when due. Throws Error when the
   // loss or the gradient norm stops being finite, naming the step.
   StepRecord step();
-  // Mean loss over the first eval_batches micro-batches of the validation split (always the same
-  // sequences, so evaluations compare).
+  // Mean loss over the first eval_batches x global_batch sequences of the validation split: always
+  // the same sequences, whatever the micro-batch, so evaluations compare across runs and layouts.
   double evaluate();
 
   int steps_done() const { return steps_done_; }
