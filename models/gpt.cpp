@@ -7,173 +7,426 @@
 
 namespace mt {
 
+namespace {
+constexpr std::size_t kParamsPerLayer = 12;  // ln1 w/b, qkv w/b, proj w/b, ln2 w/b, fc w/b, fc_proj w/b
+}
+
 struct Gpt::Block {
   LayerNorm ln1, ln2;
   Linear qkv, attn_proj, fc, fc_proj;
+  std::size_t first_param = 0;  // the layer's 12 parameters are consecutive in the store
 };
 
-// What forward keeps for backward, for one batch shape. residual[l] is the input of block l,
-// residual[L] the input of the final layernorm.
-struct Gpt::Activations {
-  int B = 0, T = 0;
+// What forward keeps for backward, for one chunk and one micro-batch. residual[i] is the input of
+// the chunk's block i (residual[0] the chunk's input), residual.back() its output.
+struct Gpt::Slot {
+  int chunk = -1, B = 0, T = 0;
   Tensor tokens, targets;
   std::vector<Tensor> residual;
   struct PerBlock {
     Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   };
   std::vector<PerBlock> blocks;
-  Tensor lnf, lnf_mean, lnf_rstd, logits, losses, lse;
-  // Scratch shared by all blocks in forward (branch outputs) and backward (gradients).
-  Tensor branch, dres, dln, datty, dqkv, dfch;
+  Tensor lnf, lnf_mean, lnf_rstd, logits, losses, lse;  // the head chunk only
+  // The gradient flowing through the chunk: received from the next stage (or started by the head),
+  // and after backward the gradient of the chunk's input, to send back.
+  Tensor dres;
+  bool have_targets = false;
   std::int64_t bytes = 0;
 };
 
-Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute)
-    : ctx_(ctx), config_(config), store_((config.validate(), ctx), gpt_parameter_specs(config), compute) {
-  for (int l = 0; l < config_.layers; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
-    blocks_.push_back({LayerNorm::from_store(store_, p + "ln1"), LayerNorm::from_store(store_, p + "ln2"),
-                       Linear::from_store(store_, p + "attn.qkv"), Linear::from_store(store_, p + "attn.proj"),
-                       Linear::from_store(store_, p + "mlp.fc"), Linear::from_store(store_, p + "mlp.proj")});
+// Buffers any chunk and micro-batch may use while it computes (one computes at a time).
+struct Gpt::Scratch {
+  int B = 0, T = 0;
+  Tensor branch, dln, datty, dqkv, dfch;
+  Tensor row_max, sum_exp, target_logit;  // vocab-parallel loss statistics
+  std::int64_t bytes = 0;
+};
+
+Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartition partition, TensorParallel tp,
+         std::int64_t pad_multiple)
+    : ctx_(ctx),
+      config_((config.validate(), config)),
+      partition_(partition.chunks.empty() && partition.tp_size == 1 ? GptPartition::whole(config)
+                                                                     : std::move(partition)),
+      tp_(tp),
+      shards_(gpt_param_shards(config_, partition_)),
+      store_(ctx, [&] {
+        std::vector<ParamSpec> local;
+        for (const ParamShard& s : shards_) local.push_back(s.local);
+        return local;
+      }(), compute, pad_multiple) {
+  MT_CHECK(tp_.size() == partition_.tp_size && tp_.rank() == partition_.tp_rank, "the tensor-parallel group (rank ",
+           tp_.rank(), " of ", tp_.size(), ") does not match the partition (", partition_.tp_rank, " of ",
+           partition_.tp_size, ")");
+  for (std::size_t i = 0; i < store_.size(); ++i) {
+    const ParamKind kind = store_.spec(i).kind;
+    if (kind == ParamKind::TokenEmbedding) wte_ = static_cast<std::int64_t>(i);
+    if (kind == ParamKind::PositionEmbedding) wpe_ = static_cast<std::int64_t>(i);
+    if (kind == ParamKind::LnfWeight) lnf_first_ = static_cast<std::int64_t>(i);
   }
-  lnf_ = LayerNorm::from_store(store_, "lnf");
+  for (std::size_t c = 0; c < partition_.chunks.size(); ++c) {
+    const LayerRange r = partition_.chunks[c];
+    chunks_.push_back({r, static_cast<int>(blocks_.size()), partition_.embedding && c == 0,
+                       partition_.head && c + 1 == partition_.chunks.size()});
+    for (int l = r.begin; l < r.end; ++l) {
+      const std::string p = "h." + std::to_string(l) + ".";
+      blocks_.push_back({LayerNorm::from_store(store_, p + "ln1"), LayerNorm::from_store(store_, p + "ln2"),
+                         Linear::from_store(store_, p + "attn.qkv"), Linear::from_store(store_, p + "attn.proj"),
+                         Linear::from_store(store_, p + "mlp.fc"), Linear::from_store(store_, p + "mlp.proj"),
+                         store_.index_of(p + "ln1.weight")});
+    }
+  }
+  if (lnf_first_ >= 0) lnf_ = LayerNorm::from_store(store_, "lnf");
 }
 
 Gpt::~Gpt() = default;
 
-void Gpt::init(std::uint64_t seed) { init_gpt_parameters(ctx_, store_, config_, seed); }
-
-void Gpt::ensure_activations(int B, int T) {
-  MT_CHECK(B >= 1 && T >= 1, "batch must be at least 1 x 1, got ", B, " x ", T);
-  MT_CHECK(T <= config_.max_seq_len, "sequence length ", T, " exceeds the model's context of ", config_.max_seq_len);
-  if (acts_ && acts_->B == B && acts_->T == T) return;
-  acts_.reset();  // free the old shape's buffers before allocating the new
-  auto a = std::make_unique<Activations>();
-  a->B = B;
-  a->T = T;
-  const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, H = config_.heads;
-  auto make = [&](Shape shape, DType dtype) {
-    Tensor t = Tensor::empty(std::move(shape), dtype, ctx_);
-    a->bytes += static_cast<std::int64_t>(t.nbytes());
-    return t;
-  };
-  // Activations and their gradients are of the compute dtype; statistics are fp32 whatever it is.
-  auto act = [&](Shape shape) { return make(std::move(shape), compute_dtype()); };
-  auto f32 = [&](Shape shape) { return make(std::move(shape), DType::F32); };
-  for (int l = 0; l <= config_.layers; ++l) a->residual.push_back(act({N, C}));
-  for (int l = 0; l < config_.layers; ++l) {
-    a->blocks.push_back({act({N, C}), f32({N}), f32({N}), act({B, T, 3 * C}), act({N, C}), f32({B, H, T, T}),
-                         act({N, C}), act({N, C}), f32({N}), f32({N}), act({N, 4 * C}), act({N, 4 * C})});
+void Gpt::init(std::uint64_t seed) {
+  std::vector<float> host;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const ParamShard& shard = shards_[i];
+    host.resize(static_cast<std::size_t>(shard.local.numel()));
+    std::size_t at = 0;
+    for (const auto& [first, count] : shard.full_runs()) {
+      init_values(shard.full, config_, seed, first, count, host.data() + at);
+      at += static_cast<std::size_t>(count);
+    }
+    store_.param(i).copy_from_host(host.data(), host.size() * sizeof(float), ctx_.stream());
   }
-  a->lnf = act({N, C});
-  a->lnf_mean = f32({N});
-  a->lnf_rstd = f32({N});
-  a->logits = act({N, config_.vocab_rows()});
-  a->losses = f32({N});
-  a->lse = f32({N});
-  a->branch = act({N, C});
-  a->dres = act({N, C});
-  a->dln = act({N, C});
-  a->datty = act({N, C});
-  a->dqkv = act({B, T, 3 * C});
-  a->dfch = act({N, 4 * C});
-  acts_ = std::move(a);
+  ctx_.synchronize();
 }
 
-void Gpt::run_forward(std::span<const std::int32_t> inputs, int B, int T) {
-  have_targets_ = false;  // whatever happens below, the last batch's targets no longer match the activations
-  ensure_activations(B, T);
-  Activations& a = *acts_;
-  MT_CHECK(static_cast<std::int64_t>(inputs.size()) == static_cast<std::int64_t>(B) * T, "forward: ",
-           inputs.size(), " input tokens for a batch of ", B, " x ", T);
-  for (std::int32_t id : inputs)
-    MT_CHECK(id >= 0 && id < config_.vocab_size, "input token ", id, " is outside the vocabulary [0, ",
-             config_.vocab_size, ")");
-  a.tokens = Tensor::from_host(inputs, {B, T}, ctx_);
-  store_.refresh_compute_params(ctx_);  // the bf16 copy of the master weights (nothing to do in fp32)
-  // The embedding kernel reads the fp32 tables and rounds their sum once into the activation dtype.
-  nn::embedding_forward(ctx_, a.tokens, store_.param(0), store_.param(1), a.residual[0]);
-  for (int l = 0; l < config_.layers; ++l) {
-    Block& blk = blocks_[static_cast<std::size_t>(l)];
-    auto& s = a.blocks[static_cast<std::size_t>(l)];
-    const Tensor& x = a.residual[static_cast<std::size_t>(l)];
-    blk.ln1.forward(ctx_, x, s.ln1, s.ln1_mean, s.ln1_rstd);
-    blk.qkv.forward(ctx_, s.ln1, s.qkv);
-    nn::attention_forward(ctx_, s.qkv, config_.heads, s.atty, s.att);
-    blk.attn_proj.forward(ctx_, s.atty, a.branch);
-    kernels::binary(ctx_, BinaryOp::Add, x, a.branch, s.res2);
-    blk.ln2.forward(ctx_, s.res2, s.ln2, s.ln2_mean, s.ln2_rstd);
-    blk.fc.forward(ctx_, s.ln2, s.fch);
-    nn::gelu_forward(ctx_, s.fch, s.fch_gelu);
-    blk.fc_proj.forward(ctx_, s.fch_gelu, a.branch);
-    kernels::binary(ctx_, BinaryOp::Add, s.res2, a.branch, a.residual[static_cast<std::size_t>(l) + 1]);
+bool Gpt::chunk_has_embedding(int chunk) const { return chunks_.at(static_cast<std::size_t>(chunk)).embedding; }
+bool Gpt::chunk_has_head(int chunk) const { return chunks_.at(static_cast<std::size_t>(chunk)).head; }
+
+Gpt::Scratch& Gpt::scratch(int B, int T) {
+  if (scratch_ && scratch_->B == B && scratch_->T == T) return *scratch_;
+  scratch_.reset();
+  auto w = std::make_unique<Scratch>();
+  w->B = B;
+  w->T = T;
+  const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, tp = tp_.size();
+  auto make = [&](Shape shape, DType dtype) {
+    Tensor t = Tensor::empty(std::move(shape), dtype, ctx_);
+    w->bytes += static_cast<std::int64_t>(t.nbytes());
+    return t;
+  };
+  const DType act = compute_dtype();
+  w->branch = make({N, C}, act);
+  w->dln = make({N, C}, act);
+  w->datty = make({N, C / tp}, act);
+  w->dqkv = make({B, T, 3 * C / tp}, act);
+  w->dfch = make({N, 4 * C / tp}, act);
+  if (tp_.active()) {
+    w->row_max = make({N}, DType::F32);
+    w->sum_exp = make({N}, DType::F32);
+    w->target_logit = make({N}, DType::F32);
   }
-  lnf_.forward(ctx_, a.residual.back(), a.lnf, a.lnf_mean, a.lnf_rstd);
-  // logits = lnf wte^T over all Vp rows (the padding columns are ignored by the loss).
-  matmul(ctx_, a.lnf, false, store_.compute_param(0), true, a.logits);
+  scratch_ = std::move(w);
+  return *scratch_;
+}
+
+Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
+  MT_CHECK(chunk >= 0 && chunk < num_chunks(), "chunk ", chunk, " of ", num_chunks());
+  MT_CHECK(B >= 1 && T >= 1, "batch must be at least 1 x 1, got ", B, " x ", T);
+  MT_CHECK(T <= config_.max_seq_len, "sequence length ", T, " exceeds the model's context of ", config_.max_seq_len);
+  const auto key = std::make_pair(chunk, micro);
+  if (auto it = live_.find(key); it != live_.end()) {
+    MT_CHECK(it->second->B == B && it->second->T == T, "micro-batch ", micro, " changed shape while in flight");
+    return *it->second;
+  }
+  std::unique_ptr<Slot> slot;
+  for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+    if ((*it)->chunk == chunk && (*it)->B == B && (*it)->T == T) {
+      slot = std::move(*it);
+      pool_.erase(it);
+      break;
+    }
+  }
+  if (!slot) {
+    // A new shape: what the pool holds for this chunk is of an old one; free it first.
+    std::erase_if(pool_, [&](const std::unique_ptr<Slot>& s) { return s->chunk == chunk; });
+    slot = std::make_unique<Slot>();
+    Slot& a = *slot;
+    a.chunk = chunk;
+    a.B = B;
+    a.T = T;
+    const ChunkInfo& info = chunks_[static_cast<std::size_t>(chunk)];
+    const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, tp = tp_.size();
+    const std::int64_t H = config_.heads / tp;
+    auto make = [&](Shape shape, DType dtype) {
+      Tensor t = Tensor::empty(std::move(shape), dtype, ctx_);
+      a.bytes += static_cast<std::int64_t>(t.nbytes());
+      return t;
+    };
+    // Activations and their gradients are of the compute dtype; statistics are fp32 whatever it is.
+    auto act = [&](Shape shape) { return make(std::move(shape), compute_dtype()); };
+    auto f32 = [&](Shape shape) { return make(std::move(shape), DType::F32); };
+    for (int l = 0; l <= info.layers.size(); ++l) a.residual.push_back(act({N, C}));
+    for (int l = 0; l < info.layers.size(); ++l) {
+      a.blocks.push_back({act({N, C}), f32({N}), f32({N}), act({B, T, 3 * C / tp}), act({N, C / tp}),
+                          f32({B, H, T, T}), act({N, C}), act({N, C}), f32({N}), f32({N}), act({N, 4 * C / tp}),
+                          act({N, 4 * C / tp})});
+    }
+    if (info.head) {
+      a.lnf = act({N, C});
+      a.lnf_mean = f32({N});
+      a.lnf_rstd = f32({N});
+      a.logits = act({N, partition_.vocab_rows_local(config_)});
+      a.losses = f32({N});
+      a.lse = f32({N});
+    }
+    a.dres = act({N, C});
+  }
+  slot->have_targets = false;
+  Slot& s = *slot;
+  live_[key] = std::move(slot);
+  return s;
+}
+
+Gpt::Slot& Gpt::live(int chunk, int micro) const {
+  auto it = live_.find({chunk, micro});
+  MT_CHECK(it != live_.end(), "no forward of chunk ", chunk, " micro-batch ", micro, " in flight");
+  return *it->second;
+}
+
+void Gpt::release(int chunk, int micro) {
+  auto it = live_.find({chunk, micro});
+  if (it == live_.end()) return;
+  pool_.push_back(std::move(it->second));
+  live_.erase(it);
+}
+
+void Gpt::check_tokens(std::span<const std::int32_t> ids, const char* what) const {
+  // Checked here on the host: the CUDA kernels do not check their ids.
+  for (std::int32_t id : ids)
+    MT_CHECK(id >= 0 && id < config_.vocab_size, what, " token ", id, " is outside the vocabulary [0, ",
+             config_.vocab_size, ")");
+}
+
+void Gpt::ready(std::size_t first, std::size_t count) {
+  if (!grad_ready_) return;
+  for (std::size_t i = first; i < first + count; ++i) grad_ready_(i);
+}
+
+void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
+  MT_CHECK(static_cast<std::int64_t>(inputs.size()) == static_cast<std::int64_t>(s.B) * s.T, "forward: ",
+           inputs.size(), " input tokens for a batch of ", s.B, " x ", s.T);
+  check_tokens(inputs, "input");
+  s.tokens = Tensor::from_host(inputs, {s.B, s.T}, ctx_);
+  const Tensor& wte = store_.param(static_cast<std::size_t>(wte_));
+  const Tensor& wpe = store_.param(static_cast<std::size_t>(wpe_));
+  // The embedding kernel reads the fp32 tables and rounds their sum once into the activation dtype.
+  if (!tp_.active()) {
+    nn::embedding_forward(ctx_, s.tokens, wte, wpe, s.residual[0]);
+    return;
+  }
+  // Each rank looks up the tokens of its vocabulary slice (zero elsewhere), rank 0 adds the
+  // positions; the sum over the group has exactly one non-zero token row per position.
+  nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_), tp_.rank() == 0 ? &wpe : nullptr,
+                              s.residual[0]);
+  tp_.reduce_forward(s.residual[0]);
+}
+
+void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
+  const int heads = config_.heads / tp_.size();
+  const bool add_row_bias = tp_.rank() == 0;  // a row-parallel layer's bias is added once, before the sum
+  for (int i = 0; i < c.layers.size(); ++i) {
+    Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    auto& a = s.blocks[static_cast<std::size_t>(i)];
+    const Tensor& x = s.residual[static_cast<std::size_t>(i)];
+    blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
+    tp_.copy_forward(a.ln1);
+    blk.qkv.forward(ctx_, a.ln1, a.qkv);  // column-parallel: this rank's heads
+    nn::attention_forward(ctx_, a.qkv, heads, a.atty, a.att);
+    blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
+    tp_.reduce_forward(w.branch);
+    kernels::binary(ctx_, BinaryOp::Add, x, w.branch, a.res2);
+    blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
+    tp_.copy_forward(a.ln2);
+    blk.fc.forward(ctx_, a.ln2, a.fch);
+    nn::gelu_forward(ctx_, a.fch, a.fch_gelu);
+    blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, add_row_bias);
+    tp_.reduce_forward(w.branch);
+    kernels::binary(ctx_, BinaryOp::Add, a.res2, w.branch, s.residual[static_cast<std::size_t>(i) + 1]);
+  }
+}
+
+void Gpt::head_logits(Slot& s) {
+  lnf_.forward(ctx_, s.residual.back(), s.lnf, s.lnf_mean, s.lnf_rstd);
+  tp_.copy_forward(s.lnf);
+  // logits = lnf wte^T over this rank's vocabulary rows (padding columns are ignored by the loss).
+  matmul(ctx_, s.lnf, false, store_.compute_param(static_cast<std::size_t>(wte_)), true, s.logits);
+}
+
+float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets) {
+  MT_CHECK(static_cast<std::int64_t>(targets.size()) == static_cast<std::int64_t>(s.B) * s.T, "forward: ",
+           targets.size(), " targets for a batch of ", s.B, " x ", s.T);
+  check_tokens(targets, "target");
+  s.targets = Tensor::from_host(targets, {static_cast<std::int64_t>(targets.size())}, ctx_);
+  head_logits(s);
+  if (!tp_.active()) {
+    nn::cross_entropy_forward(ctx_, s.logits, s.targets, config_.vocab_size, s.losses, s.lse);
+  } else {
+    // The softmax over the whole vocabulary from per-slice statistics: a max, a sum of exponentials
+    // and the target's logit, each one allreduce of N floats; the logits never leave the rank.
+    Scratch& w = scratch(s.B, s.T);
+    const std::int64_t begin = partition_.vocab_begin(config_);
+    nn::vocab_parallel_max(ctx_, s.logits, begin, config_.vocab_size, w.row_max);
+    tp_.allreduce(w.row_max, ReduceOp::Max);
+    nn::vocab_parallel_sum_exp(ctx_, s.logits, begin, config_.vocab_size, w.row_max, w.sum_exp);
+    tp_.allreduce(w.sum_exp, ReduceOp::Sum);
+    nn::vocab_parallel_target_logit(ctx_, s.logits, s.targets, begin, w.target_logit);
+    tp_.allreduce(w.target_logit, ReduceOp::Sum);
+    nn::vocab_parallel_loss(ctx_, w.row_max, w.sum_exp, w.target_logit, s.losses, s.lse);
+  }
+  s.have_targets = true;
+  return static_cast<float>(kernels::reduce(ctx_, ReduceKind::Sum, s.losses) / static_cast<double>(s.losses.numel()));
+}
+
+Tensor Gpt::input_buffer(int chunk, int micro, int B, int T) {
+  MT_CHECK(!chunk_has_embedding(chunk), "chunk ", chunk, " embeds its own input");
+  return acquire(chunk, micro, B, T).residual[0];
+}
+
+float Gpt::forward_chunk(int chunk, int micro, int B, int T, std::span<const std::int32_t> inputs,
+                         std::span<const std::int32_t> targets) {
+  Slot& s = acquire(chunk, micro, B, T);
+  const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
+  Scratch& w = scratch(B, T);
+  store_.refresh_compute_params(ctx_);  // the bf16 copy of the master weights (nothing to do in fp32)
+  if (c.embedding) embed(s, inputs);
+  run_blocks_forward(c, s, w);
+  return c.head ? head_loss(s, targets) : 0.0f;
+}
+
+Tensor Gpt::output(int chunk, int micro) const {
+  MT_CHECK(!chunk_has_head(chunk), "chunk ", chunk, " ends in the loss");
+  return live(chunk, micro).residual.back();
+}
+
+Tensor Gpt::output_grad_buffer(int chunk, int micro) const {
+  MT_CHECK(!chunk_has_head(chunk), "chunk ", chunk, " starts its backward from the loss");
+  return live(chunk, micro).dres;
+}
+
+Tensor Gpt::input_grad(int chunk, int micro) const {
+  MT_CHECK(!chunk_has_embedding(chunk), "chunk ", chunk, " has no input gradient to send");
+  return live(chunk, micro).dres;
+}
+
+void Gpt::head_backward(Slot& s, Scratch& w, float loss_weight) {
+  MT_CHECK(s.have_targets, "backward() needs a forward() with targets first");
+  const std::int64_t N = s.losses.numel();
+  const float dloss = loss_weight / static_cast<float>(N);
+  // dlogits replaces the logits; then through the tied LM head.
+  if (!tp_.active()) {
+    nn::cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, config_.vocab_size, dloss, s.logits);
+  } else {
+    nn::vocab_parallel_cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, partition_.vocab_begin(config_),
+                                              config_.vocab_size, dloss, s.logits);
+  }
+  s.have_targets = false;  // the logits are gone
+  Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));  // fp32 whatever the compute dtype
+  matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);
+  matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, w.dln);
+  tp_.copy_backward(w.dln);  // each rank's slice of the vocabulary contributed part of dlnf
+  kernels::fill(ctx_, s.dres, 0.0);
+  lnf_.backward(ctx_, w.dln, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres);
+  ready(static_cast<std::size_t>(lnf_first_), 2);
+}
+
+void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
+  const int heads = config_.heads / tp_.size();
+  for (int i = c.layers.size() - 1; i >= 0; --i) {
+    Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    auto& a = s.blocks[static_cast<std::size_t>(i)];
+    // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
+    // collects the branch's contribution.
+    tp_.reduce_backward(s.dres);
+    blk.fc_proj.backward(ctx_, s.dres, a.fch_gelu, &w.dfch);
+    nn::gelu_backward(ctx_, a.fch, w.dfch, w.dfch);
+    blk.fc.backward(ctx_, w.dfch, a.ln2, &w.dln);
+    tp_.copy_backward(w.dln);
+    blk.ln2.backward(ctx_, w.dln, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
+    // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
+    tp_.reduce_backward(s.dres);
+    blk.attn_proj.backward(ctx_, s.dres, a.atty, &w.datty);
+    nn::attention_backward(ctx_, w.datty, a.qkv, a.att, heads, w.dqkv);
+    blk.qkv.backward(ctx_, w.dqkv, a.ln1, &w.dln);
+    tp_.copy_backward(w.dln);
+    blk.ln1.backward(ctx_, w.dln, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
+    ready(blk.first_param, kParamsPerLayer);
+  }
+}
+
+void Gpt::backward_chunk(int chunk, int micro, float loss_weight) {
+  Slot& s = live(chunk, micro);
+  const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
+  Scratch& w = scratch(s.B, s.T);
+  if (c.head) head_backward(s, w, loss_weight);  // otherwise dres holds what the next stage sent
+  run_blocks_backward(c, s, w);
+  if (!c.embedding) return;
+  Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
+  Tensor& dwpe = store_.grad(static_cast<std::size_t>(wpe_));
+  if (!tp_.active()) {
+    nn::embedding_backward(ctx_, s.tokens, s.dres, dwte, dwpe);
+  } else {
+    nn::embedding_backward_slice(ctx_, s.tokens, s.dres, partition_.vocab_begin(config_), dwte, &dwpe);
+  }
+  ready(static_cast<std::size_t>(wpe_), 1);
+  // The tied embedding is complete here only if the head's contribution came from this rank too.
+  if (partition_.embedding && partition_.head) ready(static_cast<std::size_t>(wte_), 1);
 }
 
 float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T) {
-  run_forward(inputs, B, T);
-  Activations& a = *acts_;
-  MT_CHECK(targets.size() == inputs.size(), "forward: ", targets.size(), " targets for ", inputs.size(), " inputs");
-  // Checked here on the host: the CUDA cross-entropy kernel does not check its ids.
-  for (std::int32_t id : targets)
-    MT_CHECK(id >= 0 && id < config_.vocab_size, "target token ", id, " is outside the vocabulary [0, ",
-             config_.vocab_size, ")");
-  a.targets = Tensor::from_host(targets, {static_cast<std::int64_t>(targets.size())}, ctx_);
-  nn::cross_entropy_forward(ctx_, a.logits, a.targets, config_.vocab_size, a.losses, a.lse);
-  have_targets_ = true;
-  return static_cast<float>(kernels::reduce(ctx_, ReduceKind::Sum, a.losses) / static_cast<double>(a.losses.numel()));
+  MT_CHECK(num_chunks() == 1 && chunk_has_embedding(0) && chunk_has_head(0),
+           "forward() runs a whole model; a pipeline stage runs forward_chunk()");
+  release(0, 0);
+  try {
+    return forward_chunk(0, 0, B, T, inputs, targets);
+  } catch (...) {
+    release(0, 0);  // a failed forward leaves nothing for backward to use
+    throw;
+  }
 }
 
 void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
-  run_forward(inputs, B, T);
-  have_targets_ = false;
+  MT_CHECK(num_chunks() == 1 && chunk_has_embedding(0) && chunk_has_head(0),
+           "forward_logits() runs a whole model");
+  release(0, 0);
+  Slot& s = acquire(0, 0, B, T);
+  try {
+    store_.refresh_compute_params(ctx_);
+    embed(s, inputs);
+    run_blocks_forward(chunks_[0], s, scratch(B, T));
+    head_logits(s);
+  } catch (...) {
+    release(0, 0);
+    throw;
+  }
 }
 
 void Gpt::backward(float loss_weight) {
-  MT_CHECK(acts_ && have_targets_, "backward() needs a forward() with targets first");
-  Activations& a = *acts_;
-  const std::int64_t N = a.losses.numel();
-  // dlogits replaces the logits; then through the tied LM head.
-  nn::cross_entropy_backward(ctx_, a.logits, a.targets, a.lse, config_.vocab_size,
-                             loss_weight / static_cast<float>(N), a.logits);
-  have_targets_ = false;  // the logits are gone
-  Tensor& dwte = store_.grad(0);  // fp32 whatever the compute dtype
-  matmul(ctx_, a.logits, true, a.lnf, false, dwte, 1.0f, 1.0f);
-  matmul(ctx_, a.logits, false, store_.compute_param(0), false, a.dln);
-  kernels::fill(ctx_, a.dres, 0.0);
-  lnf_.backward(ctx_, a.dln, a.residual.back(), a.lnf_mean, a.lnf_rstd, a.dres);
-
-  for (int l = config_.layers - 1; l >= 0; --l) {
-    Block& blk = blocks_[static_cast<std::size_t>(l)];
-    auto& s = a.blocks[static_cast<std::size_t>(l)];
-    // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
-    // collects the branch's contribution.
-    blk.fc_proj.backward(ctx_, a.dres, s.fch_gelu, &a.dfch);
-    nn::gelu_backward(ctx_, s.fch, a.dfch, a.dfch);
-    blk.fc.backward(ctx_, a.dfch, s.ln2, &a.dln);
-    blk.ln2.backward(ctx_, a.dln, s.res2, s.ln2_mean, s.ln2_rstd, a.dres);
-    // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
-    blk.attn_proj.backward(ctx_, a.dres, s.atty, &a.datty);
-    nn::attention_backward(ctx_, a.datty, s.qkv, s.att, config_.heads, a.dqkv);
-    blk.qkv.backward(ctx_, a.dqkv, s.ln1, &a.dln);
-    blk.ln1.backward(ctx_, a.dln, a.residual[static_cast<std::size_t>(l)], s.ln1_mean, s.ln1_rstd, a.dres);
-  }
-  nn::embedding_backward(ctx_, a.tokens, a.dres, dwte, store_.grad(1));
+  MT_CHECK(live_.count({0, 0}) == 1 && live(0, 0).have_targets, "backward() needs a forward() with targets first");
+  backward_chunk(0, 0, loss_weight);
 }
 
 const Tensor& Gpt::logits() const {
-  MT_CHECK(acts_ != nullptr, "no forward pass yet");
-  return acts_->logits;
+  MT_CHECK(live_.count({0, 0}) == 1, "no forward pass yet");
+  return live(0, 0).logits;
 }
 
 const Tensor& Gpt::losses() const {
-  MT_CHECK(acts_ != nullptr, "no forward pass yet");
-  return acts_->losses;
+  MT_CHECK(live_.count({0, 0}) == 1, "no forward pass yet");
+  return live(0, 0).losses;
 }
 
-std::int64_t Gpt::activation_bytes() const { return acts_ ? acts_->bytes : 0; }
+std::int64_t Gpt::activation_bytes() const {
+  std::int64_t bytes = scratch_ ? scratch_->bytes : 0;
+  for (const auto& [key, slot] : live_) bytes += slot->bytes;
+  return bytes;
+}
 
 }  // namespace mt

@@ -3,6 +3,16 @@
 // with tanh GELU, residual), a final layernorm and an LM head tied to the token embedding, trained
 // with softmax cross-entropy (mean over positions).
 //
+// One class for every layout. A rank holds the part a GptPartition names (models/gpt_sharding.h):
+// - tensor parallel over the group in `tp`: column-parallel QKV and MLP-up, row-parallel attention
+//   output and MLP-down (their partial outputs summed over the group), its share of the heads, and
+//   a vocab-parallel embedding and cross-entropy that never gather the full logits;
+// - pipeline parallel: chunks of layers. The pipeline API runs one chunk on one micro-batch; the
+//   activations of every micro-batch in flight live in their own slot until release(). The first
+//   global chunk embeds tokens, the others start from an activation the caller received into
+//   input_buffer(); the last computes the loss, the others hand output() to the next stage.
+// The single-rank calls (forward, backward) are that API on the only chunk and micro-batch 0.
+//
 // Compute dtype: fp32 (the default, and what the CPU is for), or bf16 with fp32 master weights
 // (meant for CUDA; on the CPU it runs, slowly, so that it can be tested). With bf16:
 //   - the ParameterStore keeps the parameters and gradients in fp32; the optimizer, checkpoints and
@@ -19,34 +29,43 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "models/gpt_config.h"
+#include "models/gpt_sharding.h"
 #include "models/layers.h"
 #include "models/parameter_store.h"
+#include "parallel/tensor_parallel.h"
 
 namespace mt {
 
 class Gpt {
  public:
-  // compute: fp32 or bf16 (see above).
-  Gpt(DeviceContext& ctx, const GptConfig& config, DType compute = DType::F32);
+  // compute: fp32 or bf16 (see above). partition: empty chunks means the whole model. tp: the
+  // tensor-parallel group of partition.tp_size ranks. pad_multiple: see ParameterStore.
+  Gpt(DeviceContext& ctx, const GptConfig& config, DType compute = DType::F32, GptPartition partition = {},
+      TensorParallel tp = {}, std::int64_t pad_multiple = 1);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   const GptConfig& config() const { return config_; }
+  const GptPartition& partition() const { return partition_; }
+  const std::vector<ParamShard>& shards() const { return shards_; }  // one per stored parameter
   DType compute_dtype() const { return store_.compute_dtype(); }
   ParameterStore& parameters() { return store_; }
   const ParameterStore& parameters() const { return store_; }
-  void init(std::uint64_t seed);  // GPT-2's initialization (models/init.h)
+  void init(std::uint64_t seed);  // GPT-2's initialization (models/init.h), shard by shard
 
+  // --- Whole model on this rank (no pipeline; tensor parallel allowed) ---
   // B sequences of T tokens (row-major host arrays). Returns the mean cross-entropy over B x T
   // positions; the activations are kept for backward().
   float forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T);
-  // Forward without a loss: logits() then holds [B*T, Vp], of the compute dtype.
+  // Forward without a loss: logits() then holds [B*T, Vp/tp] (this rank's vocabulary slice).
   void forward_logits(std::span<const std::int32_t> inputs, int B, int T);
   // Adds loss_weight x d(mean loss of the last forward)/d(parameter) to every gradient. With
   // gradient accumulation over k micro-batches, loss_weight = 1/k gives the gradient of the mean.
@@ -55,21 +74,66 @@ class Gpt {
   // Per-position losses of the last forward with targets, [B*T] fp32 on the device.
   const Tensor& losses() const;
 
-  std::int64_t activation_bytes() const;  // held for the current batch shape
+  // --- Pipeline API: local chunk `chunk` on micro-batch `micro` ---
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  bool chunk_has_embedding(int chunk) const;
+  bool chunk_has_head(int chunk) const;
+  // Where the previous stage's activation [B*T, C] goes (chunks without the embedding).
+  Tensor input_buffer(int chunk, int micro, int B, int T);
+  // Runs the chunk. The embedding chunk reads `inputs`, the head chunk `targets` and returns the
+  // mean loss (others return 0 and may pass empty spans).
+  float forward_chunk(int chunk, int micro, int B, int T, std::span<const std::int32_t> inputs,
+                      std::span<const std::int32_t> targets);
+  Tensor output(int chunk, int micro) const;             // the activation for the next stage
+  Tensor output_grad_buffer(int chunk, int micro) const; // where the next stage's gradient goes
+  // Adds this micro-batch's gradients (loss_weight as in backward()). Afterwards input_grad()
+  // holds the gradient for the previous stage.
+  void backward_chunk(int chunk, int micro, float loss_weight);
+  Tensor input_grad(int chunk, int micro) const;
+  void release(int chunk, int micro);  // the slot's buffers go back to a pool for later micro-batches
+
+  // Called in backward_chunk with a parameter's index as soon as its gradient for this micro-batch
+  // is complete: data parallelism starts reducing buckets from it. The tied embedding is reported
+  // only where embedding and head share a rank (elsewhere it must first be summed between stages).
+  void set_grad_ready_hook(std::function<void(std::size_t)> hook) { grad_ready_ = std::move(hook); }
+
+  std::int64_t activation_bytes() const;  // held by live slots and scratch
 
  private:
   struct Block;
-  struct Activations;
-  void ensure_activations(int B, int T);
-  void run_forward(std::span<const std::int32_t> inputs, int B, int T);
+  struct Slot;
+  struct Scratch;
+  struct ChunkInfo {
+    LayerRange layers;
+    int first_block = 0;  // index into blocks_
+    bool embedding = false, head = false;
+  };
+  Slot& acquire(int chunk, int micro, int B, int T);
+  Slot& live(int chunk, int micro) const;
+  Scratch& scratch(int B, int T);
+  void embed(Slot& s, std::span<const std::int32_t> inputs);
+  float head_loss(Slot& s, std::span<const std::int32_t> targets);
+  void head_logits(Slot& s);
+  void head_backward(Slot& s, Scratch& w, float loss_weight);
+  void run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w);
+  void run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w);
+  void ready(std::size_t first, std::size_t count);
+  void check_tokens(std::span<const std::int32_t> ids, const char* what) const;
 
   DeviceContext& ctx_;
   GptConfig config_;
+  GptPartition partition_;
+  TensorParallel tp_;
+  std::vector<ParamShard> shards_;
   ParameterStore store_;
   std::vector<Block> blocks_;
+  std::vector<ChunkInfo> chunks_;
   LayerNorm lnf_;
-  std::unique_ptr<Activations> acts_;
-  bool have_targets_ = false;
+  std::int64_t wte_ = -1, wpe_ = -1, lnf_first_ = -1;  // parameter indices (-1: not held)
+  std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
+  std::vector<std::unique_ptr<Slot>> pool_;
+  std::unique_ptr<Scratch> scratch_;
+  std::function<void(std::size_t)> grad_ready_;
 };
 
 }  // namespace mt

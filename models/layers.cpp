@@ -23,11 +23,11 @@ Linear Linear::from_store(ParameterStore& store, const std::string& prefix, bool
   return l;
 }
 
-void Linear::forward(DeviceContext& ctx, const Tensor& x, Tensor& y) const {
+void Linear::forward(DeviceContext& ctx, const Tensor& x, Tensor& y, bool add_bias) const {
   Tensor x2 = as_matrix(x, in_features());
   Tensor y2 = as_matrix(y, out_features());
   MT_CHECK(x2.dim(0) == y2.dim(0), "linear: input ", x.describe(), " and output ", y.describe(), " differ in rows");
-  if (bias.defined()) {
+  if (bias.defined() && add_bias) {
     nn::broadcast_rows(ctx, bias, y2);
     matmul(ctx, x2, false, compute_weight, true, y2, 1.0f, 1.0f);
   } else {

@@ -27,8 +27,9 @@ struct Linear {
   std::int64_t in_features() const { return weight.dim(1); }
   std::int64_t out_features() const { return weight.dim(0); }
 
-  // x [N, in] -> y [N, out] (overwritten).
-  void forward(DeviceContext& ctx, const Tensor& x, Tensor& y) const;
+  // x [N, in] -> y [N, out] (overwritten). add_bias false: y = x W^T alone (a row-parallel layer
+  // adds its bias on one rank of the group only, before the partial outputs are summed).
+  void forward(DeviceContext& ctx, const Tensor& x, Tensor& y, bool add_bias = true) const;
   // dweight += dy^T x; dbias += column sums of dy; and when dx is given, dx = dy W (or += with
   // accumulate_dx).
   void backward(DeviceContext& ctx, const Tensor& dy, const Tensor& x, Tensor* dx, bool accumulate_dx = false);

@@ -4,8 +4,10 @@
 
 namespace mt {
 
-ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute)
+ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute,
+                               std::int64_t pad_multiple)
     : specs_(std::move(specs)) {
+  MT_CHECK(pad_multiple >= 1, "pad multiple ", pad_multiple);
   MT_CHECK(compute == DType::F32 || compute == DType::BF16, "parameters compute in fp32 or bf16, not ",
            dtype_name(compute));
   std::int64_t total = 0;
@@ -13,6 +15,8 @@ ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs,
     offsets_.push_back(total);
     total += s.numel();
   }
+  param_numel_ = total;
+  total = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
   flat_params_ = Tensor::zeros({total}, DType::F32, ctx);
   flat_grads_ = Tensor::zeros({total}, DType::F32, ctx);
   flat_compute_ = compute == DType::F32 ? flat_params_ : Tensor::zeros({total}, compute, ctx);

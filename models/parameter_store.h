@@ -21,7 +21,10 @@ namespace mt {
 
 class ParameterStore {
  public:
-  ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute = DType::F32);
+  // pad_multiple: the flat buffers are padded with zeros to a multiple of it (data parallelism
+  // cuts them into dp equal blocks); the padding belongs to no parameter.
+  ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute = DType::F32,
+                 std::int64_t pad_multiple = 1);
 
   std::size_t size() const { return specs_.size(); }
   const std::vector<ParamSpec>& specs() const { return specs_; }
@@ -38,7 +41,8 @@ class ParameterStore {
 
   const Tensor& flat_params() const { return flat_params_; }
   const Tensor& flat_grads() const { return flat_grads_; }
-  std::int64_t numel() const { return flat_params_.numel(); }
+  std::int64_t numel() const { return flat_params_.numel(); }  // padding included
+  std::int64_t param_numel() const { return param_numel_; }    // without the padding
 
   void zero_grads(DeviceContext& ctx);
 
@@ -56,6 +60,7 @@ class ParameterStore {
   std::vector<std::int64_t> offsets_;
   Tensor flat_params_, flat_grads_, flat_compute_;  // flat_compute_ shares flat_params_ for fp32
   std::vector<Tensor> params_, grads_, compute_;
+  std::int64_t param_numel_ = 0;
 };
 
 }  // namespace mt

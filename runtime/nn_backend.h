@@ -7,10 +7,12 @@
 #include "runtime/nn_functors.h"
 
 // X(op) for every op of nn_functors.h.
-#define MT_NN_OPS(X)                                                                             \
-  X(EmbeddingForward) X(EmbeddingBackwardTokens) X(EmbeddingBackwardPositions) X(LayerNormForward) \
-  X(LayerNormBackwardInput) X(LayerNormBackwardParams) X(BroadcastRows) X(ColumnSum) X(GeluForward) \
-  X(GeluBackward) X(AttentionForward) X(AttentionBackward) X(CrossEntropyForward) X(CrossEntropyBackward) X(SoftmaxRow)
+#define MT_NN_OPS(X)                                                                                \
+  X(EmbeddingForward) X(EmbeddingBackwardTokens) X(EmbeddingBackwardPositions) X(LayerNormForward)    \
+  X(LayerNormBackwardInput) X(LayerNormBackwardParams) X(BroadcastRows) X(ColumnSum) X(GeluForward)   \
+  X(GeluBackward) X(AttentionForward) X(AttentionBackward) X(CrossEntropyForward)                     \
+  X(CrossEntropyBackward) X(SoftmaxRow) X(VocabParallelMax) X(VocabParallelSumExp)                    \
+  X(VocabParallelTargetLogit) X(VocabParallelLoss)
 
 namespace mt::backend {
 

@@ -7,7 +7,7 @@
 // T is the activation type (float, or bf16: meant for CUDA, run on the CPU in tests); arithmetic is in float. Parameters, their
 // gradients, layernorm statistics, attention probabilities and losses are float.
 // defines: EmbeddingForward/Backward*, LayerNorm*, BroadcastRows, ColumnSum, Gelu*, Attention*,
-//          CrossEntropyForward/Backward, SoftmaxRow, exp_f
+//          CrossEntropyForward/Backward, VocabParallel{Max,SumExp,TargetLogit,Loss}, SoftmaxRow, exp_f
 #pragma once
 
 #include <cmath>
@@ -104,36 +104,52 @@ MT_HD float lane_max(std::int64_t n, const F& f) {
   return lane_reduce(n, -3.402823466e38f, f, MaxF{});
 }
 
-// out[n, :] = wte[tokens[n], :] + wpe[n % T, :]; one unit per row.
+// out[n, :] = wte[tokens[n] - vocab_begin, :] + wpe[n % T, :]; one unit per row. wte holds the
+// vocabulary rows [vocab_begin, vocab_begin + vocab_rows) (all of them with vocab_begin 0): a token
+// outside them contributes 0, and wpe may be null (no position term). Each term is added in fp32
+// and rounded once into T; a missing term is left out rather than added as 0, so the full-table
+// case computes exactly e + p.
 template <class T>
 struct EmbeddingForward {
   const std::int32_t* tokens;
   const float* wte;
-  const float* wpe;
+  const float* wpe;  // may be null
   T* out;
-  std::int64_t rows, seq_len, channels;
+  std::int64_t rows, seq_len, channels, vocab_begin, vocab_rows;
   MT_HD std::int64_t count() const { return rows; }
   MT_HD void operator()(std::int64_t n) const {
-    const float* e = wte + static_cast<std::int64_t>(tokens[n]) * channels;
-    const float* p = wpe + (n % seq_len) * channels;
+    const std::int64_t local = static_cast<std::int64_t>(tokens[n]) - vocab_begin;
+    const float* e = local >= 0 && local < vocab_rows ? wte + local * channels : nullptr;
+    const float* p = wpe != nullptr ? wpe + (n % seq_len) * channels : nullptr;
     T* o = out + n * channels;
-    for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>(e[c] + p[c]);
+    if (e != nullptr && p != nullptr) {
+      for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>(e[c] + p[c]);
+    } else if (e != nullptr) {
+      for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>(e[c]);
+    } else if (p != nullptr) {
+      for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>(p[c]);
+    } else {
+      for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>(0.0f);
+    }
   }
 };
 
-// dwte[tokens[n], cols] += dout[n, cols] for n in order; one unit per block of columns, so rows
-// with the same token never race.
+// dwte[tokens[n] - vocab_begin, cols] += dout[n, cols] for n in order, over the tokens in the
+// rows [vocab_begin, vocab_begin + vocab_rows) that dwte holds (others are skipped); one unit per
+// block of columns, so rows with the same token never race.
 template <class T>
 struct EmbeddingBackwardTokens {
   const std::int32_t* tokens;
   const T* dout;
   float* dwte;
-  std::int64_t rows, channels;
+  std::int64_t rows, channels, vocab_begin, vocab_rows;
   MT_HD std::int64_t count() const { return (channels + kColumnBlock - 1) / kColumnBlock; }
   MT_HD void operator()(std::int64_t block) const {
     const std::int64_t c0 = block * kColumnBlock, c1 = min64(c0 + kColumnBlock, channels);
     for (std::int64_t n = 0; n < rows; ++n) {
-      float* dst = dwte + static_cast<std::int64_t>(tokens[n]) * channels;
+      const std::int64_t local = static_cast<std::int64_t>(tokens[n]) - vocab_begin;
+      if (local < 0 || local >= vocab_rows) continue;
+      float* dst = dwte + local * channels;
       const T* src = dout + n * channels;
       for (std::int64_t c = c0; c < c1; ++c) dst[c] += widen(src[c]);
     }
@@ -421,7 +437,9 @@ struct CrossEntropyForward {
 };
 
 // dlogits = (softmax - onehot(target)) * dloss over the first `vocab` columns, zero in the
-// padding; one unit per row. dlogits may alias logits.
+// padding; one unit per row. dlogits may alias logits. For a vocabulary slice (tensor
+// parallelism) the rows hold the columns [vocab_begin, vocab_begin + padded_vocab) of the full
+// logits, `vocab` of them real; the one-hot term lands only where the slice holds the target.
 template <class T>
 struct CrossEntropyBackward {
   const T* logits;
@@ -430,16 +448,87 @@ struct CrossEntropyBackward {
   T* dlogits;
   std::int64_t rows, vocab, padded_vocab;
   float dloss;
+  std::int64_t vocab_begin;
   MT_HD std::int64_t count() const { return rows; }
   MT_HD void operator()(std::int64_t n) const {
     const T* x = logits + n * padded_vocab;
     T* d = dlogits + n * padded_vocab;
     const float log_sum = lse[n];
-    const std::int32_t target = targets[n];
-    const float p_target = exp_f(widen(x[target]) - log_sum);
+    const std::int64_t target = static_cast<std::int64_t>(targets[n]) - vocab_begin;
+    const bool owned = target >= 0 && target < vocab;
+    // Read before the loop overwrites it (dlogits may be logits).
+    const float p_target = owned ? exp_f(widen(x[target]) - log_sum) : 0.0f;
     for (std::int64_t j = 0; j < vocab; ++j) d[j] = narrow_to<T>(exp_f(widen(x[j]) - log_sum) * dloss);
-    d[target] = narrow_to<T>((p_target - 1.0f) * dloss);
+    if (owned) d[target] = narrow_to<T>((p_target - 1.0f) * dloss);
     for (std::int64_t j = vocab; j < padded_vocab; ++j) d[j] = narrow_to<T>(0.0f);
+  }
+};
+
+// Cross-entropy over a vocabulary slice, in pieces between which the caller allreduces over the
+// tensor-parallel group: logits [N, cols] hold the columns [vocab_begin, vocab_begin + cols) of
+// the full logits, the first `vocab` of them real (the others padding, never read). One unit per
+// row; the row reductions are those of CrossEntropyForward (lane_max, lane_sum).
+
+// row_max[n] = max of the real columns; the lowest float when the slice has none (it never wins
+// the allreduce-max). T is the logits type.
+template <class T>
+struct VocabParallelMax {
+  const T* logits;
+  float* row_max;
+  std::int64_t rows, vocab, cols;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* x = logits + n * cols;
+    row_max[n] = lane_max(vocab, [x](std::int64_t j) { return widen(x[j]); });
+  }
+};
+
+// sum_exp[n] = sum over the real columns of exp(x - row_max[n]), row_max the global maximum; 0
+// when the slice has none.
+template <class T>
+struct VocabParallelSumExp {
+  const T* logits;
+  const float* row_max;
+  float* sum_exp;
+  std::int64_t rows, vocab, cols;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* x = logits + n * cols;
+    const float m = row_max[n];
+    sum_exp[n] = lane_sum(vocab, [x, m](std::int64_t j) { return exp_f(widen(x[j]) - m); });
+  }
+};
+
+// target_logit[n] = x[targets[n] - vocab_begin] where the slice holds the target, else 0 (so the
+// allreduce-sum over slices is exactly the target's logit).
+template <class T>
+struct VocabParallelTargetLogit {
+  const T* logits;
+  const std::int32_t* targets;
+  float* target_logit;
+  std::int64_t rows, cols, vocab_begin;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const std::int64_t target = static_cast<std::int64_t>(targets[n]) - vocab_begin;
+    target_logit[n] = target >= 0 && target < cols ? widen(logits[n * cols + target]) : 0.0f;
+  }
+};
+
+// From the allreduced statistics: lse = max + log(sum_exp), loss = lse - target_logit, the same
+// expressions as CrossEntropyForward. All fp32; T is unused (every op has both instantiations).
+template <class T>
+struct VocabParallelLoss {
+  const float* row_max;
+  const float* sum_exp;
+  const float* target_logit;
+  float* losses;
+  float* lse;
+  std::int64_t rows;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const float log_sum = row_max[n] + ::logf(sum_exp[n]);
+    lse[n] = log_sum;
+    losses[n] = log_sum - target_logit[n];
   }
 };
 

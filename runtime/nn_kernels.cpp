@@ -3,6 +3,8 @@
 #include "runtime/nn_kernels.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "runtime/nn_backend.h"
@@ -65,40 +67,83 @@ T* ptr(const Tensor& t) {
 
 }  // namespace
 
+namespace {
+// The embedding ops over the vocabulary rows [vocab_begin, vocab_begin + wte.dim(0)) (all of them
+// with vocab_begin 0); wpe / dwpe may be null. Ids are checked by the callers that need it.
+void embedding_forward_rows(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, std::int64_t vocab_begin,
+                            const Tensor* wpe, Tensor& out) {
+  expect_on(ctx, tokens, "tokens");
+  expect_f32(ctx, wte, "wte");
+  expect_on(ctx, out, "embedding output");
+  MT_CHECK(tokens.dtype() == DType::I32, "tokens must be int32, got ", tokens.describe());
+  MT_CHECK(tokens.rank() == 2 && wte.rank() == 2, "embedding: tokens [B, T], wte [V, C]");
+  MT_CHECK(vocab_begin >= 0, "embedding: vocab_begin ", vocab_begin, " is negative");
+  const std::int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
+  if (wpe != nullptr) {
+    expect_f32(ctx, *wpe, "wpe");
+    MT_CHECK(wpe->rank() == 2, "embedding: wpe must be [maxT, C], got ", wpe->describe());
+    MT_CHECK(wpe->dim(1) == C && T <= wpe->dim(0), "embedding: sequence length ", T, " needs wpe with at least ", T,
+             " rows of ", C, ", got ", wpe->describe());
+  }
+  expect_numel(out, B * T * C, "embedding output");
+  run<nn_math::EmbeddingForward>(ctx, out.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const std::int32_t>(tokens), ptr<const float>(wte), wpe != nullptr ? ptr<const float>(*wpe) : nullptr,
+          ptr<T_>(out), B * T, T, C, vocab_begin, wte.dim(0)};
+  });
+}
+
+void embedding_backward_rows(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, std::int64_t vocab_begin,
+                             Tensor& dwte, Tensor* dwpe) {
+  expect_on(ctx, tokens, "tokens");
+  expect_on(ctx, dout, "embedding output gradient");
+  expect_f32(ctx, dwte, "dwte");
+  MT_CHECK(tokens.dtype() == DType::I32, "tokens must be int32, got ", tokens.describe());
+  MT_CHECK(tokens.rank() == 2 && dwte.rank() == 2, "embedding backward: tokens [B, T], dwte [V, C]");
+  MT_CHECK(vocab_begin >= 0, "embedding backward: vocab_begin ", vocab_begin, " is negative");
+  const std::int64_t B = tokens.dim(0), T = tokens.dim(1), C = dwte.dim(1);
+  expect_numel(dout, B * T * C, "embedding output gradient");
+  if (dwpe != nullptr) {
+    expect_f32(ctx, *dwpe, "dwpe");
+    MT_CHECK(dwpe->rank() == 2 && dwpe->dim(1) == C && T <= dwpe->dim(0), "embedding backward: dwpe ",
+             dwpe->describe(), " for T=", T);
+  }
+  run<nn_math::EmbeddingBackwardTokens>(ctx, dout.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
+    op = {ptr<const std::int32_t>(tokens), ptr<const T_>(dout), ptr<float>(dwte), B * T, C, vocab_begin, dwte.dim(0)};
+  });
+  if (dwpe == nullptr) return;
+  run<nn_math::EmbeddingBackwardPositions>(ctx, dout.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
+    op = {ptr<const T_>(dout), ptr<float>(*dwpe), B, T, C};
+  });
+}
+}  // namespace
+
 void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
   expect_on(ctx, tokens, "tokens");
   expect_f32(ctx, wte, "wte");
-  expect_f32(ctx, wpe, "wpe");
-  expect_on(ctx, out, "embedding output");
   MT_CHECK(tokens.rank() == 2 && wte.rank() == 2 && wpe.rank() == 2, "embedding: tokens [B, T], wte [V, C], wpe [maxT, C]");
-  const std::int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
-  MT_CHECK(wpe.dim(1) == C && T <= wpe.dim(0), "embedding: sequence length ", T, " needs wpe with at least ", T,
-           " rows of ", C, ", got ", wpe.describe());
-  expect_numel(out, B * T * C, "embedding output");
   check_ids(ctx, tokens, wte.dim(0), "tokens");
-  run<nn_math::EmbeddingForward>(ctx, out.dtype(), [&](auto& op) {
-    using T_ = std::remove_pointer_t<decltype(op.out)>;
-    op = {ptr<const std::int32_t>(tokens), ptr<const float>(wte), ptr<const float>(wpe), ptr<T_>(out), B * T, T, C};
-  });
+  embedding_forward_rows(ctx, tokens, wte, 0, &wpe, out);
 }
 
 void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
   expect_on(ctx, tokens, "tokens");
-  expect_on(ctx, dout, "embedding output gradient");
   expect_f32(ctx, dwte, "dwte");
-  expect_f32(ctx, dwpe, "dwpe");
-  const std::int64_t B = tokens.dim(0), T = tokens.dim(1), C = dwte.dim(1);
-  expect_numel(dout, B * T * C, "embedding output gradient");
-  MT_CHECK(dwpe.dim(1) == C && T <= dwpe.dim(0), "embedding backward: dwpe ", dwpe.describe(), " for T=", T);
+  MT_CHECK(tokens.rank() == 2 && dwte.rank() == 2, "embedding backward: tokens [B, T], dwte [V, C]");
   check_ids(ctx, tokens, dwte.dim(0), "tokens");
-  run<nn_math::EmbeddingBackwardTokens>(ctx, dout.dtype(), [&](auto& op) {
-    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
-    op = {ptr<const std::int32_t>(tokens), ptr<const T_>(dout), ptr<float>(dwte), B * T, C};
-  });
-  run<nn_math::EmbeddingBackwardPositions>(ctx, dout.dtype(), [&](auto& op) {
-    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
-    op = {ptr<const T_>(dout), ptr<float>(dwpe), B, T, C};
-  });
+  embedding_backward_rows(ctx, tokens, dout, 0, dwte, &dwpe);
+}
+
+void embedding_forward_slice(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte_slice,
+                             std::int64_t vocab_begin, const Tensor* wpe, Tensor& out) {
+  embedding_forward_rows(ctx, tokens, wte_slice, vocab_begin, wpe, out);
+}
+
+void embedding_backward_slice(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, std::int64_t vocab_begin,
+                              Tensor& dwte_slice, Tensor* dwpe) {
+  embedding_backward_rows(ctx, tokens, dout, vocab_begin, dwte_slice, dwpe);
 }
 
 void layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
@@ -282,7 +327,104 @@ void cross_entropy_backward(DeviceContext& ctx, const Tensor& logits, const Tens
   run<nn_math::CrossEntropyBackward>(ctx, logits.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.dlogits)>;
     op = {ptr<const T_>(logits), ptr<const std::int32_t>(targets), ptr<const float>(lse), ptr<T_>(dlogits), N, vocab,
-          logits.dim(1), dloss};
+          logits.dim(1), dloss, 0};
+  });
+}
+
+namespace {
+// A vocabulary slice of logits [N, cols] (columns [vocab_begin, vocab_begin + cols) of the full
+// logits): returns its number of real columns, those below `vocab`, possibly none.
+std::int64_t slice_real_columns(const DeviceContext& ctx, const Tensor& logits, std::int64_t vocab_begin, int vocab,
+                                const char* what) {
+  expect_on(ctx, logits, "logits");
+  MT_CHECK(logits.rank() == 2, what, ": logits must be [N, columns of the slice], got ", logits.describe());
+  MT_CHECK(vocab > 0, what, ": vocab ", vocab, " must be positive");
+  MT_CHECK(vocab_begin >= 0, what, ": vocab_begin ", vocab_begin, " is negative");
+  return std::clamp<std::int64_t>(vocab - vocab_begin, 0, logits.dim(1));
+}
+
+void expect_row_stat(const DeviceContext& ctx, const Tensor& t, std::int64_t N, const char* what) {
+  expect_f32(ctx, t, what);
+  expect_numel(t, N, what);
+}
+
+// Targets index the full vocabulary; on the CPU check they are ids at all (a slice does not
+// know the vocabulary size, and reads only the columns it holds whatever the id).
+void check_targets(const DeviceContext& ctx, const Tensor& targets, std::int64_t N, std::int64_t limit) {
+  expect_on(ctx, targets, "targets");
+  expect_numel(targets, N, "targets");
+  check_ids(ctx, targets, limit, "targets");
+}
+}  // namespace
+
+void vocab_parallel_max(DeviceContext& ctx, const Tensor& logits, std::int64_t vocab_begin, int vocab,
+                        Tensor& row_max) {
+  const std::int64_t real = slice_real_columns(ctx, logits, vocab_begin, vocab, "vocab-parallel max");
+  const std::int64_t N = logits.dim(0);
+  expect_row_stat(ctx, row_max, N, "row maximum");
+  run<nn_math::VocabParallelMax>(ctx, logits.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.logits)>>;
+    op = {ptr<const T_>(logits), ptr<float>(row_max), N, real, logits.dim(1)};
+  });
+}
+
+void vocab_parallel_sum_exp(DeviceContext& ctx, const Tensor& logits, std::int64_t vocab_begin, int vocab,
+                            const Tensor& row_max, Tensor& sum_exp) {
+  const std::int64_t real = slice_real_columns(ctx, logits, vocab_begin, vocab, "vocab-parallel sum of exp");
+  const std::int64_t N = logits.dim(0);
+  expect_row_stat(ctx, row_max, N, "row maximum");
+  expect_row_stat(ctx, sum_exp, N, "sum of exp");
+  run<nn_math::VocabParallelSumExp>(ctx, logits.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.logits)>>;
+    op = {ptr<const T_>(logits), ptr<const float>(row_max), ptr<float>(sum_exp), N, real, logits.dim(1)};
+  });
+}
+
+void vocab_parallel_target_logit(DeviceContext& ctx, const Tensor& logits, const Tensor& targets,
+                                 std::int64_t vocab_begin, Tensor& target_logit) {
+  expect_on(ctx, logits, "logits");
+  MT_CHECK(logits.rank() == 2, "vocab-parallel target logit: logits must be [N, columns of the slice], got ",
+           logits.describe());
+  MT_CHECK(vocab_begin >= 0, "vocab-parallel target logit: vocab_begin ", vocab_begin, " is negative");
+  const std::int64_t N = logits.dim(0);
+  check_targets(ctx, targets, N, std::numeric_limits<std::int32_t>::max());
+  expect_row_stat(ctx, target_logit, N, "target logit");
+  run<nn_math::VocabParallelTargetLogit>(ctx, logits.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.logits)>>;
+    op = {ptr<const T_>(logits), ptr<const std::int32_t>(targets), ptr<float>(target_logit), N, logits.dim(1),
+          vocab_begin};
+  });
+}
+
+void vocab_parallel_loss(DeviceContext& ctx, const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
+                         Tensor& losses, Tensor& lse) {
+  expect_f32(ctx, row_max, "row maximum");
+  const std::int64_t N = row_max.numel();
+  expect_row_stat(ctx, sum_exp, N, "sum of exp");
+  expect_row_stat(ctx, target_logit, N, "target logit");
+  expect_row_stat(ctx, losses, N, "losses");
+  expect_row_stat(ctx, lse, N, "log-sum-exp");
+  run<nn_math::VocabParallelLoss>(ctx, DType::F32, [&](auto& op) {
+    op = {ptr<const float>(row_max), ptr<const float>(sum_exp), ptr<const float>(target_logit), ptr<float>(losses),
+          ptr<float>(lse), N};
+  });
+}
+
+void vocab_parallel_cross_entropy_backward(DeviceContext& ctx, const Tensor& logits, const Tensor& targets,
+                                           const Tensor& lse, std::int64_t vocab_begin, int vocab, float dloss,
+                                           Tensor& dlogits) {
+  const std::int64_t real = slice_real_columns(ctx, logits, vocab_begin, vocab, "vocab-parallel cross entropy");
+  const std::int64_t N = logits.dim(0);
+  check_targets(ctx, targets, N, vocab);
+  expect_row_stat(ctx, lse, N, "log-sum-exp");
+  expect_on(ctx, dlogits, "logits gradient");
+  expect_numel(dlogits, logits.numel(), "logits gradient");
+  MT_CHECK(dlogits.dtype() == logits.dtype(), "vocab-parallel cross entropy: gradient ", dlogits.describe(),
+           " for logits ", logits.describe());
+  run<nn_math::CrossEntropyBackward>(ctx, logits.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dlogits)>;
+    op = {ptr<const T_>(logits), ptr<const std::int32_t>(targets), ptr<const float>(lse), ptr<T_>(dlogits), N, real,
+          logits.dim(1), dloss, vocab_begin};
   });
 }
 

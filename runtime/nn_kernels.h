@@ -9,6 +9,8 @@
 // defines: mt::nn kernels
 #pragma once
 
+#include <cstdint>
+
 #include "runtime/tensor.h"
 
 namespace mt::nn {
@@ -17,6 +19,25 @@ namespace mt::nn {
 void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out);
 // dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += sum over b of dout[b, t, :].
 void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe);
+
+// The same over a slice of the vocabulary, for tensor parallelism: wte_slice [rows, C] holds the
+// rows [vocab_begin, vocab_begin + rows) of the table. out[b, t, :] = (wte_slice[tokens[b, t] -
+// vocab_begin, :] if the slice holds the token, else 0) + (wpe[t, :] if wpe, else 0), added in
+// fp32 and rounded once into out's dtype (fp32 or bf16). Ids outside the slice are not errors
+// here (another slice holds them) and are not checked.
+// With wpe given on one rank only and an allreduce-sum of fp32 outputs over the group, the result
+// is embedding_forward's bit for bit: each element is the sum of e (one rank), p (one rank,
+// possibly the same, which then computed e + p itself) and exact zeros, and a + b = b + a and
+// x + 0 = x are exact in IEEE arithmetic whatever order the allreduce adds in (the one exception,
+// -0 + +0 = +0 where the full embedding gives -0, compares equal). bf16 outputs would be rounded
+// before the sum: allreduce fp32 when bit equality matters.
+void embedding_forward_slice(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte_slice,
+                             std::int64_t vocab_begin, const Tensor* wpe, Tensor& out);
+// dwte_slice[tokens[b, t] - vocab_begin, :] += dout[b, t, :] for the tokens the slice holds
+// (others contribute nothing), in the order of embedding_backward: the rows come out exactly as
+// the corresponding rows of the full embedding_backward. dwpe (when given) as embedding_backward.
+void embedding_backward_slice(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, std::int64_t vocab_begin,
+                              Tensor& dwte_slice, Tensor* dwpe);
 
 // out = (x - mean) * rstd * weight + bias per row of x [N, C]; mean, rstd [N] fp32 saved for backward.
 void layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
@@ -55,6 +76,36 @@ void cross_entropy_forward(DeviceContext& ctx, const Tensor& logits, const Tenso
                            Tensor& lse);
 void cross_entropy_backward(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                             int vocab, float dloss, Tensor& dlogits);
+
+// Cross-entropy with the vocabulary split over a tensor-parallel group (Megatron's vocab-parallel
+// cross-entropy): each rank holds logits [N, cols], the columns [vocab_begin, vocab_begin + cols)
+// of the full [N, Vp] logits; columns at or past `vocab` are padding, never read (a slice may hold
+// only padding). The full logits are never gathered; the caller allreduces over the group
+// between the steps:
+//   vocab_parallel_max          row_max [N] = max of the slice's real logits (the lowest float
+//                               if it has none)                              -> allreduce Max
+//   vocab_parallel_sum_exp      sum_exp [N] = sum of exp(logit - row_max), row_max the global
+//                               maximum (0 if the slice has no real column)  -> allreduce Sum
+//   vocab_parallel_target_logit target_logit [N] = the target's logit where the slice holds the
+//                               target, else 0                               -> allreduce Sum
+//   vocab_parallel_loss         lse = row_max + log(sum_exp), losses = lse - target_logit
+//   vocab_parallel_cross_entropy_backward  dlogits = (exp(logit - lse) - onehot(target)) * dloss
+//                               on the real columns, 0 on padding; dlogits may be logits.
+// Statistics are fp32 [N]; logits f32 or bf16; targets int32 [N] in [0, vocab) of the full
+// vocabulary. With a single slice (vocab_begin 0, all columns) every result is bit for bit that
+// of cross_entropy_forward / cross_entropy_backward; split, the max and the target logit are still
+// exact, and sum_exp is the same sum added in another order (a few fp32 roundings apart).
+void vocab_parallel_max(DeviceContext& ctx, const Tensor& logits, std::int64_t vocab_begin, int vocab,
+                        Tensor& row_max);
+void vocab_parallel_sum_exp(DeviceContext& ctx, const Tensor& logits, std::int64_t vocab_begin, int vocab,
+                            const Tensor& row_max, Tensor& sum_exp);
+void vocab_parallel_target_logit(DeviceContext& ctx, const Tensor& logits, const Tensor& targets,
+                                 std::int64_t vocab_begin, Tensor& target_logit);
+void vocab_parallel_loss(DeviceContext& ctx, const Tensor& row_max, const Tensor& sum_exp, const Tensor& target_logit,
+                         Tensor& losses, Tensor& lse);
+void vocab_parallel_cross_entropy_backward(DeviceContext& ctx, const Tensor& logits, const Tensor& targets,
+                                           const Tensor& lse, std::int64_t vocab_begin, int vocab, float dloss,
+                                           Tensor& dlogits);
 
 // Softmax over the first `vocab` columns of each row with temperature, into fp32 probs [N, vocab].
 void softmax_rows(DeviceContext& ctx, const Tensor& logits, int vocab, float temperature, Tensor& probs);

@@ -27,6 +27,7 @@
 #include "tests/scratch_dir.h"          // defines: ScratchDir
 #include "tests/test_helpers.h"         // defines: error_of, contains
 #include "train/optim/grad_norm.h"      // defines: sum_of_squares
+#include "train/tests/tiny_corpus.h"    // defines: corpus
 #include "train/trainer.h"              // defines: Trainer, TrainSettings
 
 namespace mt {
@@ -34,48 +35,8 @@ namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::corpus;
 using testing::ScratchDir;
-
-// Sentences from a small grammar ("the old cat sat on the mat."), drawn with a seeded generator:
-// plenty of byte-level structure for a tiny model to learn in a few dozen steps.
-std::string english_like_text(std::size_t bytes, unsigned seed) {
-  static const char* const kDet[] = {"the", "a", "my", "every", "one"};
-  static const char* const kAdj[] = {"old", "small", "happy", "quiet", "red", "clever"};
-  static const char* const kNoun[] = {"cat", "dog", "bird", "child", "farmer", "teacher", "river", "house"};
-  static const char* const kVerb[] = {"sat on", "ran to", "looked at", "walked past", "slept near", "sang to"};
-  std::mt19937 rng(seed);
-  auto pick = [&](const auto& list) { return std::string(list[rng() % std::size(list)]); };
-  std::string text;
-  while (text.size() < bytes) {
-    std::string s = pick(kDet) + " " + pick(kAdj) + " " + pick(kNoun) + " " + pick(kVerb) + " " + pick(kDet) +
-                    " " + pick(kNoun) + ".";
-    s[0] = static_cast<char>(s[0] - 'a' + 'A');
-    text += s + (rng() % 4 == 0 ? "\n" : " ");
-  }
-  return text;
-}
-
-// <dir>/tiny_train_000000.bin and tiny_val_000000.bin: [eot] + bytes of the text, as prepare writes.
-struct Corpus {
-  ScratchDir dir;
-  Corpus() {
-    const auto tokenizer = data::make_tokenizer("bytes", {});
-    auto write = [&](const std::string& split, std::size_t bytes, unsigned seed) {
-      std::vector<std::int32_t> ids{tokenizer->eot_token()};
-      const std::vector<std::int32_t> text = tokenizer->encode(english_like_text(bytes, seed));
-      ids.insert(ids.end(), text.begin(), text.end());
-      data::write_shard(dir.path() / ("tiny_" + split + "_000000.bin"), std::span<const std::int32_t>(ids));
-    };
-    write("train", 40'000, 1);
-    write("val", 4'000, 2);
-  }
-  const std::filesystem::path& path() const { return dir.path(); }
-};
-
-const Corpus& corpus() {
-  static const Corpus c;
-  return c;
-}
 
 GptConfig tiny_config() {
   GptConfig c = gpt_preset("tiny");

@@ -1,0 +1,97 @@
+#include "models/gpt_sharding.h"
+
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace mt {
+
+GptPartition GptPartition::whole(const GptConfig& config) {
+  GptPartition p;
+  p.chunks = {{0, config.layers}};
+  return p;
+}
+
+void GptPartition::validate(const GptConfig& config) const {
+  MT_REQUIRE(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tensor-parallel rank ", tp_rank, " of ", tp_size);
+  MT_REQUIRE(config.heads % tp_size == 0, "--tp ", tp_size, " does not divide the ", config.heads, " attention heads");
+  MT_REQUIRE((4 * config.channels) % tp_size == 0, "--tp ", tp_size, " does not divide the MLP width ",
+             4 * config.channels);
+  MT_REQUIRE(config.vocab_rows() % tp_size == 0, "--tp ", tp_size, " does not divide the ", config.vocab_rows(),
+             " padded vocabulary rows");
+  int previous_end = 0;
+  for (const LayerRange& c : chunks) {
+    MT_REQUIRE(c.begin >= previous_end && c.end > c.begin && c.end <= config.layers, "layer chunk [", c.begin, ", ",
+               c.end, ") is empty, overlaps another or lies outside the ", config.layers, " layers");
+    previous_end = c.end;
+  }
+  MT_REQUIRE(!chunks.empty() || (embedding && head), "a partition without layers must hold the whole model's ends");
+}
+
+std::string GptPartition::describe() const {
+  std::ostringstream out;
+  out << "layers ";
+  for (std::size_t i = 0; i < chunks.size(); ++i)
+    out << (i ? ", " : "") << chunks[i].begin << "-" << chunks[i].end - 1;
+  if (embedding) out << " + embedding";
+  if (head) out << " + head";
+  if (tp_size > 1) out << ", tp shard " << tp_rank << "/" << tp_size;
+  return out.str();
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> ParamShard::full_runs() const {
+  if (split_dim < 0) return {{0, full.numel()}};
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  const auto& shape = full.shape;
+  if (split_dim == 0) {
+    std::int64_t inner = 1;
+    for (std::size_t d = 1; d < shape.size(); ++d) inner *= shape[d];
+    const std::int64_t block_rows = shape[0] / blocks, rows = block_rows / parts;
+    for (int b = 0; b < blocks; ++b) runs.push_back({(b * block_rows + part * rows) * inner, rows * inner});
+  } else {
+    MT_CHECK(split_dim == 1 && shape.size() == 2 && blocks == 1, "unsupported split of ", full.name);
+    const std::int64_t cols = shape[1] / parts;
+    for (std::int64_t r = 0; r < shape[0]; ++r) runs.push_back({r * shape[1] + part * cols, cols});
+  }
+  return runs;
+}
+
+std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition) {
+  partition.validate(config);
+  auto holds_layer = [&](int layer) {
+    for (const LayerRange& c : partition.chunks)
+      if (layer >= c.begin && layer < c.end) return true;
+    return false;
+  };
+  std::vector<ParamShard> shards;
+  for (const ParamSpec& spec : gpt_parameter_specs(config)) {
+    bool held = false;
+    switch (spec.kind) {
+      case ParamKind::TokenEmbedding: held = partition.embedding || partition.head; break;
+      case ParamKind::PositionEmbedding: held = partition.embedding; break;
+      case ParamKind::LnfWeight:
+      case ParamKind::LnfBias: held = partition.head; break;
+      default: held = holds_layer(spec.layer); break;
+    }
+    if (!held) continue;
+    ParamShard s{spec, spec};
+    s.parts = partition.tp_size;
+    s.part = partition.tp_rank;
+    switch (spec.kind) {
+      case ParamKind::TokenEmbedding:
+      case ParamKind::FcWeight:
+      case ParamKind::FcBias: s.split_dim = 0; break;
+      case ParamKind::QkvWeight:
+      case ParamKind::QkvBias: s.split_dim = 0; s.blocks = 3; break;
+      case ParamKind::AttnProjWeight:
+      case ParamKind::FcProjWeight: s.split_dim = 1; break;
+      default: break;
+    }
+    if (partition.tp_size == 1) s.split_dim = -1, s.blocks = 1;  // nothing to split
+    if (s.split_dim >= 0) s.local.shape[static_cast<std::size_t>(s.split_dim)] /= partition.tp_size;
+    shards.push_back(std::move(s));
+  }
+  return shards;
+}
+
+}  // namespace mt

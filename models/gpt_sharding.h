@@ -1,0 +1,63 @@
+// Which part of a GPT one rank holds, and where each of its parameters sits in the full model.
+//
+// Pipeline parallelism gives a rank one or more chunks of consecutive layers (several with the
+// interleaved schedule); the first global chunk also holds the token and position embeddings, the
+// last the final layernorm and the LM head (tied to the token embedding, so a rank with the head
+// holds a copy of wte too). Tensor parallelism splits inside each layer as Megatron-LM does:
+//   - column-parallel (split dim 0, the outputs): attn.qkv (its q, k and v blocks each split, so a
+//     rank holds whole heads), mlp.fc, and their biases;
+//   - row-parallel (split dim 1, the inputs): attn.proj and mlp.proj; their biases are replicated;
+//   - vocab-parallel: wte by rows (the head's logits come out split over the vocabulary);
+//   - replicated on every tp rank: layernorms, wpe, the row-parallel biases.
+// Every element of a shard maps to one element of the full tensor, so initialization (a pure
+// function of the full index, models/init.h) and gathering are exact for any layout.
+// defines: LayerRange, GptPartition, ParamShard, gpt_param_shards
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/gpt_config.h"
+#include "models/gpt_parameters.h"
+
+namespace mt {
+
+struct LayerRange {
+  int begin = 0, end = 0;  // layers [begin, end)
+  int size() const { return end - begin; }
+};
+
+struct GptPartition {
+  int tp_size = 1, tp_rank = 0;
+  std::vector<LayerRange> chunks;  // this rank's chunks, in ascending layer order
+  bool embedding = true;           // holds global chunk 0 (wte slice and wpe)
+  bool head = true;                // holds the last global chunk (lnf, the tied head's wte slice, the loss)
+
+  static GptPartition whole(const GptConfig& config);  // one rank, everything
+  // Throws Error when the partition does not fit the model (tp not dividing heads, 4C or Vp;
+  // chunks empty, overlapping or outside the layers).
+  void validate(const GptConfig& config) const;
+  std::int64_t vocab_rows_local(const GptConfig& config) const { return config.vocab_rows() / tp_size; }
+  std::int64_t vocab_begin(const GptConfig& config) const { return vocab_rows_local(config) * tp_rank; }
+  std::string describe() const;  // "layers 0-1, 4-5 + embedding, tp 1/2"
+};
+
+// One local parameter and its place in the full tensor.
+struct ParamShard {
+  ParamSpec full;       // the full parameter (name, kind, full shape)
+  ParamSpec local;      // the same name with this rank's shape
+  int split_dim = -1;   // -1: whole (replicated over the tp group when tp > 1)
+  int blocks = 1;       // blocks along split_dim, each split separately (qkv: q, k, v)
+  int parts = 1, part = 0;
+
+  bool replicated() const { return split_dim < 0; }
+  // Runs {first element of the full tensor, count} covering the local tensor in its element order.
+  std::vector<std::pair<std::int64_t, std::int64_t>> full_runs() const;
+};
+
+// The parameters a partition holds, in the order of gpt_parameter_specs (wte, wpe, layers, lnf).
+std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition);
+
+}  // namespace mt

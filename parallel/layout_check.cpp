@@ -1,0 +1,124 @@
+// The layout checks, in the order a user would fix them: the mesh against the job, tensor
+// parallelism against the model's widths, then stages, batches and the schedule.
+#include "parallel/layout_check.h"
+
+#include <numeric>
+#include <sstream>
+#include <string>
+
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+
+// The --schedule value as the user typed it (kept here so the checks need nothing else).
+const char* schedule_option(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+std::string join(const std::vector<int>& values) {
+  std::ostringstream out;
+  for (std::size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+  return out.str();
+}
+
+void check_tensor_parallel(int tp, const LayoutLimits& limits) {
+  MT_REQUIRE(limits.heads % tp == 0, "--tp ", tp, " does not divide the model's ", limits.heads,
+             " attention heads (each tensor-parallel rank takes whole heads; use a --tp that divides ", limits.heads,
+             ")");
+  MT_REQUIRE(limits.mlp_width % tp == 0, "--tp ", tp, " does not divide the MLP width ", limits.mlp_width,
+             " (4 x channels, split evenly over tensor-parallel ranks; use a --tp that divides ", limits.mlp_width, ")");
+  MT_REQUIRE(limits.vocab_rows % tp == 0, "--tp ", tp, " does not divide the padded vocabulary of ",
+             limits.vocab_rows, " rows (the embedding is split by vocabulary rows; use a --tp that divides ",
+             limits.vocab_rows, ")");
+}
+
+void check_virtual_stages(const LayoutRequest& request) {
+  const int v = request.virtual_stages;
+  MT_REQUIRE(v >= 1, "--virtual-stages must be at least 1, got ", v);
+  if (request.schedule == ScheduleKind::Interleaved) {
+    MT_REQUIRE(v >= 2, "--schedule interleaved needs --virtual-stages 2 or more (model chunks per stage), got ", v,
+               " (or use --schedule 1f1b)");
+  } else {
+    MT_REQUIRE(v == 1, "--virtual-stages ", v, " needs --schedule interleaved, not --schedule ",
+               schedule_option(request.schedule));
+  }
+}
+
+void check_stage_split(const LayoutRequest& request, const LayoutLimits& limits) {
+  const int pp = request.mesh.pp;
+  MT_REQUIRE(pp <= limits.layers, "--pp ", pp, " is more than the model's ", limits.layers,
+             " layers (each pipeline stage needs at least one layer; use --pp ", limits.layers, " or less)");
+  const std::vector<int>& split = request.pp_layers;
+  if (!split.empty()) {
+    MT_REQUIRE(request.schedule != ScheduleKind::Interleaved, "--pp-layers ", join(split),
+               " cannot be combined with --schedule interleaved (its model chunks split the layers evenly)");
+    MT_REQUIRE(static_cast<int>(split.size()) == pp, "--pp-layers ", join(split), " lists ", split.size(),
+               " stages but --pp is ", pp, " (give one layer count per stage)");
+    for (std::size_t i = 0; i < split.size(); ++i) {
+      MT_REQUIRE(split[i] >= 1, "--pp-layers ", join(split), " gives stage ", i, " ", split[i],
+                 " layers; every stage needs at least one");
+    }
+    const int sum = std::accumulate(split.begin(), split.end(), 0);
+    MT_REQUIRE(sum == limits.layers, "--pp-layers ", join(split), " sums to ", sum, " layers but the model has ",
+               limits.layers);
+  }
+  if (request.schedule == ScheduleKind::Interleaved) {
+    const int chunks = pp * request.virtual_stages;
+    MT_REQUIRE(limits.layers % chunks == 0, "--schedule interleaved with --pp ", pp, " x --virtual-stages ",
+               request.virtual_stages, " = ", chunks, " model chunks needs the model's ", limits.layers,
+               " layers divisible by ", chunks, " (every chunk takes the same number of layers)");
+  }
+}
+
+void check_batches(const LayoutRequest& request, const LayoutLimits& limits) {
+  const int dp = request.mesh.dp;
+  const int pp = request.mesh.pp;
+  MT_REQUIRE(limits.micro_batch >= 1, "--micro-batch must be at least 1, got ", limits.micro_batch);
+  const int per_step = dp * limits.micro_batch;
+  MT_REQUIRE(limits.global_batch >= per_step && limits.global_batch % per_step == 0, "--global-batch ",
+             limits.global_batch, " must be a positive multiple of --dp ", dp, " x --micro-batch ", limits.micro_batch,
+             " = ", per_step, " (each data-parallel rank takes global-batch/dp sequences in micro-batches of ",
+             "--micro-batch)");
+  const int micro_batches = limits.global_batch / per_step;
+  const char* schedule = schedule_option(request.schedule);
+  if (request.schedule != ScheduleKind::GPipe) {
+    MT_REQUIRE(micro_batches >= pp, "--schedule ", schedule, " needs at least --pp ", pp,
+               " micro-batches per step, but --global-batch ", limits.global_batch, " / (--dp ", dp,
+               " x --micro-batch ", limits.micro_batch, ") = ", micro_batches,
+               " (raise --global-batch, lower --micro-batch, or use --schedule gpipe)");
+  }
+  if (request.schedule == ScheduleKind::Interleaved) {
+    MT_REQUIRE(micro_batches % pp == 0, "--schedule interleaved needs the micro-batches per step, --global-batch ",
+               limits.global_batch, " / (--dp ", dp, " x --micro-batch ", limits.micro_batch, ") = ", micro_batches,
+               ", to be a multiple of --pp ", pp);
+  }
+}
+
+}  // namespace
+
+void check_layout(const LayoutRequest& request, const LayoutLimits& limits) {
+  const Mesh mesh(request.mesh);  // sizes and order
+  const MeshShape& s = request.mesh;
+  MT_REQUIRE(s.world_size() == limits.world_size, "--dp ", s.dp, " x --tp ", s.tp, " x --pp ", s.pp, " = ",
+             s.world_size(), " ranks, but the job has ", limits.world_size, " (launch with -np ", s.world_size(),
+             " or change the layout)");
+  check_tensor_parallel(s.tp, limits);
+  check_virtual_stages(request);
+  check_stage_split(request, limits);
+  check_batches(request, limits);
+}
+
+int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits) {
+  const int per_step = request.mesh.dp * limits.micro_batch;
+  MT_CHECK(per_step > 0 && limits.global_batch % per_step == 0, "global batch ", limits.global_batch,
+           " not split by dp x micro-batch ", per_step);
+  return limits.global_batch / per_step;
+}
+
+}  // namespace mt

@@ -1,0 +1,38 @@
+// Validation of a requested parallel layout (mesh, schedule, stage split) against the job and the
+// model, before anything is built: each problem is one mt::Error naming the options, their values
+// and a fix, which the CLI prints once as a usage error.
+// defines: LayoutRequest, LayoutLimits, check_layout, micro_batches_per_step
+#pragma once
+
+#include <vector>
+
+#include "parallel/mesh.h"
+#include "parallel/schedule_kind.h"
+
+namespace mt {
+
+struct LayoutRequest {
+  MeshShape mesh;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int virtual_stages = 1;      // model chunks per pipeline stage (interleaved: >= 2)
+  std::vector<int> pp_layers;  // explicit layers per stage (--pp-layers); empty: balanced automatically
+};
+
+// What the job and the model allow.
+struct LayoutLimits {
+  int world_size = 1;
+  int layers = 1;
+  int heads = 1;
+  int mlp_width = 4;   // 4 x channels
+  int vocab_rows = 1;  // the padded vocabulary
+  int global_batch = 1;  // sequences per optimizer step, whole job
+  int micro_batch = 1;   // sequences per forward pass
+};
+
+// Throws mt::Error with one message for the first problem found; returns when the layout is valid.
+void check_layout(const LayoutRequest& request, const LayoutLimits& limits);
+
+// global_batch / (dp x micro_batch): the micro-batches each pipeline runs per step.
+int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits);
+
+}  // namespace mt

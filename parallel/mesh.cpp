@@ -1,0 +1,106 @@
+// The mesh arithmetic: strides from the order string, groups by walking one coordinate.
+#include "parallel/mesh.h"
+
+#include <sstream>
+#include <utility>
+
+#include "runtime/error.h"
+
+namespace mt {
+
+std::string MeshShape::describe() const {
+  std::ostringstream out;
+  out << "dp=" << dp << " tp=" << tp << " pp=" << pp << " (order " << order << ")";
+  return out.str();
+}
+
+namespace {
+
+// "tp-dp-pp" -> {"tp", "dp", "pp"}
+std::vector<std::string> split_dashes(const std::string& text) {
+  std::vector<std::string> parts(1);
+  for (char c : text) {
+    if (c == '-') parts.emplace_back();
+    else parts.back() += c;
+  }
+  return parts;
+}
+
+}  // namespace
+
+Mesh::Mesh(MeshShape shape) : shape_(std::move(shape)) {
+  MT_REQUIRE(shape_.dp >= 1, "--dp must be at least 1, got ", shape_.dp);
+  MT_REQUIRE(shape_.tp >= 1, "--tp must be at least 1, got ", shape_.tp);
+  MT_REQUIRE(shape_.pp >= 1, "--pp must be at least 1, got ", shape_.pp);
+  size_ = {shape_.tp, shape_.dp, shape_.pp};
+
+  const std::vector<std::string> names = split_dashes(shape_.order);
+  std::array<bool, 3> seen{};
+  bool valid = names.size() == 3;
+  std::array<Dim, 3> order{};
+  for (std::size_t i = 0; valid && i < names.size(); ++i) {
+    const std::string& n = names[i];
+    const int d = n == "tp" ? Tp : n == "dp" ? Dp : n == "pp" ? Pp : -1;
+    valid = d >= 0 && !seen[static_cast<std::size_t>(d)];
+    if (valid) {
+      seen[static_cast<std::size_t>(d)] = true;
+      order[i] = static_cast<Dim>(d);
+    }
+  }
+  MT_REQUIRE(valid, "--mesh-order '", shape_.order,
+             "' must name tp, dp and pp once each, fastest-varying first, separated by '-' (e.g. tp-dp-pp)");
+
+  int stride = 1;
+  for (Dim d : order) {
+    stride_[d] = stride;
+    stride *= size_[d];
+  }
+}
+
+MeshCoord Mesh::coord_of(int rank) const {
+  MT_CHECK(rank >= 0 && rank < world_size(), "rank ", rank, " outside a mesh of ", world_size());
+  return {(rank / stride_[Dp]) % size_[Dp], (rank / stride_[Tp]) % size_[Tp], (rank / stride_[Pp]) % size_[Pp]};
+}
+
+int Mesh::rank_of(MeshCoord c) const {
+  MT_CHECK(c.dp >= 0 && c.dp < size_[Dp] && c.tp >= 0 && c.tp < size_[Tp] && c.pp >= 0 && c.pp < size_[Pp],
+           "coordinate dp ", c.dp, " tp ", c.tp, " pp ", c.pp, " outside ", shape_.describe());
+  return c.dp * stride_[Dp] + c.tp * stride_[Tp] + c.pp * stride_[Pp];
+}
+
+std::vector<int> Mesh::along(int rank, Dim dim) const {
+  const MeshCoord c = coord_of(rank);
+  const int here = dim == Tp ? c.tp : dim == Dp ? c.dp : c.pp;
+  const int base = rank - here * stride_[dim];
+  std::vector<int> members;
+  for (int i = 0; i < size_[dim]; ++i) members.push_back(base + i * stride_[dim]);
+  return members;
+}
+
+std::vector<int> Mesh::tp_group(int rank) const { return along(rank, Tp); }
+std::vector<int> Mesh::dp_group(int rank) const { return along(rank, Dp); }
+std::vector<int> Mesh::pp_group(int rank) const { return along(rank, Pp); }
+
+std::vector<int> Mesh::embedding_group(int rank) const {
+  const MeshCoord c = coord_of(rank);
+  if (shape_.pp == 1) return {rank};
+  if (c.pp != 0 && c.pp != shape_.pp - 1) return {};
+  return {rank_of({c.dp, c.tp, 0}), rank_of({c.dp, c.tp, shape_.pp - 1})};
+}
+
+std::vector<std::vector<int>> Mesh::all_of(std::vector<int> (Mesh::*group)(int) const) const {
+  std::vector<std::vector<int>> groups;
+  for (int r = 0; r < world_size(); ++r) {
+    std::vector<int> g = (this->*group)(r);
+    // Each group once, when met at its smallest member (the lists are increasing).
+    if (!g.empty() && g.front() == r) groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+std::vector<std::vector<int>> Mesh::all_tp_groups() const { return all_of(&Mesh::tp_group); }
+std::vector<std::vector<int>> Mesh::all_dp_groups() const { return all_of(&Mesh::dp_group); }
+std::vector<std::vector<int>> Mesh::all_pp_groups() const { return all_of(&Mesh::pp_group); }
+std::vector<std::vector<int>> Mesh::all_embedding_groups() const { return all_of(&Mesh::embedding_group); }
+
+}  // namespace mt

@@ -1,0 +1,160 @@
+#include "parallel/pipeline_executor.h"
+
+#include <chrono>
+#include <set>
+
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Communicator& pp, const Stream& stream, ExecutorOptions options)
+    : pp_(pp), stream_(stream), options_(options), early_receives_(options.overlap && pp.backend_name() == "mpi") {}
+
+void PipelineExecutor::post_receive(const Schedule& schedule, std::size_t index, PipelineStageRunner& runner) {
+  if (receives_.count(index)) return;
+  const int stage = pp_.rank();
+  const Action& a = schedule.actions[static_cast<std::size_t>(stage)][index];
+  const ChunkRef from = schedule.peer(stage, a);
+  Tensor buffer = a.kind == ActionKind::RecvForward ? runner.forward_input(a.chunk, a.micro)
+                                                    : runner.backward_input(a.chunk, a.micro);
+  Pending p;
+  if (from.stage == stage) {
+    p.staged = buffer;  // filled from the self-send when the receive is waited for
+  } else {
+    p.work = pp_.recv_async(buffer, from.stage, {schedule.tag(stage, a)});
+  }
+  receives_[index] = std::move(p);
+}
+
+void PipelineExecutor::send(const Schedule& schedule, const Action& a, PipelineStageRunner& runner) {
+  const int stage = pp_.rank();
+  const ChunkRef to = schedule.peer(stage, a);
+  Tensor data = a.kind == ActionKind::SendForward ? runner.forward_output(a.chunk, a.micro)
+                                                  : runner.backward_output(a.chunk, a.micro);
+  if (to.stage == stage) {
+    self_sends_[schedule.tag(stage, a)] = data;  // the buffer stays untouched until its slot is released
+    return;
+  }
+  WorkPtr work = pp_.send_async(data, to.stage, {schedule.tag(stage, a)});
+  if (!options_.overlap) {
+    work->wait();
+    return;
+  }
+  sends_[{a.chunk, a.micro}].push_back(std::move(work));
+}
+
+void PipelineExecutor::release_finished(PipelineStageRunner& runner, bool wait_all) {
+  std::vector<std::pair<int, int>> still;
+  for (const auto& key : done_) {
+    auto it = sends_.find(key);
+    bool finished = true;
+    if (it != sends_.end()) {
+      for (const WorkPtr& w : it->second) {
+        if (wait_all) {
+          w->wait();
+        } else if (!w->test()) {
+          finished = false;
+          break;
+        }
+      }
+      if (finished) {
+        for (const WorkPtr& w : it->second) w->wait();  // rethrows a failed send
+        sends_.erase(it);
+      }
+    }
+    if (finished) {
+      runner.release(key.first, key.second);
+    } else {
+      still.push_back(key);
+    }
+  }
+  done_ = std::move(still);
+}
+
+ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunner& runner) {
+  const int stage = pp_.rank();
+  MT_CHECK(pp_.size() == schedule.stages, "a schedule for ", schedule.stages, " stages on a pipeline group of ",
+           pp_.size());
+  const std::vector<Action>& actions = schedule.actions[static_cast<std::size_t>(stage)];
+  ExecutorStats stats;
+  receives_.clear();
+  self_sends_.clear();
+  sends_.clear();
+  done_.clear();
+  std::vector<std::size_t> compute_positions;
+  for (std::size_t i = 0; i < actions.size(); ++i)
+    if (is_compute(actions[i].kind)) compute_positions.push_back(i);
+  // The receives just before compute position n (which that computation needs). A gradient's
+  // buffer exists only once its micro-batch's forward ran, so such a receive waits for that.
+  std::set<std::pair<int, int>> forwarded;
+  auto post_receives_for = [&](std::size_t n) {
+    if (n >= compute_positions.size()) return;
+    const std::size_t at = compute_positions[n];
+    const std::size_t from = n == 0 ? 0 : compute_positions[n - 1] + 1;
+    for (std::size_t k = from; k < at; ++k) {
+      const Action& r = actions[k];
+      if (!is_receive(r.kind) || receives_.count(k)) continue;
+      if (r.kind == ActionKind::RecvBackward && !forwarded.count({r.chunk, r.micro})) continue;
+      post_receive(schedule, k, runner);
+      ++stats.receives_posted_early;
+    }
+  };
+  std::size_t next_compute = 0;
+  if (early_receives_) post_receives_for(0);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    switch (a.kind) {
+      case ActionKind::RecvForward:
+      case ActionKind::RecvBackward: {
+        post_receive(schedule, i, runner);  // a no-op when posted early
+        Pending& p = receives_.at(i);
+        const auto start = std::chrono::steady_clock::now();
+        if (p.work) {
+          p.work->wait_on(stream_);
+        } else {
+          auto it = self_sends_.find(schedule.tag(stage, a));
+          MT_CHECK(it != self_sends_.end(), "stage ", stage, ": ", to_string(a, true), " before its own send");
+          p.staged.copy_from(it->second, stream_);
+          self_sends_.erase(it);
+        }
+        stats.receive_wait_s += seconds_since(start);
+        receives_.erase(i);
+        break;
+      }
+      case ActionKind::Forward:
+      case ActionKind::Backward: {
+        if (early_receives_) post_receives_for(next_compute + 1);
+        ++next_compute;
+        release_finished(runner, false);
+        const auto start = std::chrono::steady_clock::now();
+        if (a.kind == ActionKind::Forward) {
+          runner.forward(a.chunk, a.micro);
+          forwarded.insert({a.chunk, a.micro});
+          if (early_receives_) post_receives_for(next_compute);  // a gradient it now has a buffer for
+        } else {
+          runner.backward(a.chunk, a.micro);
+        }
+        stats.compute_s += seconds_since(start);
+        const bool last_use = a.kind == ActionKind::Backward || schedule.forward_only;
+        if (last_use) done_.push_back({a.chunk, a.micro});
+        break;
+      }
+      case ActionKind::SendForward:
+      case ActionKind::SendBackward:
+        send(schedule, a, runner);
+        break;
+    }
+  }
+  release_finished(runner, true);
+  MT_CHECK(receives_.empty() && self_sends_.empty(), "stage ", stage, ": the schedule left messages unmatched");
+  return stats;
+}
+
+}  // namespace mt

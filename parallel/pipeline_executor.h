@@ -1,0 +1,76 @@
+// Runs a pipeline schedule (parallel/schedule.h) for one optimizer step on this stage: computes
+// through a PipelineStageRunner (the trainer's model), sends and receives over the pp group.
+//
+// Overlap: sends are asynchronous (a slot's buffers are released only once its sends completed),
+// and with the MPI backend each receive is posted one computation early, before the computation
+// that precedes it, so the transfer runs during that computation on the communication thread.
+// With NCCL every op goes on one comm stream in schedule order (NCCL matches point-to-point
+// messages in issue order; a receive posted early would hold the stream ahead of this stage's own
+// sends), and the GPU overlaps the comm stream with compute. With overlap off every transfer is
+// waited for where the schedule puts it.
+// A stage sending to itself (one stage with virtual chunks) copies the tensor.
+// defines: PipelineStageRunner, ExecutorOptions, ExecutorStats, PipelineExecutor
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "parallel/schedule.h"
+
+namespace mt {
+
+// One stage's computations on (local chunk, micro-batch), as the schedule names them.
+class PipelineStageRunner {
+ public:
+  virtual ~PipelineStageRunner() = default;
+  virtual Tensor forward_input(int chunk, int micro) = 0;    // buffer a RecvForward fills
+  virtual void forward(int chunk, int micro) = 0;
+  virtual Tensor forward_output(int chunk, int micro) = 0;   // what a SendForward sends
+  virtual Tensor backward_input(int chunk, int micro) = 0;   // buffer a RecvBackward fills
+  virtual void backward(int chunk, int micro) = 0;
+  virtual Tensor backward_output(int chunk, int micro) = 0;  // what a SendBackward sends
+  // The micro-batch is done on this chunk (after its backward, or its forward when forward-only)
+  // and nothing is sending from its buffers any more.
+  virtual void release(int chunk, int micro) = 0;
+};
+
+struct ExecutorOptions {
+  bool overlap = true;
+};
+
+struct ExecutorStats {
+  double receive_wait_s = 0;  // time blocked on receives (the bubble as this stage saw it, plus transfers)
+  double compute_s = 0;       // time in forward and backward
+  int receives_posted_early = 0;
+};
+
+class PipelineExecutor {
+ public:
+  // pp: the pipeline group, ranked by stage. stream: the compute stream, ordered after receives.
+  PipelineExecutor(Communicator& pp, const Stream& stream, ExecutorOptions options = {});
+  // Runs this stage's list; returns when every computation is done and every send completed.
+  ExecutorStats run(const Schedule& schedule, PipelineStageRunner& runner);
+
+ private:
+  struct Pending {
+    WorkPtr work;
+    Tensor staged;  // a self-send's copy
+  };
+  void post_receive(const Schedule& schedule, std::size_t index, PipelineStageRunner& runner);
+  void send(const Schedule& schedule, const Action& action, PipelineStageRunner& runner);
+  void release_finished(PipelineStageRunner& runner, bool wait_all);
+
+  Communicator& pp_;
+  const Stream& stream_;
+  ExecutorOptions options_;
+  bool early_receives_ = false;
+  // Per step: receives posted (by action index), self-sends waiting for their receive (by tag),
+  // and finished micro-batches whose sends may still be in flight.
+  std::map<std::size_t, Pending> receives_;
+  std::map<int, Tensor> self_sends_;
+  std::map<std::pair<int, int>, std::vector<WorkPtr>> sends_;
+  std::vector<std::pair<int, int>> done_;
+};
+
+}  // namespace mt

@@ -1,0 +1,297 @@
+// Schedules are built in two steps: each stage's order of computations (the part that differs between
+// GPipe, 1F1B and interleaved), then the receives and sends around every computation.
+#include "parallel/schedule.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <utility>
+
+#include "runtime/error.h"
+
+namespace mt {
+
+ScheduleKind parse_schedule_kind(std::string_view name) {
+  if (name == "gpipe") return ScheduleKind::GPipe;
+  if (name == "1f1b") return ScheduleKind::OneFOneB;
+  if (name == "interleaved") return ScheduleKind::Interleaved;
+  MT_FAIL("unknown pipeline schedule '", name, "' (expected gpipe, 1f1b or interleaved)");
+}
+
+const char* schedule_kind_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+std::string to_string(const Action& action, bool with_chunk) {
+  const char* name = "?";
+  switch (action.kind) {
+    case ActionKind::RecvForward: name = "RF"; break;
+    case ActionKind::Forward: name = "F"; break;
+    case ActionKind::SendForward: name = "SF"; break;
+    case ActionKind::RecvBackward: name = "RB"; break;
+    case ActionKind::Backward: name = "B"; break;
+    case ActionKind::SendBackward: name = "SB"; break;
+  }
+  std::ostringstream out;
+  out << name << action.micro;
+  if (with_chunk) out << '.' << action.chunk;
+  return out.str();
+}
+
+ChunkRef Schedule::peer(int stage, const Action& action) const {
+  const int g = global_chunk(stage, action.chunk);
+  switch (action.kind) {
+    case ActionKind::SendForward:
+    case ActionKind::RecvBackward:
+      MT_CHECK(g + 1 < total_chunks(), "the last chunk has no next chunk: ", to_string(action, true));
+      return chunk_at(g + 1);
+    case ActionKind::RecvForward:
+    case ActionKind::SendBackward:
+      MT_CHECK(g > 0, "the first chunk has no previous chunk: ", to_string(action, true));
+      return chunk_at(g - 1);
+    default: MT_FAIL("a computation has no peer: ", to_string(action, true));
+  }
+}
+
+int Schedule::tag(int stage, const Action& action) const {
+  MT_CHECK(!is_compute(action.kind), "a computation carries no message: ", to_string(action, true));
+  const bool forward = action.kind == ActionKind::SendForward || action.kind == ActionKind::RecvForward;
+  const bool sending = is_send(action.kind);
+  const ChunkRef destination = sending ? peer(stage, action) : ChunkRef{stage, action.chunk};
+  return (action.micro * total_chunks() + global_chunk(destination.stage, destination.chunk)) * 2 + (forward ? 0 : 1);
+}
+
+namespace {
+
+struct Compute {
+  bool forward;
+  int micro;
+  int chunk;
+};
+
+// Interleaved order (also the forward-only order): micro-batches in groups of P, each group through
+// chunk 0, then chunk 1, ...; backwards visit the chunks in reverse. The k-th forward (or backward).
+Compute interleaved_compute(int k, bool forward, int stages, int chunks) {
+  const int group = k / (stages * chunks);
+  const int micro = group * stages + k % stages;
+  const int step = (k / stages) % chunks;
+  return {forward, micro, forward ? step : chunks - 1 - step};
+}
+
+std::vector<Compute> gpipe_order(int micro_batches) {
+  std::vector<Compute> order;
+  for (int m = 0; m < micro_batches; ++m) order.push_back({true, m, 0});
+  for (int m = 0; m < micro_batches; ++m) order.push_back({false, m, 0});
+  return order;
+}
+
+// Warm-up forwards, then one forward one backward, then the remaining backwards; with
+// forward(k), backward(k) giving the k-th of each. Stage-independent except for the warm-up count.
+template <class ForwardAt, class BackwardAt>
+std::vector<Compute> one_forward_one_backward(int total, int warmup, ForwardAt forward, BackwardAt backward) {
+  std::vector<Compute> order;
+  for (int k = 0; k < warmup; ++k) order.push_back(forward(k));
+  for (int k = 0; k < total - warmup; ++k) {
+    order.push_back(forward(warmup + k));
+    order.push_back(backward(k));
+  }
+  for (int k = total - warmup; k < total; ++k) order.push_back(backward(k));
+  return order;
+}
+
+std::vector<Compute> one_f_one_b_order(int stages, int stage, int micro_batches) {
+  // Stage s has P-s-1 forwards in flight before its first backward can arrive (PipeDream-flush).
+  const int warmup = std::min(stages - stage - 1, micro_batches);
+  return one_forward_one_backward(
+      micro_batches, warmup, [](int k) { return Compute{true, k, 0}; },
+      [](int k) { return Compute{false, k, 0}; });
+}
+
+std::vector<Compute> interleaved_order(int stages, int stage, int micro_batches, int chunks) {
+  const int total = micro_batches * chunks;
+  // Megatron-LM: two more forwards per later stage to cover the round trip, plus a full pass of the
+  // other chunks; with M == P everything is warm-up (forwards first).
+  int warmup = (stages - stage - 1) * 2 + (chunks - 1) * stages;
+  if (micro_batches == stages) warmup = total;
+  warmup = std::min(warmup, total);
+  return one_forward_one_backward(
+      total, warmup, [&](int k) { return interleaved_compute(k, true, stages, chunks); },
+      [&](int k) { return interleaved_compute(k, false, stages, chunks); });
+}
+
+std::vector<Compute> forward_only_order(int stages, int micro_batches, int chunks) {
+  // Groups of P micro-batches (the last one may be short), each through every chunk in turn.
+  std::vector<Compute> order;
+  for (int first = 0; first < micro_batches; first += stages) {
+    const int last = std::min(first + stages, micro_batches);
+    for (int c = 0; c < chunks; ++c) {
+      for (int m = first; m < last; ++m) order.push_back({true, m, c});
+    }
+  }
+  return order;
+}
+
+// Receive directly before, send directly after each computation that has a neighbouring chunk.
+std::vector<Action> with_messages(const Schedule& s, int stage, const std::vector<Compute>& order) {
+  std::vector<Action> actions;
+  for (const Compute& c : order) {
+    const bool first = s.is_first_chunk(stage, c.chunk);
+    const bool last = s.is_last_chunk(stage, c.chunk);
+    if (c.forward) {
+      if (!first) actions.push_back({ActionKind::RecvForward, c.micro, c.chunk});
+      actions.push_back({ActionKind::Forward, c.micro, c.chunk});
+      if (!last) actions.push_back({ActionKind::SendForward, c.micro, c.chunk});
+    } else {
+      if (!last) actions.push_back({ActionKind::RecvBackward, c.micro, c.chunk});
+      actions.push_back({ActionKind::Backward, c.micro, c.chunk});
+      if (!first) actions.push_back({ActionKind::SendBackward, c.micro, c.chunk});
+    }
+  }
+  return actions;
+}
+
+void require_sizes(int stages, int micro_batches, int virtual_stages) {
+  MT_REQUIRE(stages >= 1, "a pipeline needs at least 1 stage, got ", stages);
+  MT_REQUIRE(micro_batches >= 1, "a pipeline schedule needs at least 1 micro-batch, got ", micro_batches);
+  MT_REQUIRE(virtual_stages >= 1, "virtual stages (model chunks per stage) must be at least 1, got ",
+             virtual_stages);
+}
+
+}  // namespace
+
+Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int virtual_stages) {
+  require_sizes(stages, micro_batches, virtual_stages);
+  if (kind == ScheduleKind::Interleaved) {
+    MT_REQUIRE(virtual_stages >= 2, "the interleaved schedule needs 2 or more virtual stages (model chunks per ",
+               "stage), got ", virtual_stages);
+    MT_REQUIRE(micro_batches % stages == 0, "the interleaved schedule needs the micro-batches (", micro_batches,
+               ") to be a multiple of the pipeline stages (", stages, ")");
+  } else {
+    MT_REQUIRE(virtual_stages == 1, "virtual stages (", virtual_stages, ") need the interleaved schedule, not ",
+               schedule_kind_name(kind));
+  }
+  Schedule s{kind, stages, micro_batches, virtual_stages, false, {}};
+  for (int stage = 0; stage < stages; ++stage) {
+    std::vector<Compute> order;
+    switch (kind) {
+      case ScheduleKind::GPipe: order = gpipe_order(micro_batches); break;
+      case ScheduleKind::OneFOneB: order = one_f_one_b_order(stages, stage, micro_batches); break;
+      case ScheduleKind::Interleaved:
+        order = interleaved_order(stages, stage, micro_batches, virtual_stages);
+        break;
+    }
+    s.actions.push_back(with_messages(s, stage, order));
+  }
+  return s;
+}
+
+Schedule make_forward_only_schedule(int stages, int micro_batches, int virtual_stages) {
+  require_sizes(stages, micro_batches, virtual_stages);
+  const ScheduleKind kind = virtual_stages == 1 ? ScheduleKind::GPipe : ScheduleKind::Interleaved;
+  Schedule s{kind, stages, micro_batches, virtual_stages, true, {}};
+  const std::vector<Compute> order = forward_only_order(stages, micro_batches, virtual_stages);
+  for (int stage = 0; stage < stages; ++stage) s.actions.push_back(with_messages(s, stage, order));
+  return s;
+}
+
+std::string describe(const Schedule& schedule, bool with_communication) {
+  std::ostringstream out;
+  const bool with_chunk = schedule.virtual_stages > 1;
+  for (int stage = 0; stage < schedule.stages; ++stage) {
+    out << 's' << stage << ':';
+    for (const Action& a : schedule.actions[stage]) {
+      if (with_communication || is_compute(a.kind)) out << ' ' << to_string(a, with_chunk);
+    }
+    out << '\n';
+  }
+  return out.str();
+}
+
+double ScheduleSimulation::bubble_fraction() const {
+  if (makespan <= 0 || idle.empty()) return 0;
+  return std::accumulate(idle.begin(), idle.end(), 0.0) / static_cast<double>(idle.size()) / makespan;
+}
+
+namespace {
+
+struct SentMessage {
+  int tag;
+  double time;
+};
+
+std::string stuck_report(const Schedule& schedule, const std::vector<std::size_t>& next) {
+  std::ostringstream out;
+  for (int stage = 0; stage < schedule.stages; ++stage) {
+    const auto& list = schedule.actions[stage];
+    out << " s" << stage << (next[stage] < list.size() ? " waits at " + to_string(list[next[stage]], true) : " done");
+  }
+  return out.str();
+}
+
+}  // namespace
+
+ScheduleSimulation simulate(const Schedule& schedule, double forward_cost, double backward_cost) {
+  const int stages = schedule.stages;
+  std::vector<std::size_t> next(stages, 0);
+  std::vector<double> clock(stages, 0.0);
+  ScheduleSimulation result;
+  result.busy.assign(stages, 0.0);
+  std::map<std::pair<int, int>, std::deque<SentMessage>> in_transit;  // (from, to) -> in issue order
+  // Each stage runs until it blocks on a receive; sweep until nothing moves. A send's time is final
+  // when it is issued, so the order of the sweep does not change any clock.
+  bool moved = true;
+  while (moved) {
+    moved = false;
+    for (int stage = 0; stage < stages; ++stage) {
+      const auto& list = schedule.actions[stage];
+      while (next[stage] < list.size()) {
+        const Action& a = list[next[stage]];
+        if (is_compute(a.kind)) {
+          const double cost = a.kind == ActionKind::Forward ? forward_cost : backward_cost;
+          clock[stage] += cost;
+          result.busy[stage] += cost;
+        } else if (is_send(a.kind)) {
+          in_transit[{stage, schedule.peer(stage, a).stage}].push_back({schedule.tag(stage, a), clock[stage]});
+        } else {
+          auto& queue = in_transit[{schedule.peer(stage, a).stage, stage}];
+          if (queue.empty()) break;
+          MT_CHECK(queue.front().tag == schedule.tag(stage, a), "stage ", stage, " receives ", to_string(a, true),
+                   " but the next message from stage ", schedule.peer(stage, a).stage, " has tag ", queue.front().tag);
+          clock[stage] = std::max(clock[stage], queue.front().time);
+          queue.pop_front();
+        }
+        ++next[stage];
+        moved = true;
+      }
+    }
+  }
+  for (int stage = 0; stage < stages; ++stage) {
+    MT_CHECK(next[stage] == schedule.actions[stage].size(), "the schedule deadlocks:", stuck_report(schedule, next));
+  }
+  result.makespan = *std::max_element(clock.begin(), clock.end());
+  for (int stage = 0; stage < stages; ++stage) result.idle.push_back(result.makespan - result.busy[stage]);
+  return result;
+}
+
+std::vector<int> peak_in_flight(const Schedule& schedule) {
+  std::vector<int> peaks;
+  for (const auto& list : schedule.actions) {
+    int held = 0;
+    int peak = 0;
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::Forward) peak = std::max(peak, ++held);
+      if (a.kind == ActionKind::Backward) --held;
+    }
+    peaks.push_back(peak);
+  }
+  return peaks;
+}
+
+}  // namespace mt

@@ -1,0 +1,18 @@
+// The pipeline schedules meshtrain knows, by name (--schedule).
+// defines: ScheduleKind, parse_schedule_kind, schedule_kind_name
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace mt {
+
+// GPipe: all forwards, then all backwards. 1F1B: warm-up forwards, then one forward one backward.
+// Interleaved: 1F1B over v model chunks per stage (--virtual-stages v >= 2), a smaller bubble.
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
+
+// "gpipe", "1f1b", "interleaved"; anything else throws Error listing the known names.
+ScheduleKind parse_schedule_kind(std::string_view name);
+const char* schedule_kind_name(ScheduleKind kind);
+
+}  // namespace mt

@@ -1,0 +1,47 @@
+#include "parallel/tensor_parallel.h"
+
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+
+std::int64_t rows_of(const Tensor& t) { return t.numel() / t.shape().back(); }
+
+}  // namespace
+
+TensorParallel::TensorParallel(Communicator* group) : group_(group) {}
+
+void TensorParallel::allreduce(Tensor& x, ReduceOp op) const {
+  if (active()) group_->allreduce(x, {op});
+}
+
+void TensorParallel::gather_forward(DeviceContext& ctx, const Tensor& local, Tensor& full) const {
+  const std::int64_t cols = local.shape().back(), rows = rows_of(local);
+  MT_CHECK(full.shape().back() == cols * size() && rows_of(full) == rows, "gather ", local.describe(), " into ",
+           full.describe(), " over ", size(), " ranks");
+  if (!active()) {
+    full.copy_from(local, ctx.stream());
+    return;
+  }
+  // Allgather gives [tp, rows, cols] (rank-major); each rank's rows go to its column block. Off the
+  // hot path (sampling, tests), so plain row copies.
+  Tensor blocks = Tensor::empty({size(), rows, cols}, local.dtype(), ctx);
+  group_->allgather(local.reshape({local.numel()}), blocks.reshape({blocks.numel()}));
+  Tensor flat_full = full.reshape({full.numel()});
+  for (int r = 0; r < size(); ++r)
+    for (std::int64_t i = 0; i < rows; ++i)
+      flat_full.flat_slice(i * cols * size() + r * cols, cols)
+          .copy_from(blocks.reshape({blocks.numel()}).flat_slice((r * rows + i) * cols, cols), ctx.stream());
+}
+
+void TensorParallel::own_columns(DeviceContext& ctx, const Tensor& full, Tensor& local) const {
+  const std::int64_t cols = local.shape().back(), rows = rows_of(local);
+  MT_CHECK(full.shape().back() == cols * size() && rows_of(full) == rows, "columns of ", full.describe(), " into ",
+           local.describe(), " over ", size(), " ranks");
+  Tensor flat_full = full.reshape({full.numel()}), flat_local = local.reshape({local.numel()});
+  for (std::int64_t i = 0; i < rows; ++i)
+    flat_local.flat_slice(i * cols, cols)
+        .copy_from(flat_full.flat_slice(i * cols * size() + rank() * cols, cols), ctx.stream());
+}
+
+}  // namespace mt

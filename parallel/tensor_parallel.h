@@ -1,0 +1,46 @@
+// Tensor-parallel communication as Megatron-LM's conjugate forward/backward pairs, over the tp
+// group passed in (size 1: every operation is the identity, and nothing is sent):
+//   copy:    forward identity,                 backward allreduce   (input of a column-parallel layer)
+//   reduce:  forward allreduce,                backward identity    (output of a row-parallel layer)
+//   gather:  forward allgather (last dim),     backward keep own columns
+//   scatter: forward keep own columns,         backward allgather (last dim)
+// A layer calls the forward half in its forward and the backward half in its backward; keeping
+// them paired here is what makes the tp gradients right.
+// defines: TensorParallel
+#pragma once
+
+#include "comm/communicator.h"
+
+namespace mt {
+
+class TensorParallel {
+ public:
+  TensorParallel() = default;  // a group of one
+  explicit TensorParallel(Communicator* group);
+
+  int size() const { return group_ ? group_->size() : 1; }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  bool active() const { return size() > 1; }
+  Communicator* group() const { return group_; }
+
+  void copy_forward(Tensor&) const {}
+  void copy_backward(Tensor& grad) const { allreduce(grad, ReduceOp::Sum); }
+  void reduce_forward(Tensor& partial) const { allreduce(partial, ReduceOp::Sum); }
+  void reduce_backward(Tensor&) const {}
+  // local [rows, cols/tp] of every rank -> full [rows, cols], rank r's block at columns r*cols/tp.
+  void gather_forward(DeviceContext& ctx, const Tensor& local, Tensor& full) const;
+  void gather_backward(DeviceContext& ctx, const Tensor& dfull, Tensor& dlocal) const { own_columns(ctx, dfull, dlocal); }
+  void scatter_forward(DeviceContext& ctx, const Tensor& full, Tensor& local) const { own_columns(ctx, full, local); }
+  void scatter_backward(DeviceContext& ctx, const Tensor& dlocal, Tensor& dfull) const {
+    gather_forward(ctx, dlocal, dfull);
+  }
+
+  // In place over the group (the loss statistics of the vocab-parallel cross-entropy use Max).
+  void allreduce(Tensor& x, ReduceOp op) const;
+
+ private:
+  void own_columns(DeviceContext& ctx, const Tensor& full, Tensor& local) const;
+  Communicator* group_ = nullptr;
+};
+
+}  // namespace mt

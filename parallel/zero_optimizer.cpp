@@ -1,0 +1,131 @@
+#include "parallel/zero_optimizer.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "runtime/error.h"
+#include "train/optim/grad_norm.h"
+
+namespace mt {
+
+DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const GradReducer& reducer,
+                                   Tensor flat_params, AdamWConfig config)
+    : ctx_(&ctx), dp_(&dp), reducer_(&reducer), flat_params_(std::move(flat_params)),
+      shard_(reducer.options().shard) {
+  MT_CHECK(&reducer.group() == &dp, "DistributedAdamW: the communicator is not the reducer's data-parallel group");
+  MT_CHECK(&reducer.context() == &ctx, "DistributedAdamW: the context is not the reducer's");
+  const Tensor& grads = reducer.flat_grads();
+  MT_CHECK(flat_params_.defined() && flat_params_.dtype() == DType::F32 && flat_params_.shape() == grads.shape(),
+           "DistributedAdamW: the flat parameters ", flat_params_.describe(),
+           " must be fp32 and shaped like the flat gradients ", grads.describe());
+  const BucketLayout& layout = reducer.layout();
+  const std::vector<FlatParam>& params = reducer.params();
+
+  // The pieces of params in this rank's owned block of each bucket.
+  for (int b = 0; b < layout.size(); ++b) {
+    const auto [lo, hi] = layout.owned(b, dp.rank());
+    for (int p : layout.buckets[static_cast<std::size_t>(b)].params) {
+      const FlatParam& fp = params[static_cast<std::size_t>(p)];
+      const std::int64_t begin = std::max(lo, fp.offset);
+      const std::int64_t end = std::min(hi, fp.offset + fp.numel);
+      if (begin < end) pieces_.push_back({p, b, begin, end - begin});
+    }
+  }
+  for (const Piece& piece : pieces_) {
+    const double weight = params[static_cast<std::size_t>(piece.param)].norm_weight;
+    if (!norm_ranges_.empty() && norm_ranges_.back().offset + norm_ranges_.back().numel == piece.offset &&
+        norm_ranges_.back().weight == weight) {
+      norm_ranges_.back().numel += piece.numel;
+    } else {
+      norm_ranges_.push_back({piece.offset, piece.numel, weight});
+    }
+  }
+
+  if (!shard_) {
+    std::vector<ParamSlot> slots;
+    slots.reserve(params.size());
+    for (const FlatParam& fp : params) {
+      slots.push_back({fp.name, flat_params_.flat_slice(fp.offset, fp.numel), grads.flat_slice(fp.offset, fp.numel),
+                       fp.decay});
+    }
+    optimizers_.emplace_back(ctx, std::move(slots), config);
+    return;
+  }
+  optimizers_.reserve(static_cast<std::size_t>(layout.size()));
+  std::size_t next = 0;
+  for (int b = 0; b < layout.size(); ++b) {
+    std::vector<ParamSlot> slots;
+    for (; next < pieces_.size() && pieces_[next].bucket == b; ++next) {
+      const Piece& piece = pieces_[next];
+      const FlatParam& fp = params[static_cast<std::size_t>(piece.param)];
+      std::string name = fp.name;
+      if (piece.numel != fp.numel) {
+        const std::int64_t first = piece.offset - fp.offset;
+        name += '[';
+        name += std::to_string(first);
+        name += ':';
+        name += std::to_string(first + piece.numel);
+        name += ']';
+      }
+      slots.push_back({std::move(name), flat_params_.flat_slice(piece.offset, piece.numel),
+                       grads.flat_slice(piece.offset, piece.numel), fp.decay});
+    }
+    optimizers_.emplace_back(ctx, std::move(slots), config);
+  }
+}
+
+double DistributedAdamW::owned_grad_sum_of_squares() const {
+  const Tensor& grads = reducer_->flat_grads();
+  double total = 0.0;
+  for (const NormRange& range : norm_ranges_) {
+    if (range.weight == 0.0) continue;
+    const Tensor view = grads.flat_slice(range.offset, range.numel);
+    total += range.weight * sum_of_squares(*ctx_, std::span<const Tensor>(&view, 1));
+  }
+  return total;
+}
+
+void DistributedAdamW::step(float lr, float grad_scale) {
+  MT_CHECK(!reducer_->in_round(), "DistributedAdamW::step() while the gradient reduction is still open "
+                                  "(call GradReducer::finish() first)");
+  if (!shard_) {
+    optimizers_.front().step(lr, grad_scale);
+    return;
+  }
+  const BucketLayout& layout = reducer_->layout();
+  std::vector<WorkPtr> gathers;
+  gathers.reserve(optimizers_.size());
+  for (int b = 0; b < layout.size(); ++b) {
+    optimizers_[static_cast<std::size_t>(b)].step(lr, grad_scale);
+    if (dp_->size() == 1) continue;
+    const Bucket& bucket = layout.buckets[static_cast<std::size_t>(b)];
+    const auto [lo, hi] = layout.owned(b, dp_->rank());
+    // In place: the output (the whole bucket) holds this rank's input at its block.
+    gathers.push_back(dp_->allgather_async(flat_params_.flat_slice(lo, hi - lo),
+                                           flat_params_.flat_slice(bucket.begin, bucket.numel())));
+  }
+  for (const WorkPtr& work : gathers) work->wait_on(ctx_->stream());
+}
+
+std::int64_t DistributedAdamW::updated_numel() const {
+  std::int64_t total = 0;
+  for (const AdamW& opt : optimizers_) {
+    for (const ParamSlot& slot : opt.slots()) total += slot.param.numel();
+  }
+  return total;
+}
+
+std::int64_t DistributedAdamW::state_bytes() const {
+  return updated_numel() * 2 * static_cast<std::int64_t>(sizeof(float));
+}
+
+std::int64_t DistributedAdamW::step_count() const {
+  return optimizers_.empty() ? 0 : optimizers_.front().step_count();
+}
+
+void DistributedAdamW::set_step_count(std::int64_t steps) {
+  for (AdamW& opt : optimizers_) opt.set_step_count(steps);
+}
+
+}  // namespace mt

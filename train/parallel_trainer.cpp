@@ -1,0 +1,276 @@
+#include "train/parallel_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "parallel/stage_partition.h"
+#include "runtime/kernels.h"
+#include "train/optim/grad_norm.h"
+
+namespace mt {
+
+std::vector<int> plan_stage_layers(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel,
+                                   int seq_len) {
+  if (parallel.virtual_stages > 1) return uniform_stage_layers(config.layers, mesh.pp * parallel.virtual_stages);
+  if (!parallel.pp_layers.empty()) return parallel.pp_layers;
+  // Forward FLOPs per token (backward is twice that everywhere, so the ratios hold for a step):
+  // a layer's four matrix multiplies and attention; the head's logits; the embedding's lookups.
+  const double C = config.channels;
+  StageCosts costs;
+  costs.layer = 24.0 * C * C + 4.0 * seq_len * C;
+  costs.head = 2.0 * C * config.vocab_rows() + 10.0 * config.vocab_rows();
+  costs.embedding = 2.0 * C;
+  return balance_stages(config.layers, mesh.pp, costs);
+}
+
+GptPartition plan_partition(const GptConfig& config, const MeshShape& mesh, const MeshCoord& coord,
+                            const ParallelSettings& parallel, int seq_len) {
+  const std::vector<int> layers = plan_stage_layers(config, mesh, parallel, seq_len);
+  const std::vector<int> first = stage_first_layers(layers);
+  GptPartition p;
+  p.tp_size = mesh.tp;
+  p.tp_rank = coord.tp;
+  const int v = parallel.virtual_stages;
+  for (int c = 0; c < v; ++c) {
+    const int g = c * mesh.pp + coord.pp;  // global chunk (Megatron's interleaving)
+    p.chunks.push_back({first[static_cast<std::size_t>(g)], first[static_cast<std::size_t>(g)] + layers[static_cast<std::size_t>(g)]});
+  }
+  p.embedding = coord.pp == 0;
+  p.head = coord.pp == mesh.pp - 1;
+  return p;
+}
+
+// The executor's view of the model: one chunk, one micro-batch at a time.
+class ParallelTrainer::Runner : public PipelineStageRunner {
+ public:
+  explicit Runner(ParallelTrainer& t) : t_(t) {}
+  Tensor forward_input(int chunk, int micro) override {
+    return t_.model_->input_buffer(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len);
+  }
+  void forward(int chunk, int micro) override {
+    const auto m = static_cast<std::size_t>(micro);
+    Gpt& model = *t_.model_;
+    const bool data = model.chunk_has_embedding(chunk) || model.chunk_has_head(chunk);
+    const float loss = model.forward_chunk(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len,
+                                           data ? std::span<const std::int32_t>(t_.inputs_[m]) : std::span<const std::int32_t>(),
+                                           data ? std::span<const std::int32_t>(t_.targets_[m]) : std::span<const std::int32_t>());
+    if (model.chunk_has_head(chunk)) loss_sum += loss;
+  }
+  Tensor forward_output(int chunk, int micro) override { return t_.model_->output(chunk, micro); }
+  Tensor backward_input(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
+  void backward(int chunk, int micro) override {
+    // Only the last micro-batch's backward produces final gradients: that one feeds the reducer.
+    reducing = micro == t_.micro_batches_ - 1;
+    const float weight = 1.0f / static_cast<float>(t_.micro_batches_ * t_.groups_.mesh.shape().dp);
+    t_.model_->backward_chunk(chunk, micro, weight);
+    reducing = false;
+  }
+  Tensor backward_output(int chunk, int micro) override { return t_.model_->input_grad(chunk, micro); }
+  void release(int chunk, int micro) override { t_.model_->release(chunk, micro); }
+
+  double loss_sum = 0.0;
+  bool reducing = false;
+
+ private:
+  ParallelTrainer& t_;
+};
+
+ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups,
+                                 const GptConfig& config, DType compute, data::DataLoader& train,
+                                 data::DataLoader* val, TrainSettings settings, ParallelSettings parallel)
+    : ctx_(ctx),
+      world_(world),
+      groups_(groups),
+      settings_(std::move(settings)),
+      parallel_(std::move(parallel)),
+      train_(train),
+      val_(val) {
+  settings_.validate();
+  const MeshShape& mesh = groups_.mesh.shape();
+  MT_REQUIRE(settings_.global_batch % (mesh.dp * settings_.micro_batch) == 0, "--global-batch ",
+             settings_.global_batch, " is not a multiple of --dp ", mesh.dp, " x --micro-batch ",
+             settings_.micro_batch);
+  micro_batches_ = settings_.global_batch / (mesh.dp * settings_.micro_batch);
+  const GptPartition partition = plan_partition(config, mesh, groups_.coord, parallel_, settings_.seq_len);
+  model_ = std::make_unique<Gpt>(ctx_, config, compute, partition, TensorParallel(groups_.tp.get()), mesh.dp);
+  ParameterStore& store = model_->parameters();
+
+  // What each parameter counts for in the global norm: a replica counts on one rank only.
+  tied_across_stages_ = mesh.pp > 1;
+  std::vector<FlatParam> flat;
+  for (std::size_t i = 0; i < store.size(); ++i) {
+    const ParamShard& shard = model_->shards()[i];
+    double weight = 1.0;
+    if (shard.replicated() && groups_.coord.tp != 0) weight = 0.0;
+    if (shard.full.kind == ParamKind::TokenEmbedding) {
+      wte_index_ = static_cast<std::int64_t>(i);
+      if (tied_across_stages_ && !partition.embedding) weight = 0.0;  // the head's copy of the first stage's wte
+    }
+    flat.push_back({shard.full.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
+  }
+  ReducerOptions ro;
+  ro.bucket_bytes = static_cast<std::int64_t>(parallel_.bucket_mb * 1024.0 * 1024.0);
+  MT_REQUIRE(ro.bucket_bytes >= 4, "--bucket-mb must be positive, got ", parallel_.bucket_mb);
+  ro.shard = parallel_.zero == 1;
+  ro.overlap = parallel_.overlap;
+  reducer_ = std::make_unique<GradReducer>(ctx_, *groups_.dp, store.flat_grads(), std::move(flat), ro);
+  optimizer_ = std::make_unique<DistributedAdamW>(ctx_, *groups_.dp, *reducer_, store.flat_params(), settings_.adamw);
+  model_->set_grad_ready_hook([this](std::size_t param) {
+    if (runner_ != nullptr && runner_->reducing) reducer_->mark_ready(static_cast<int>(param));
+  });
+  executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{parallel_.overlap});
+  train_schedule_ = make_schedule(parallel_.schedule, mesh.pp, micro_batches_, parallel_.virtual_stages);
+  const int eval_micro = settings_.eval_batches * micro_batches_;
+  eval_schedule_ = make_forward_only_schedule(mesh.pp, eval_micro, parallel_.virtual_stages);
+}
+
+ParallelTrainer::~ParallelTrainer() = default;
+
+void ParallelTrainer::read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches) {
+  const int b = settings_.micro_batch;
+  const std::size_t n = static_cast<std::size_t>(b) * static_cast<std::size_t>(settings_.seq_len);
+  inputs_.resize(static_cast<std::size_t>(micro_batches));
+  targets_.resize(static_cast<std::size_t>(micro_batches));
+  for (int m = 0; m < micro_batches; ++m) {
+    inputs_[static_cast<std::size_t>(m)].resize(n);
+    targets_[static_cast<std::size_t>(m)].resize(n);
+    loader.read(first_sequence + static_cast<std::int64_t>(m) * b, b, inputs_[static_cast<std::size_t>(m)],
+                targets_[static_cast<std::size_t>(m)]);
+  }
+}
+
+StepRecord ParallelTrainer::step() {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const MeshShape& mesh = groups_.mesh.shape();
+  ParameterStore& store = model_->parameters();
+  // This dp rank's share of the step's global batch: sequences in the order a single rank reads them.
+  const std::int64_t local = settings_.global_batch / mesh.dp;
+  const std::int64_t first = static_cast<std::int64_t>(steps_done_) * settings_.global_batch + groups_.coord.dp * local;
+  const bool needs_data = model_->chunk_has_embedding(0) || model_->chunk_has_head(model_->num_chunks() - 1);
+  if (needs_data) read_batch(train_, first, micro_batches_);
+
+  store.zero_grads(ctx_);
+  reducer_->begin();
+  Runner runner(*this);
+  runner_ = &runner;
+  pipeline_stats_ = executor_->run(train_schedule_, runner);
+  runner_ = nullptr;
+  if (tied_across_stages_) {
+    // The two copies of the tied embedding each hold part of its gradient: sum them, then let the
+    // data-parallel reduction take the bucket that holds it.
+    if (groups_.embedding) groups_.embedding->allreduce(store.grad(static_cast<std::size_t>(wte_index_)));
+    if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
+  }
+  reducer_->finish();
+
+  // One allreduce over the world for the norm (each element counted once) and the loss (from the
+  // last stage's tp rank 0 of every pipeline).
+  const bool reports_loss = groups_.last_stage() && groups_.coord.tp == 0;
+  // A double travels as two floats (high part and remainder): the sum keeps about 48 bits, so the
+  // norm, and the clip scale from it, match a single rank's to far below fp32 rounding.
+  const double sumsq = optimizer_->owned_grad_sum_of_squares();
+  const float sumsq_high = static_cast<float>(sumsq);
+  const std::vector<float> local_sums{sumsq_high, static_cast<float>(sumsq - sumsq_high),
+                                      reports_loss ? static_cast<float>(runner.loss_sum) : 0.0f};
+  Tensor sums = Tensor::from_host(local_sums, {3}, ctx_);
+  world_.allreduce(sums);
+  const std::vector<float> total = sums.to_host<float>();
+  StepRecord r;
+  r.step = steps_done_ + 1;
+  r.loss = total[2] / static_cast<double>(mesh.dp * micro_batches_);
+  r.grad_norm = std::sqrt(static_cast<double>(total[0]) + static_cast<double>(total[1]));
+  MT_REQUIRE(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "training diverged at step ", r.step, ": loss ",
+             r.loss, ", gradient norm ", r.grad_norm, " (try a lower --lr or --grad-clip)");
+  r.lr = settings_.schedule.at(steps_done_);
+  optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
+  ctx_.synchronize();
+  ++steps_done_;
+  const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+  const double tokens = static_cast<double>(settings_.global_batch) * settings_.seq_len;
+  r.step_ms = 1e3 * seconds;
+  r.tokens_per_s = tokens / seconds;
+  if (settings_.peak_flops > 0) {
+    // Against the peak of every rank of the job together.
+    r.mfu = tokens * model_->config().training_flops_per_token(settings_.seq_len) / seconds /
+            (settings_.peak_flops * mesh.world_size());
+  }
+  const bool last = steps_done_ == settings_.steps;
+  if (val_ != nullptr && (last || (settings_.eval_every > 0 && steps_done_ % settings_.eval_every == 0)))
+    r.val_loss = evaluate();
+  return r;
+}
+
+double ParallelTrainer::evaluate() {
+  MT_CHECK(val_ != nullptr, "no validation data to evaluate on");
+  const MeshShape& mesh = groups_.mesh.shape();
+  // The first eval_batches x global_batch sequences, as Trainer::evaluate reads them: batch k's
+  // share for dp rank r is the r-th slice of it.
+  const std::int64_t local = settings_.global_batch / mesh.dp;
+  const bool needs_data = model_->chunk_has_embedding(0) || model_->chunk_has_head(model_->num_chunks() - 1);
+  if (needs_data) {
+    std::vector<std::vector<std::int32_t>> inputs, targets;
+    for (int k = 0; k < settings_.eval_batches; ++k) {
+      read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local,
+                 micro_batches_);
+      for (auto& v : inputs_) inputs.push_back(std::move(v));
+      for (auto& v : targets_) targets.push_back(std::move(v));
+    }
+    inputs_ = std::move(inputs);
+    targets_ = std::move(targets);
+  }
+  Runner runner(*this);
+  executor_->run(eval_schedule_, runner);
+  const bool reports_loss = groups_.last_stage() && groups_.coord.tp == 0;
+  Tensor sum = Tensor::from_host(std::vector<float>{reports_loss ? static_cast<float>(runner.loss_sum) : 0.0f}, {1}, ctx_);
+  world_.allreduce(sum);
+  return static_cast<double>(sum.to_host<float>()[0]) /
+         static_cast<double>(mesh.dp * eval_schedule_.micro_batches);
+}
+
+std::vector<float> ParallelTrainer::gather_parameters() {
+  // Every element of the full model is written by exactly one rank (dp rank 0, tp rank 0 for a
+  // replicated tensor, the first stage for the tied embedding) into a zeroed full-size buffer;
+  // an allreduce sum then assembles it everywhere.
+  const GptConfig& config = model_->config();
+  const std::vector<ParamSpec> full = gpt_parameter_specs(config);
+  std::vector<std::int64_t> offsets;
+  std::int64_t total = 0;
+  for (const ParamSpec& s : full) {
+    offsets.push_back(total);
+    total += s.numel();
+  }
+  std::vector<float> host(static_cast<std::size_t>(total), 0.0f);
+  const ParameterStore& store = model_->parameters();
+  const std::vector<float> mine = store.flat_params().to_host<float>();
+  if (groups_.coord.dp == 0) {
+    for (std::size_t i = 0; i < store.size(); ++i) {
+      const ParamShard& shard = model_->shards()[i];
+      if (shard.replicated() && groups_.coord.tp != 0) continue;
+      if (shard.full.kind == ParamKind::TokenEmbedding && tied_across_stages_ && !model_->partition().embedding)
+        continue;
+      std::size_t full_index = 0;
+      while (full[full_index].name != shard.full.name) ++full_index;
+      const float* src = mine.data() + store.offset(i);
+      for (const auto& [begin, count] : shard.full_runs()) {
+        std::copy(src, src + count, host.data() + offsets[full_index] + begin);
+        src += count;
+      }
+    }
+  }
+  Tensor all = Tensor::from_host(host, {total}, ctx_);
+  world_.allreduce(all);
+  return all.to_host<float>();
+}
+
+std::string ParallelTrainer::describe_rank() const {
+  std::ostringstream out;
+  const ParameterStore& store = model_->parameters();
+  out << "rank " << groups_.world_rank << ": dp " << groups_.coord.dp << " tp " << groups_.coord.tp << " stage "
+      << groups_.coord.pp << ", " << model_->partition().describe() << ", " << store.param_numel()
+      << " parameters, optimizer state " << optimizer_->state_bytes() / 1024 << " KiB";
+  return out.str();
+}
+
+}  // namespace mt

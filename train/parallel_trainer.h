@@ -1,0 +1,93 @@
+// The training loop for any dp x tp x pp layout (one rank included): each pipeline of tp x pp
+// ranks runs its share of the global batch through the schedule; gradients are reduced over the
+// data-parallel group in buckets overlapped with backward (GradReducer), the tied embedding's two
+// copies summed between first and last stage, the global norm taken over every rank counting each
+// parameter once, and AdamW (sharded with ZeRO-1) steps. The same options give the same model on
+// every layout: the batch options are global, each dp rank reads global_batch/dp sequences per step.
+// defines: ParallelSettings, plan_partition, ParallelTrainer
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "data/loader.h"
+#include "models/gpt.h"
+#include "parallel/groups.h"
+#include "parallel/grad_reducer.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/schedule.h"
+#include "parallel/zero_optimizer.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace mt {
+
+struct ParallelSettings {
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int virtual_stages = 1;
+  std::vector<int> pp_layers;  // layers per stage; empty: balanced by estimated cost
+  int zero = 0;                // 0: replicated optimizer state; 1: sharded over the dp group
+  double bucket_mb = 25.0;     // gradient bucket size
+  bool overlap = true;         // buckets and pipeline transfers overlap compute
+};
+
+// The part of the model the rank at `coord` holds: its layers per chunk (balanced by estimated
+// FLOPs with the embedding on the first and the head on the last stage, or given, or uniform
+// chunks when interleaving) and its tensor-parallel shard.
+GptPartition plan_partition(const GptConfig& config, const MeshShape& mesh, const MeshCoord& coord,
+                            const ParallelSettings& parallel, int seq_len);
+// Layers per pipeline stage (or per global chunk when interleaving), as plan_partition uses them.
+std::vector<int> plan_stage_layers(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel,
+                                   int seq_len);
+
+class ParallelTrainer {
+ public:
+  // Collective over world. The model is created here (initialize with init() or load weights into
+  // model() before the first step). `val` may be null.
+  ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups, const GptConfig& config,
+                  DType compute, data::DataLoader& train, data::DataLoader* val, TrainSettings settings,
+                  ParallelSettings parallel);
+  ~ParallelTrainer();
+
+  void init(std::uint64_t seed) { model_->init(seed); }
+  // One optimizer step; collective. Every rank returns the same loss, norm and validation loss.
+  StepRecord step();
+  double evaluate();  // collective; the same validation sequences as Trainer::evaluate
+  // The full model's parameters in gpt_parameter_specs order, on every rank (collective).
+  std::vector<float> gather_parameters();
+
+  Gpt& model() { return *model_; }
+  GradReducer& reducer() { return *reducer_; }
+  DistributedAdamW& optimizer() { return *optimizer_; }
+  const ParallelSettings& parallel() const { return parallel_; }
+  int micro_batches() const { return micro_batches_; }
+  int steps_done() const { return steps_done_; }
+  const ExecutorStats& last_pipeline_stats() const { return pipeline_stats_; }
+  std::string describe_rank() const;  // this rank's coordinates, layers and shard sizes
+
+ private:
+  class Runner;
+  void read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches);
+
+  DeviceContext& ctx_;
+  Communicator& world_;
+  ParallelGroups& groups_;
+  TrainSettings settings_;
+  ParallelSettings parallel_;
+  data::DataLoader& train_;
+  data::DataLoader* val_;
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<DistributedAdamW> optimizer_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  Schedule train_schedule_, eval_schedule_;
+  int micro_batches_ = 1;
+  std::int64_t wte_index_ = -1;
+  bool tied_across_stages_ = false;
+  std::vector<std::vector<std::int32_t>> inputs_, targets_;  // per micro-batch of the step
+  ExecutorStats pipeline_stats_;
+  Runner* runner_ = nullptr;  // during a training step: whose backward is feeding the reducer
+  int steps_done_ = 0;
+};
+
+}  // namespace mt
