@@ -1,5 +1,5 @@
-// `meshtrain train`: trains a GPT on token shards. One rank for now; the parallel layouts build on
-// the same loop.
+// `meshtrain train`: trains a GPT on token shards on any dp x tp x pp layout of the job's ranks
+// (one rank included), through the ParallelTrainer.
 #include "launch/train_command.h"
 
 #include <cmath>
@@ -13,6 +13,10 @@
 #include "launch/model_options.h"
 #include "launch/session.h"
 #include "models/gpt_weights.h"
+#include "parallel/groups.h"
+#include "parallel/layout_check.h"
+#include "parallel/stage_partition.h"
+#include "train/parallel_trainer.h"
 #include "runtime/gemm_rate.h"
 #include "train/trainer.h"
 
@@ -20,6 +24,11 @@ namespace po = boost::program_options;
 
 namespace mt {
 namespace {
+
+template <class T>
+T get(const po::variables_map& vm, const char* name) {
+  return vm[name].as<T>();
+}
 
 po::options_description train_options() {
   po::options_description desc("options");
@@ -68,15 +77,91 @@ po::options_description train_options() {
       ("peak-tflops", po::value<double>(),
        "the device's matrix-multiply peak, for MFU (default: measured with sgemm at start on the CPU; "
        "not reported on GPUs unless given)");
+  po::options_description layout("parallel layout (dp x tp x pp must equal the number of ranks)");
+  layout.add_options()
+      ("dp", po::value<int>()->default_value(0),
+       "data-parallel replicas: each takes global-batch/dp sequences per step (0: ranks / (tp x pp))")
+      ("tp", po::value<int>()->default_value(1),
+       "tensor-parallel ranks per layer: split heads, MLP and vocabulary (must divide each); keep them on one node")
+      ("pp", po::value<int>()->default_value(1), "pipeline stages: the layers cut into pp consecutive parts")
+      ("mesh-order", po::value<std::string>()->default_value("tp-dp-pp"),
+       "how ranks map to coordinates, fastest-varying first: the default puts tensor-parallel groups on "
+       "neighbouring ranks (one node), then data parallel, then pipeline stages")
+      ("schedule", po::value<std::string>()->default_value("1f1b"),
+       "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (one forward one backward: "
+       "activations of at most pp micro-batches held), or interleaved (1F1B over --virtual-stages chunks per "
+       "stage: a smaller bubble)")
+      ("virtual-stages", po::value<int>()->default_value(1),
+       "model chunks per pipeline stage for --schedule interleaved (at least 2; layers divisible by pp x v)")
+      ("pp-layers", po::value<std::string>()->default_value(""),
+       "layers per pipeline stage, e.g. 3,2,1 (default: balanced by estimated cost, the embedding on the "
+       "first stage and the LM head on the last)")
+      ("zero", po::value<int>()->default_value(0),
+       "0: every data-parallel rank keeps the whole AdamW state; 1 (ZeRO-1): the state is sharded over the "
+       "dp group (gradients reduce-scattered, parameters all-gathered)")
+      ("bucket-mb", po::value<double>()->default_value(25.0),
+       "size of the gradient buckets, in MiB: each bucket's reduction starts during backward as soon as its "
+       "gradients are complete")
+      ("no-overlap", po::bool_switch(),
+       "do not overlap communication with compute (buckets reduced after backward, pipeline transfers waited "
+       "for in place): the baseline that shows what overlap gains");
+  desc.add(layout);
   add_model_options(desc);
   add_tokenizer_options(desc);
   add_runtime_options(desc);
   return desc;
 }
 
-template <class T>
-T get(const po::variables_map& vm, const char* name) {
-  return vm[name].as<T>();
+struct LayoutChoice {
+  MeshShape mesh;
+  ParallelSettings parallel;
+};
+
+// The layout options, checked against the job and the model; every rank reaches the same verdict.
+LayoutChoice read_layout(const po::variables_map& vm, int world_size, const GptConfig& config,
+                         const TrainSettings& settings) {
+  LayoutChoice c;
+  try {
+    c.mesh.tp = get<int>(vm, "tp");
+    c.mesh.pp = get<int>(vm, "pp");
+    c.mesh.order = get<std::string>(vm, "mesh-order");
+    c.mesh.dp = get<int>(vm, "dp");
+    MT_REQUIRE(c.mesh.dp >= 0, "--dp must be at least 1 (or 0 for ranks / (tp x pp)), got ", c.mesh.dp);
+    MT_REQUIRE(c.mesh.tp >= 1 && c.mesh.pp >= 1, "--tp and --pp must be at least 1");
+    if (c.mesh.dp == 0) {
+      MT_REQUIRE(world_size % (c.mesh.tp * c.mesh.pp) == 0, "--tp ", c.mesh.tp, " x --pp ", c.mesh.pp, " = ",
+                 c.mesh.tp * c.mesh.pp, " does not divide the job's ", world_size,
+                 " ranks (launch a multiple of it, or give --dp)");
+      c.mesh.dp = world_size / (c.mesh.tp * c.mesh.pp);
+    }
+    c.parallel.schedule = parse_schedule_kind(get<std::string>(vm, "schedule"));
+    c.parallel.virtual_stages = get<int>(vm, "virtual-stages");
+    const std::string pp_layers = get<std::string>(vm, "pp-layers");
+    LayoutRequest request{c.mesh, c.parallel.schedule, c.parallel.virtual_stages, {}};
+    if (!pp_layers.empty()) {
+      MT_REQUIRE(c.parallel.virtual_stages == 1, "--pp-layers cannot be combined with --virtual-stages");
+      request.pp_layers = parse_stage_layers(pp_layers, config.layers, c.mesh.pp);
+    }
+    c.parallel.pp_layers = request.pp_layers;
+    LayoutLimits limits;
+    limits.world_size = world_size;
+    limits.layers = config.layers;
+    limits.heads = config.heads;
+    limits.mlp_width = 4 * config.channels;
+    limits.vocab_rows = config.vocab_rows();
+    limits.global_batch = settings.global_batch;
+    limits.micro_batch = settings.micro_batch;
+    check_layout(request, limits);
+    c.parallel.zero = get<int>(vm, "zero");
+    MT_REQUIRE(c.parallel.zero == 0 || c.parallel.zero == 1, "--zero must be 0 or 1, got ", c.parallel.zero);
+    c.parallel.bucket_mb = get<double>(vm, "bucket-mb");
+    MT_REQUIRE(c.parallel.bucket_mb > 0 && std::isfinite(c.parallel.bucket_mb), "--bucket-mb must be positive, got ",
+               c.parallel.bucket_mb);
+    c.parallel.overlap = !get<bool>(vm, "no-overlap");
+  } catch (const Error& e) {
+    throw UsageError(e.message());
+  }
+  return c;
 }
 
 // Reads the options into settings; any invalid value is a usage error (same on every rank).
@@ -138,9 +223,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                      std::to_string(config.max_seq_len));
   const int log_every = get<int>(vm, "log-every");
   if (log_every < 1) throw UsageError("--log-every must be at least 1");
-  if (mpi.world_size() != 1)
-    throw UsageError("meshtrain train runs on one rank so far (launched on " + std::to_string(mpi.world_size()) +
-                     "); data, tensor and pipeline parallel layouts come next");
+  const LayoutChoice layout = read_layout(vm, mpi.world_size(), config, settings);
 
   Session session = open_session(read_runtime_options(vm));
   DeviceContext& ctx = *session.context;
@@ -154,22 +237,24 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     val = std::make_unique<data::DataLoader>(
         data::DataLoader::for_split(data_dir, "val", settings.seq_len, seed, config.vocab_size));
 
-  Gpt model(ctx, config, compute);
-  if (vm.count("init-weights")) {
-    load_llmc_weights(model, ctx, get<std::string>(vm, "init-weights"));
-  } else {
-    model.init(seed);
-  }
-
   TrainSettings run = settings;
   if (vm.count("peak-tflops")) {
     run.peak_flops = get<double>(vm, "peak-tflops") * 1e12;
   } else if (ctx.device().is_cpu()) {
     run.peak_flops = measure_gemm_flops(ctx);
   }
-  Trainer trainer(ctx, model, train, val.get(), run);
+  ParallelGroups groups = build_groups(*session.world, Mesh(layout.mesh));
+  ParallelTrainer trainer(ctx, *session.world, groups, config, compute, train, val.get(), run, layout.parallel);
+  Gpt& model = trainer.model();
+  if (vm.count("init-weights")) {
+    load_llmc_weights(model, ctx, get<std::string>(vm, "init-weights"));
+  } else {
+    trainer.init(seed);
+  }
+  // Every rank's place, printed by rank 0 in rank order.
+  const std::vector<std::string> places = gather_strings(MPI_COMM_WORLD, trainer.describe_rank());
   std::unique_ptr<MetricsWriter> metrics;
-  if (vm.count("metrics")) {
+  if (root && vm.count("metrics")) {
     metrics = std::make_unique<MetricsWriter>(get<std::string>(vm, "metrics"));
     nlohmann::ordered_json header;
     header["run"] = {{"model", config.describe()},
@@ -182,6 +267,10 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                      {"seed", seed},
                      {"device", ctx.device().str()},
                      {"compute_dtype", dtype_name(compute)},
+                     {"layout", {{"dp", layout.mesh.dp}, {"tp", layout.mesh.tp}, {"pp", layout.mesh.pp},
+                                 {"schedule", schedule_kind_name(layout.parallel.schedule)},
+                                 {"virtual_stages", layout.parallel.virtual_stages}, {"zero", layout.parallel.zero},
+                                 {"bucket_mb", layout.parallel.bucket_mb}, {"overlap", layout.parallel.overlap}}},
                      {"peak_flops", run.peak_flops}};
     metrics->write_json(header.dump());
   }
@@ -198,7 +287,16 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                 settings.schedule.describe().c_str());
     std::printf("  device %s, %s compute, %d CPU thread(s)%s\n", ctx.device().str().c_str(), dtype_name(compute),
                 ctx.cpu_threads(),
-                run.peak_flops > 0 ? (", MFU against " + format_count(run.peak_flops) + "FLOP/s").c_str() : "");
+                run.peak_flops > 0 ? (", MFU against " + format_count(run.peak_flops) + "FLOP/s per rank").c_str() : "");
+    const std::vector<int> stage_layers = plan_stage_layers(config, layout.mesh, layout.parallel, settings.seq_len);
+    std::string split;
+    for (std::size_t i = 0; i < stage_layers.size(); ++i) split += (i ? "," : "") + std::to_string(stage_layers[i]);
+    std::printf("  layout %s, %s schedule%s, %d micro-batch(es) per step, layers per %s %s, zero %d, buckets %.3g MiB%s\n",
+                layout.mesh.describe().c_str(), schedule_kind_name(layout.parallel.schedule),
+                layout.parallel.virtual_stages > 1 ? (" (" + std::to_string(layout.parallel.virtual_stages) + " chunks per stage)").c_str() : "",
+                trainer.micro_batches(), layout.parallel.virtual_stages > 1 ? "chunk" : "stage", split.c_str(),
+                layout.parallel.zero, layout.parallel.bucket_mb, layout.parallel.overlap ? "" : ", no overlap");
+    for (const std::string& place : places) std::printf("  %s\n", place.c_str());
     std::fflush(stdout);
   }
 
@@ -218,8 +316,11 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   }
   if (vm.count("save-weights")) {
     const std::filesystem::path out = get<std::string>(vm, "save-weights");
-    save_llmc_weights(model, out, save_dtype == "bf16" ? DType::BF16 : DType::F32);
-    if (root) std::printf("saved weights to %s\n", out.c_str());
+    const std::vector<float> full = trainer.gather_parameters();  // collective
+    if (root) {
+      save_llmc_weights(config, full, out, save_dtype == "bf16" ? DType::BF16 : DType::F32);
+      std::printf("saved weights to %s\n", out.c_str());
+    }
   }
   if (root && last.val_loss) std::printf("final validation loss %.4f\n", *last.val_loss);
   return 0;

@@ -8,27 +8,49 @@ void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::pa
   check_llmc_compatible(model.config(), read_llmc_header(path), path);
   const LlmcWeights w = read_llmc_weights(path);
   ParameterStore& store = model.parameters();
-  MT_CHECK(w.specs.size() == store.size(), "weights file ", path.string(), " holds ", w.specs.size(),
-           " tensors, the model ", store.size());
+  std::vector<float> shard;
   for (std::size_t i = 0; i < store.size(); ++i) {
-    MT_CHECK(w.specs[i].name == store.spec(i).name && w.specs[i].numel() == store.spec(i).numel(),
-             "weights file ", path.string(), ": tensor ", i, " is ", w.specs[i].name, ", the model expects ",
-             store.spec(i).name);
-    store.param(i).copy_from_host(w.values[i].data(), w.values[i].size() * sizeof(float), ctx.stream());
+    const ParamShard& s = model.shards()[i];
+    std::size_t f = 0;
+    while (f < w.specs.size() && w.specs[f].name != s.full.name) ++f;
+    MT_CHECK(f < w.specs.size() && w.specs[f].numel() == s.full.numel(), "weights file ", path.string(),
+             " has no tensor ", s.full.name, " of ", s.full.numel(), " values");
+    shard.clear();
+    for (const auto& [first, count] : s.full_runs())
+      shard.insert(shard.end(), w.values[f].begin() + first, w.values[f].begin() + first + count);
+    store.param(i).copy_from_host(shard.data(), shard.size() * sizeof(float), ctx.stream());
   }
   ctx.synchronize();
 }
 
-void save_llmc_weights(const Gpt& model, const std::filesystem::path& path, DType stored) {
-  const std::vector<float> host = model.parameters().flat_params().to_host<float>();
-  const ParameterStore& store = model.parameters();
+void save_llmc_weights(const GptConfig& config, std::span<const float> full, const std::filesystem::path& path,
+                       DType stored) {
+  const std::vector<ParamSpec> specs = gpt_parameter_specs(config);
+  std::vector<std::int64_t> offsets;
+  std::int64_t total = 0;
+  for (const ParamSpec& s : specs) {
+    offsets.push_back(total);
+    total += s.numel();
+  }
+  MT_CHECK(static_cast<std::int64_t>(full.size()) == total, full.size(), " values for a model of ", total);
   write_llmc_weights(
-      path, model.config(),
+      path, config,
       [&](const ParamSpec& spec) {
-        const std::size_t i = store.index_of(spec.name);
-        return std::span<const float>(host.data() + store.offset(i), static_cast<std::size_t>(spec.numel()));
+        std::size_t i = 0;
+        while (specs[i].name != spec.name) ++i;
+        return full.subspan(static_cast<std::size_t>(offsets[i]), static_cast<std::size_t>(spec.numel()));
       },
       stored);
+}
+
+void save_llmc_weights(const Gpt& model, const std::filesystem::path& path, DType stored) {
+  const GptPartition& p = model.partition();
+  MT_CHECK(p.tp_size == 1 && p.embedding && p.head && p.chunks.size() == 1 &&
+               p.chunks[0].size() == model.config().layers,
+           "saving a shard alone: gather the full parameters first");
+  const std::vector<float> host = model.parameters().flat_params().to_host<float>();
+  save_llmc_weights(model.config(), std::span<const float>(host.data(), static_cast<std::size_t>(model.parameters().param_numel())),
+                    path, stored);
 }
 
 }  // namespace mt

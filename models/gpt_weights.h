@@ -1,17 +1,22 @@
 // A Gpt's parameters from and to llm.c checkpoint files (models/llmc/), so a run can start from or
-// hand off to that ecosystem.
+// hand off to that ecosystem. Any partition loads: each rank copies its shard out of the full file.
 // defines: load_llmc_weights, save_llmc_weights
 #pragma once
 
 #include <filesystem>
+#include <span>
 
 #include "models/gpt.h"
 
 namespace mt {
 
-// Copies the file's parameters into the model; Error when the file's shape differs from the model's.
+// Copies the file's parameters (this rank's shard of each) into the model; Error when the file's
+// shape differs from the model's.
 void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& path);
-// Writes the model's parameters (atomically) as fp32 (version 3) or bf16 (version 5).
+// Writes a whole model's parameters (atomically) as fp32 (version 3) or bf16 (version 5).
 void save_llmc_weights(const Gpt& model, const std::filesystem::path& path, DType stored);
+// The same from the full parameters in gpt_parameter_specs order (e.g. gathered from the shards).
+void save_llmc_weights(const GptConfig& config, std::span<const float> full, const std::filesystem::path& path,
+                       DType stored);
 
 }  // namespace mt

@@ -184,8 +184,29 @@ run "$meshtrain" sample --tokenizer gpt2 --tokenizer-dir "$dir/empty" --weights 
 grep -q -E -- "$mismatch" "$err"
 known_bug "sample: gpt2 tokenizer without its files, weights of vocab 256" $? \
   "sample loads GPT-2's files before comparing vocabularies, so it asks to fetch them instead of saying to use --tokenizer bytes: $(head -1 "$err")"
-expect_error "train under mpirun -np 2" "meshtrain train runs on one rank so far \(launched on 2\)" \
-  "$mpiexec" -np 2 --oversubscribe "$meshtrain" train --tokenizer bytes --data "$data" --steps 1 --cpu-threads 1
+
+# Parallel layouts: one clear error (printed once) per bad layout, then a dp 2 x tp 2 x pp 2 run.
+par=("$meshtrain" train --tokenizer bytes --data "$data" --steps 1 --cpu-threads 1)
+expect_error "layout: dp x tp x pp is not the rank count" "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 4" \
+  "$mpiexec" -np 4 --oversubscribe "${par[@]}" --dp 2
+expect_error "layout: tp does not divide the heads" "--tp 3 does not divide the model.s 4 attention heads" \
+  "$mpiexec" -np 3 --oversubscribe "${par[@]}" --tp 3
+expect_error "layout: more stages than layers" "--pp 2 .*1 layer" \
+  "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --layers 1
+expect_error "layout: 1f1b with fewer micro-batches than stages" "--schedule 1f1b needs at least --pp 2 micro-batches" \
+  "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --global-batch 8 --micro-batch 8
+expect_error "layout: interleaving with layers not divisible by pp x v" "needs the model's 6 layers divisible by 4" \
+  "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --schedule interleaved --virtual-stages 2 --layers 6
+if expect_ok "train --dp 2 --tp 2 --pp 2 --zero 1 on 8 ranks" "$mpiexec" -np 8 --oversubscribe "$meshtrain" train \
+  --tokenizer bytes --data "$data" --dp 2 --tp 2 --pp 2 --zero 1 --steps 4 --global-batch 8 --micro-batch 2 \
+  --log-every 1 --cpu-threads 1 --save-weights "$dir/layout.bin"; then
+  grep -q "layout dp=2 tp=2 pp=2 (order tp-dp-pp), 1f1b schedule, 2 micro-batch(es) per step" "$out" \
+    || { fail "8 ranks: the layout line"; show; }
+  grep -q "rank 7: dp 1 tp 1 stage 1, layers .* + head, tp shard 1/2" "$out" || { fail "8 ranks: rank 7's place"; show; }
+  grep -q "^step 4/4" "$out" || { fail "8 ranks: the last step"; show; }
+  expect_ok "sample from the weights gathered from 8 ranks" "$meshtrain" sample --tokenizer bytes \
+    --weights "$dir/layout.bin" --tokens 8 --cpu-threads 1
+fi
 
 if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all checks passed"
