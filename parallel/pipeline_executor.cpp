@@ -44,8 +44,9 @@ void PipelineExecutor::send(const Schedule& schedule, const Action& a, PipelineS
   }
   WorkPtr work = pp_.send_async(data, to.stage, {schedule.tag(stage, a)});
   if (!options_.overlap) {
-    work->wait();
-    return;
+    // Not waited for here: two neighbours sending to each other at once would both wait for a
+    // receive the other has not posted. Waited for before the next computation instead.
+    unfinished_sends_.push_back(work);
   }
   sends_[{a.chunk, a.micro}].push_back(std::move(work));
 }
@@ -87,6 +88,7 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
   receives_.clear();
   self_sends_.clear();
   sends_.clear();
+  unfinished_sends_.clear();
   done_.clear();
   std::vector<std::size_t> compute_positions;
   for (std::size_t i = 0; i < actions.size(); ++i)
@@ -132,6 +134,8 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
       case ActionKind::Backward: {
         if (early_receives_) post_receives_for(next_compute + 1);
         ++next_compute;
+        for (const WorkPtr& w : unfinished_sends_) w->wait();  // without overlap: no transfer during compute
+        unfinished_sends_.clear();
         release_finished(runner, false);
         const auto start = std::chrono::steady_clock::now();
         if (a.kind == ActionKind::Forward) {

@@ -6,8 +6,9 @@
 // that precedes it, so the transfer runs during that computation on the communication thread.
 // With NCCL every op goes on one comm stream in schedule order (NCCL matches point-to-point
 // messages in issue order; a receive posted early would hold the stream ahead of this stage's own
-// sends), and the GPU overlaps the comm stream with compute. With overlap off every transfer is
-// waited for where the schedule puts it.
+// sends), and the GPU overlaps the comm stream with compute. With overlap off each receive is
+// posted and waited for where the schedule puts it, and sends are waited for before the next
+// computation (not at once: neighbours sending to each other would each wait for the other's receive).
 // A stage sending to itself (one stage with virtual chunks) copies the tensor.
 // defines: PipelineStageRunner, ExecutorOptions, ExecutorStats, PipelineExecutor
 #pragma once
@@ -71,6 +72,7 @@ class PipelineExecutor {
   std::map<int, Tensor> self_sends_;
   std::map<std::pair<int, int>, std::vector<WorkPtr>> sends_;
   std::vector<std::pair<int, int>> done_;
+  std::vector<WorkPtr> unfinished_sends_;  // without overlap: waited for before the next computation
 };
 
 }  // namespace mt

@@ -5,7 +5,10 @@
 namespace mt {
 namespace {
 
-std::int64_t rows_of(const Tensor& t) { return t.numel() / t.shape().back(); }
+// Rows of a tensor seen as [rows, last dim]; 0 for a shape that has none (refused by the checks).
+std::int64_t rows_of(const Tensor& t) {
+  return t.rank() == 0 || t.shape().back() == 0 ? 0 : t.numel() / t.shape().back();
+}
 
 }  // namespace
 
@@ -16,6 +19,8 @@ void TensorParallel::allreduce(Tensor& x, ReduceOp op) const {
 }
 
 void TensorParallel::gather_forward(DeviceContext& ctx, const Tensor& local, Tensor& full) const {
+  MT_CHECK(local.rank() >= 1 && full.rank() >= 1 && local.shape().back() > 0, "gather ", local.describe(), " into ",
+           full.describe());
   const std::int64_t cols = local.shape().back(), rows = rows_of(local);
   MT_CHECK(full.shape().back() == cols * size() && rows_of(full) == rows, "gather ", local.describe(), " into ",
            full.describe(), " over ", size(), " ranks");
@@ -35,6 +40,8 @@ void TensorParallel::gather_forward(DeviceContext& ctx, const Tensor& local, Ten
 }
 
 void TensorParallel::own_columns(DeviceContext& ctx, const Tensor& full, Tensor& local) const {
+  MT_CHECK(local.rank() >= 1 && full.rank() >= 1 && local.shape().back() > 0, "columns of ", full.describe(),
+           " into ", local.describe());
   const std::int64_t cols = local.shape().back(), rows = rows_of(local);
   MT_CHECK(full.shape().back() == cols * size() && rows_of(full) == rows, "columns of ", full.describe(), " into ",
            local.describe(), " over ", size(), " ranks");

@@ -153,7 +153,9 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
     }
     const double rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
     EXPECT_LE(rel, kParamTolerance) << spec.name;
-    if (qkv_bias) EXPECT_LE(key_block, 2.0 * kSteps * s.schedule.max_lr) << spec.name << " key block";
+    if (qkv_bias) {
+      EXPECT_LE(key_block, 2.0 * kSteps * s.schedule.max_lr) << spec.name << " key block";
+    }
     worst = std::max(worst, rel);
     at += spec.numel();
   }
@@ -201,6 +203,51 @@ TEST(ParallelEquivalence, EveryLayoutTrainsTheSameModel) {
       // which 1F1B allows only without a pipeline (it needs at least pp micro-batches).
       check_layout(layout, zero, 2);
       if (layout.pp == 1 || layout.schedule == ScheduleKind::GPipe) check_layout(layout, zero, 8 / layout.dp);
+    }
+  }
+}
+
+// Overlap in the trainer: with overlap on, the first gradient bucket's reduction is launched while
+// backward still has parameters to produce (before its last gradient), and pipeline receives are
+// posted a computation early; with --no-overlap neither happens. ZeRO-1 holds 1/dp of the state.
+TEST(ParallelTrainer, OverlapsReductionAndTransfersWithBackwardAndShardsTheState) {
+  Communicator& world = test_world();
+  const int n = world.size();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  DeviceContext& ctx = test_context();
+  const TrainSettings s = settings(1);  // micro-batches of one: enough of them for 1F1B on every layout
+  for (const bool overlap : {true, false}) {
+    for (const Layout layout : {Layout{n, 1, 1}, Layout{n / 2, 1, 2}}) {
+      SCOPED_TRACE(layout.name() + (overlap ? " overlap" : " no overlap"));
+      ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
+      ParallelSettings parallel;
+      parallel.zero = 1;
+      parallel.bucket_mb = 0.05;
+      parallel.overlap = overlap;
+      data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
+      ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s, parallel);
+      trainer.init(kSeed);
+      trainer.step();
+      const GradReducer& reducer = trainer.reducer();
+      const int params = static_cast<int>(reducer.params().size());
+      ASSERT_GE(reducer.layout().size(), 3);
+      if (overlap) {
+        // Launched after fewer marks than there are parameters: backward was still going.
+        EXPECT_GE(reducer.launched_after_marks(0), 1);
+        EXPECT_LT(reducer.launched_after_marks(0), params - 1);
+        EXPECT_GE(reducer.buckets_launched_before_finish(), 2);
+      } else {
+        EXPECT_EQ(reducer.buckets_launched_before_finish(), 0);
+      }
+      if (layout.pp > 1) {
+        EXPECT_EQ(trainer.last_pipeline_stats().receives_posted_early > 0, overlap);
+      }
+      // The optimizer's m and v: this stage's parameters over dp, plus at most the padding (fewer
+      // than dp elements over the whole buffer).
+      const std::int64_t stage_params = trainer.model().parameters().param_numel();
+      const std::int64_t state = trainer.optimizer().state_bytes();
+      EXPECT_LE(state, 8 * (stage_params / layout.dp + layout.dp));
+      EXPECT_GE(state, 8 * (stage_params / layout.dp - layout.dp));
     }
   }
 }
