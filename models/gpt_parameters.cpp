@@ -8,6 +8,12 @@ std::int64_t ParamSpec::numel() const {
   return n;
 }
 
+std::vector<std::int64_t> spec_offsets(const std::vector<ParamSpec>& specs) {
+  std::vector<std::int64_t> offsets{0};
+  for (const ParamSpec& s : specs) offsets.push_back(offsets.back() + s.numel());
+  return offsets;
+}
+
 std::vector<ParamSpec> gpt_parameter_specs(const GptConfig& config) {
   const std::int64_t C = config.channels;
   std::vector<ParamSpec> specs;

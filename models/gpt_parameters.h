@@ -4,7 +4,7 @@
 //
 // Linear weights are [out, in] (y = x W^T + b). The fused QKV projection's 3C outputs are
 // [q | k | v]; head h owns channels [h*hs, (h+1)*hs) of each. The LM head is tied to "wte".
-// defines: ParamKind, ParamSpec, gpt_parameter_specs, layer_param_name
+// defines: ParamKind, ParamSpec, gpt_parameter_specs, spec_offsets, layer_param_name
 #pragma once
 
 #include <cstdint>
@@ -39,5 +39,8 @@ struct ParamSpec {
 };
 
 std::vector<ParamSpec> gpt_parameter_specs(const GptConfig& config);
+// Where each spec starts when they lie one after another in one flat buffer; the last entry, one
+// past the specs, is the total.
+std::vector<std::int64_t> spec_offsets(const std::vector<ParamSpec>& specs);
 
 }  // namespace mt

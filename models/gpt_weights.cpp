@@ -26,13 +26,9 @@ void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::pa
 void save_llmc_weights(const GptConfig& config, std::span<const float> full, const std::filesystem::path& path,
                        DType stored) {
   const std::vector<ParamSpec> specs = gpt_parameter_specs(config);
-  std::vector<std::int64_t> offsets;
-  std::int64_t total = 0;
-  for (const ParamSpec& s : specs) {
-    offsets.push_back(total);
-    total += s.numel();
-  }
-  MT_CHECK(static_cast<std::int64_t>(full.size()) == total, full.size(), " values for a model of ", total);
+  const std::vector<std::int64_t> offsets = spec_offsets(specs);
+  MT_CHECK(static_cast<std::int64_t>(full.size()) == offsets.back(), full.size(), " values for a model of ",
+           offsets.back());
   write_llmc_weights(
       path, config,
       [&](const ParamSpec& spec) {

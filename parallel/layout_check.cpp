@@ -11,16 +11,6 @@
 namespace mt {
 namespace {
 
-// The --schedule value as the user typed it (kept here so the checks need nothing else).
-const char* schedule_option(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::GPipe: return "gpipe";
-    case ScheduleKind::OneFOneB: return "1f1b";
-    case ScheduleKind::Interleaved: return "interleaved";
-  }
-  return "?";
-}
-
 std::string join(const std::vector<int>& values) {
   std::ostringstream out;
   for (std::size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
@@ -46,7 +36,7 @@ void check_virtual_stages(const LayoutRequest& request) {
                " (or use --schedule 1f1b)");
   } else {
     MT_REQUIRE(v == 1, "--virtual-stages ", v, " needs --schedule interleaved, not --schedule ",
-               schedule_option(request.schedule));
+               schedule_kind_name(request.schedule));
   }
 }
 
@@ -86,7 +76,7 @@ void check_batches(const LayoutRequest& request, const LayoutLimits& limits) {
              " = ", per_step, " (each data-parallel rank takes global-batch/dp sequences in micro-batches of ",
              "--micro-batch)");
   const int micro_batches = limits.global_batch / per_step;
-  const char* schedule = schedule_option(request.schedule);
+  const char* schedule = schedule_kind_name(request.schedule);
   if (request.schedule != ScheduleKind::GPipe) {
     MT_REQUIRE(micro_batches >= pp, "--schedule ", schedule, " needs at least --pp ", pp,
                " micro-batches per step, but --global-batch ", limits.global_batch, " / (--dp ", dp,

@@ -181,24 +181,15 @@ StepRecord ParallelTrainer::step() {
   r.step = steps_done_ + 1;
   r.loss = total[2] / static_cast<double>(mesh.dp * micro_batches_);
   r.grad_norm = std::sqrt(static_cast<double>(total[0]) + static_cast<double>(total[1]));
-  MT_REQUIRE(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "training diverged at step ", r.step, ": loss ",
-             r.loss, ", gradient norm ", r.grad_norm, " (try a lower --lr or --grad-clip)");
+  require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
   optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
   ctx_.synchronize();
   ++steps_done_;
-  const double seconds = std::chrono::duration<double>(clock::now() - start).count();
-  const double tokens = static_cast<double>(settings_.global_batch) * settings_.seq_len;
-  r.step_ms = 1e3 * seconds;
-  r.tokens_per_s = tokens / seconds;
-  if (settings_.peak_flops > 0) {
-    // Against the peak of every rank of the job together.
-    r.mfu = tokens * model_->config().training_flops_per_token(settings_.seq_len) / seconds /
-            (settings_.peak_flops * mesh.world_size());
-  }
-  const bool last = steps_done_ == settings_.steps;
-  if (val_ != nullptr && (last || (settings_.eval_every > 0 && steps_done_ % settings_.eval_every == 0)))
-    r.val_loss = evaluate();
+  // MFU against the peak of every rank of the job together.
+  settings_.record_throughput(r, std::chrono::duration<double>(clock::now() - start).count(), model_->config(),
+                              mesh.world_size());
+  if (val_ != nullptr && settings_.evaluation_due(steps_done_)) r.val_loss = evaluate();
   return r;
 }
 
@@ -235,12 +226,8 @@ std::vector<float> ParallelTrainer::gather_parameters() {
   // an allreduce sum then assembles it everywhere.
   const GptConfig& config = model_->config();
   const std::vector<ParamSpec> full = gpt_parameter_specs(config);
-  std::vector<std::int64_t> offsets;
-  std::int64_t total = 0;
-  for (const ParamSpec& s : full) {
-    offsets.push_back(total);
-    total += s.numel();
-  }
+  const std::vector<std::int64_t> offsets = spec_offsets(full);
+  const std::int64_t total = offsets.back();
   std::vector<float> host(static_cast<std::size_t>(total), 0.0f);
   const ParameterStore& store = model_->parameters();
   const std::vector<float> mine = store.flat_params().to_host<float>();

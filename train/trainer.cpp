@@ -20,6 +20,22 @@ void TrainSettings::validate() const {
   mt::validate(adamw);
 }
 
+void TrainSettings::record_throughput(StepRecord& r, double seconds, const GptConfig& config, int ranks) const {
+  const double tokens = static_cast<double>(global_batch) * seq_len;
+  r.step_ms = 1e3 * seconds;
+  r.tokens_per_s = tokens / seconds;
+  if (peak_flops > 0) r.mfu = tokens * config.training_flops_per_token(seq_len) / seconds / (peak_flops * ranks);
+}
+
+bool TrainSettings::evaluation_due(int steps_done) const {
+  return steps_done == steps || (eval_every > 0 && steps_done % eval_every == 0);
+}
+
+void require_finite(const StepRecord& r) {
+  MT_REQUIRE(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "training diverged at step ", r.step, ": loss ",
+             r.loss, ", gradient norm ", r.grad_norm, " (try a lower --lr or --grad-clip)");
+}
+
 Trainer::Trainer(DeviceContext& ctx, Gpt& model, data::DataLoader& train, data::DataLoader* val,
                  TrainSettings settings)
     : ctx_(ctx), model_(model), train_(train), val_(val), settings_(std::move(settings)) {
@@ -55,21 +71,13 @@ StepRecord Trainer::step() {
   r.loss = loss_sum / micro_steps;
   const Tensor grads = store.flat_grads();
   r.grad_norm = std::sqrt(sum_of_squares(ctx_, std::span<const Tensor>(&grads, 1)));
-  MT_REQUIRE(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "training diverged at step ", r.step, ": loss ",
-           r.loss, ", gradient norm ", r.grad_norm, " (try a lower --lr or --grad-clip)");
+  require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
   optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
   ctx_.synchronize();
   ++steps_done_;
-  const double seconds = std::chrono::duration<double>(clock::now() - start).count();
-  const double tokens = static_cast<double>(settings_.global_batch) * settings_.seq_len;
-  r.step_ms = 1e3 * seconds;
-  r.tokens_per_s = tokens / seconds;
-  if (settings_.peak_flops > 0)
-    r.mfu = tokens * model_.config().training_flops_per_token(settings_.seq_len) / seconds / settings_.peak_flops;
-  const bool last = steps_done_ == settings_.steps;
-  if (val_ != nullptr && (last || (settings_.eval_every > 0 && steps_done_ % settings_.eval_every == 0)))
-    r.val_loss = evaluate();
+  settings_.record_throughput(r, std::chrono::duration<double>(clock::now() - start).count(), model_.config());
+  if (val_ != nullptr && settings_.evaluation_due(steps_done_)) r.val_loss = evaluate();
   return r;
 }
 

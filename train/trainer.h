@@ -29,7 +29,14 @@ struct TrainSettings {
 
   void validate() const;   // Error naming the first bad field
   int micro_steps() const { return global_batch / micro_batch; }
+  // Fills step_ms, tokens_per_s and, with peak_flops (per rank), mfu of a step that took `seconds`
+  // on `ranks` ranks.
+  void record_throughput(StepRecord& r, double seconds, const GptConfig& config, int ranks = 1) const;
+  bool evaluation_due(int steps_done) const;  // after the last step and every eval_every steps
 };
+
+// Error naming the step when its loss or gradient norm is not finite (the run diverged).
+void require_finite(const StepRecord& r);
 
 class Trainer {
  public:

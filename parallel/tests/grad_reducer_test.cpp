@@ -15,6 +15,7 @@
 
 #include "runtime/gemm.h"
 #include "runtime/kernels.h"
+#include "parallel/tests/flat_params.h"
 #include "tests/test_env.h"
 #include "tests/test_helpers.h"
 
@@ -22,26 +23,11 @@ namespace mt {
 namespace {
 
 using testing::contains;
+using testing::contiguous;
 using testing::error_of;
+using testing::padded;
 using testing::test_context;
 using testing::test_world;
-
-std::vector<FlatParam> contiguous(const std::vector<std::int64_t>& sizes) {
-  std::vector<FlatParam> params;
-  std::int64_t offset = 0;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    std::string name = "w";
-    name += std::to_string(i);
-    params.push_back({name, offset, sizes[i], i % 2 == 0, 1.0});
-    offset += sizes[i];
-  }
-  return params;
-}
-
-std::int64_t padded(const std::vector<FlatParam>& params, int dp) {
-  const std::int64_t n = params.empty() ? 0 : params.back().offset + params.back().numel;
-  return (n + dp - 1) / dp * dp;
-}
 
 // Rank r's gradient at element i of a param: (r + 1) * (i % 7 + 1); padding 0. Summed over n ranks:
 // n(n+1)/2 * (i % 7 + 1), exact in fp32.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "parallel/grad_reducer.h"
+#include "parallel/tests/flat_params.h"
 #include "tests/test_env.h"
 #include "tests/test_helpers.h"
 
@@ -26,29 +27,12 @@ namespace mt {
 namespace {
 
 using testing::contains;
+using testing::contiguous;
 using testing::error_of;
+using testing::padded;
+using testing::params_numel;
 using testing::test_context;
 using testing::test_world;
-
-std::vector<FlatParam> contiguous(const std::vector<std::int64_t>& sizes) {
-  std::vector<FlatParam> params;
-  std::int64_t offset = 0;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    std::string name = "w";
-    name += std::to_string(i);
-    params.push_back({name, offset, sizes[i], i % 2 == 0, 1.0});
-    offset += sizes[i];
-  }
-  return params;
-}
-
-std::int64_t params_numel(const std::vector<FlatParam>& params) {
-  return params.empty() ? 0 : params.back().offset + params.back().numel;
-}
-
-std::int64_t padded(const std::vector<FlatParam>& params, int dp) {
-  return (params_numel(params) + dp - 1) / dp * dp;
-}
 
 Tensor load(const std::vector<float>& values, DeviceContext& ctx) {
   return Tensor::from_host(values, {static_cast<std::int64_t>(values.size())}, ctx);

@@ -162,12 +162,9 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
   // This rank's shard, replicas included, is exactly the gathered model's.
   const ParameterStore& store = trainer.model().parameters();
   const std::vector<float> mine = store.flat_params().to_host<float>();
+  const std::vector<std::int64_t> offsets = spec_offsets(specs);
   std::map<std::string, std::int64_t> full_offset;
-  at = 0;
-  for (const ParamSpec& spec : specs) {
-    full_offset[spec.name] = at;
-    at += spec.numel();
-  }
+  for (std::size_t i = 0; i < specs.size(); ++i) full_offset[specs[i].name] = offsets[i];
   for (std::size_t i = 0; i < store.size(); ++i) {
     const ParamShard& shard = trainer.model().shards()[i];
     const float* p = mine.data() + store.offset(i);
