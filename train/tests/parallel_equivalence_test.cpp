@@ -184,8 +184,8 @@ std::vector<Layout> layouts_for(int world_size) {
   switch (world_size) {
     case 1: return {{1, 1, 1}};
     case 2: return {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {1, 1, 2, ScheduleKind::GPipe}, {1, 1, 2, ScheduleKind::Interleaved, 2}};
-    case 4: return {{1, 1, 4}, {2, 2, 1}, {1, 2, 2}, {2, 1, 2, ScheduleKind::Interleaved, 2}};
-    case 8: return {{2, 2, 2}};
+    case 4: return {{1, 1, 4}, {1, 1, 4, ScheduleKind::GPipe}, {2, 2, 1}, {1, 2, 2}, {2, 1, 2, ScheduleKind::Interleaved, 2}};
+    case 8: return {{2, 2, 2}, {2, 2, 2, ScheduleKind::GPipe}};
     default: return {};
   }
 }
