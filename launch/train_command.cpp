@@ -243,6 +243,11 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   } else if (ctx.device().is_cpu()) {
     run.peak_flops = measure_gemm_flops(ctx);
   }
+  try {
+    check_pipeline_backend(layout.parallel.schedule, layout.mesh.pp, comm_backend_name(session.backend.backend));
+  } catch (const Error& e) {
+    throw UsageError(e.message());
+  }
   ParallelGroups groups = build_groups(*session.world, Mesh(layout.mesh));
   ParallelTrainer trainer(ctx, *session.world, groups, config, compute, train, val.get(), run, layout.parallel);
   Gpt& model = trainer.model();

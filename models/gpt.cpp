@@ -47,8 +47,10 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
          std::int64_t pad_multiple)
     : ctx_(ctx),
       config_((config.validate(), config)),
-      partition_(partition.chunks.empty() && partition.tp_size == 1 ? GptPartition::whole(config)
-                                                                     : std::move(partition)),
+      partition_([&] {
+        if (partition.chunks.empty()) partition.chunks = GptPartition::whole(config).chunks;  // every layer
+        return std::move(partition);
+      }()),
       tp_(tp),
       shards_(gpt_param_shards(config_, partition_)),
       store_(ctx, [&] {

@@ -45,7 +45,7 @@ namespace mt {
 
 class Gpt {
  public:
-  // compute: fp32 or bf16 (see above). partition: empty chunks means the whole model. tp: the
+  // compute: fp32 or bf16 (see above). partition: empty chunks means every layer. tp: the
   // tensor-parallel group of partition.tp_size ranks. pad_multiple: see ParameterStore.
   Gpt(DeviceContext& ctx, const GptConfig& config, DType compute = DType::F32, GptPartition partition = {},
       TensorParallel tp = {}, std::int64_t pad_multiple = 1);

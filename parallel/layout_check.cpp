@@ -111,4 +111,11 @@ int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& lim
   return limits.global_batch / per_step;
 }
 
+void check_pipeline_backend(ScheduleKind schedule, int pp, const std::string& backend) {
+  MT_REQUIRE(pp == 1 || schedule == ScheduleKind::GPipe || backend != "nccl", "--schedule ",
+             schedule_kind_name(schedule), " with --pp ", pp,
+             " needs grouped send/receive pairs that the NCCL backend does not issue yet: use --schedule gpipe, "
+             "or --comm-backend mpi");
+}
+
 }  // namespace mt

@@ -1,9 +1,10 @@
 // Validation of a requested parallel layout (mesh, schedule, stage split) against the job and the
 // model, before anything is built: each problem is one mt::Error naming the options, their values
 // and a fix, which the CLI prints once as a usage error.
-// defines: LayoutRequest, LayoutLimits, check_layout, micro_batches_per_step
+// defines: LayoutRequest, LayoutLimits, check_layout, micro_batches_per_step, check_pipeline_backend
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "parallel/mesh.h"
@@ -34,5 +35,11 @@ void check_layout(const LayoutRequest& request, const LayoutLimits& limits);
 
 // global_batch / (dp x micro_batch): the micro-batches each pipeline runs per step.
 int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits);
+
+// What the communication backend ("mpi", "nccl") allows: NCCL matches point-to-point messages in
+// issue order on one stream and a send holds that stream until its receive runs, so 1F1B's
+// neighbours, each sending before receiving from the other, would wait for each other; GPipe sends
+// one way at a time. (Grouped send/receive pairs would lift this.)
+void check_pipeline_backend(ScheduleKind schedule, int pp, const std::string& backend);
 
 }  // namespace mt

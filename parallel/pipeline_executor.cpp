@@ -39,7 +39,8 @@ void PipelineExecutor::send(const Schedule& schedule, const Action& a, PipelineS
   Tensor data = a.kind == ActionKind::SendForward ? runner.forward_output(a.chunk, a.micro)
                                                   : runner.backward_output(a.chunk, a.micro);
   if (to.stage == stage) {
-    self_sends_[schedule.tag(stage, a)] = data;  // the buffer stays untouched until its slot is released
+    // Copied when the receive comes; until then the sending slot is held (see release_finished).
+    self_sends_[schedule.tag(stage, a)] = {data, {a.chunk, a.micro}};
     return;
   }
   WorkPtr work = pp_.send_async(data, to.stage, {schedule.tag(stage, a)});
@@ -56,7 +57,8 @@ void PipelineExecutor::release_finished(PipelineStageRunner& runner, bool wait_a
   for (const auto& key : done_) {
     auto it = sends_.find(key);
     bool finished = true;
-    if (it != sends_.end()) {
+    for (const auto& [tag, self] : self_sends_) finished = finished && self.from != key;  // not yet copied
+    if (finished && it != sends_.end()) {
       for (const WorkPtr& w : it->second) {
         if (wait_all) {
           w->wait();
@@ -123,7 +125,7 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
         } else {
           auto it = self_sends_.find(schedule.tag(stage, a));
           MT_CHECK(it != self_sends_.end(), "stage ", stage, ": ", to_string(a, true), " before its own send");
-          p.staged.copy_from(it->second, stream_);
+          p.staged.copy_from(it->second.data, stream_);
           self_sends_.erase(it);
         }
         stats.receive_wait_s += seconds_since(start);

@@ -69,7 +69,11 @@ class PipelineExecutor {
   // Per step: receives posted (by action index), self-sends waiting for their receive (by tag),
   // and finished micro-batches whose sends may still be in flight.
   std::map<std::size_t, Pending> receives_;
-  std::map<int, Tensor> self_sends_;
+  struct SelfSend {
+    Tensor data;
+    std::pair<int, int> from;  // the sending slot (chunk, micro), held until the receive copied it
+  };
+  std::map<int, SelfSend> self_sends_;
   std::map<std::pair<int, int>, std::vector<WorkPtr>> sends_;
   std::vector<std::pair<int, int>> done_;
   std::vector<WorkPtr> unfinished_sends_;  // without overlap: waited for before the next computation

@@ -12,10 +12,16 @@ std::int64_t rows_of(const Tensor& t) {
 
 }  // namespace
 
-TensorParallel::TensorParallel(Communicator* group) : group_(group) {}
+TensorParallel::TensorParallel(Communicator* group, const Stream* stream) : group_(group), stream_(stream) {}
 
 void TensorParallel::allreduce(Tensor& x, ReduceOp op) const {
-  if (active()) group_->allreduce(x, {op});
+  if (!active()) return;
+  WorkPtr work = group_->allreduce_async(x, x, {op});
+  if (stream_ != nullptr) {
+    work->wait_on(*stream_);
+  } else {
+    work->wait();
+  }
 }
 
 void TensorParallel::gather_forward(DeviceContext& ctx, const Tensor& local, Tensor& full) const {

@@ -16,7 +16,9 @@ namespace mt {
 class TensorParallel {
  public:
   TensorParallel() = default;  // a group of one
-  explicit TensorParallel(Communicator* group);
+  // stream: the compute stream later kernels run on; each allreduce is ordered before them on it
+  // (on CUDA without blocking the host). Null: the host waits for each.
+  explicit TensorParallel(Communicator* group, const Stream* stream = nullptr);
 
   int size() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }
@@ -41,6 +43,7 @@ class TensorParallel {
  private:
   void own_columns(DeviceContext& ctx, const Tensor& full, Tensor& local) const;
   Communicator* group_ = nullptr;
+  const Stream* stream_ = nullptr;
 };
 
 }  // namespace mt

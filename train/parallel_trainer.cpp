@@ -4,15 +4,31 @@
 #include <cmath>
 #include <sstream>
 
+#include "parallel/layout_check.h"
 #include "parallel/stage_partition.h"
 #include "runtime/kernels.h"
 #include "train/optim/grad_norm.h"
 
 namespace mt {
+namespace {
+constexpr int kMaxTags = 1 << 15;  // MPI_TAG_UB is at least 32767 (comm/communicator.cpp checks it)
+
+// Clears the trainer's pointer to a step's runner however the step ends.
+struct RunnerScope {
+  ParallelTrainer::Runner*& slot;
+  RunnerScope(ParallelTrainer::Runner*& s, ParallelTrainer::Runner* runner) : slot(s) { slot = runner; }
+  ~RunnerScope() { slot = nullptr; }
+  RunnerScope(const RunnerScope&) = delete;
+  RunnerScope& operator=(const RunnerScope&) = delete;
+};
+}  // namespace
 
 std::vector<int> plan_stage_layers(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel,
                                    int seq_len) {
-  if (parallel.virtual_stages > 1) return uniform_stage_layers(config.layers, mesh.pp * parallel.virtual_stages);
+  if (parallel.virtual_stages > 1) {
+    MT_REQUIRE(parallel.pp_layers.empty(), "--pp-layers cannot be combined with --virtual-stages");
+    return uniform_stage_layers(config.layers, mesh.pp * parallel.virtual_stages);
+  }
   if (!parallel.pp_layers.empty()) return parallel.pp_layers;
   // Forward FLOPs per token (backward is twice that everywhere, so the ratios hold for a step):
   // a layer's four matrix multiplies and attention; the head's logits; the embedding's lookups.
@@ -93,7 +109,8 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
              settings_.micro_batch);
   micro_batches_ = settings_.global_batch / (mesh.dp * settings_.micro_batch);
   const GptPartition partition = plan_partition(config, mesh, groups_.coord, parallel_, settings_.seq_len);
-  model_ = std::make_unique<Gpt>(ctx_, config, compute, partition, TensorParallel(groups_.tp.get()), mesh.dp);
+  model_ = std::make_unique<Gpt>(ctx_, config, compute, partition, TensorParallel(groups_.tp.get(), &ctx_.stream()),
+                                 mesh.dp);
   ParameterStore& store = model_->parameters();
 
   // What each parameter counts for in the global norm: a replica counts on one rank only.
@@ -120,9 +137,13 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
     if (runner_ != nullptr && runner_->reducing) reducer_->mark_ready(static_cast<int>(param));
   });
   executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{parallel_.overlap});
+  check_pipeline_backend(parallel_.schedule, mesh.pp, groups_.pp->backend_name());
   train_schedule_ = make_schedule(parallel_.schedule, mesh.pp, micro_batches_, parallel_.virtual_stages);
-  const int eval_micro = settings_.eval_batches * micro_batches_;
-  eval_schedule_ = make_forward_only_schedule(mesh.pp, eval_micro, parallel_.virtual_stages);
+  // Evaluation runs one global batch at a time, so a schedule's message tags stay within a step's.
+  eval_schedule_ = make_forward_only_schedule(mesh.pp, micro_batches_, parallel_.virtual_stages);
+  MT_REQUIRE(train_schedule_.tag_count() <= kMaxTags, "the pipeline would need ", train_schedule_.tag_count(),
+             " message tags per step (2 x micro-batches x stages x virtual stages), more than the ", kMaxTags,
+             " MPI guarantees: use fewer, larger micro-batches");
 }
 
 ParallelTrainer::~ParallelTrainer() = default;
@@ -154,9 +175,10 @@ StepRecord ParallelTrainer::step() {
   store.zero_grads(ctx_);
   reducer_->begin();
   Runner runner(*this);
-  runner_ = &runner;
-  pipeline_stats_ = executor_->run(train_schedule_, runner);
-  runner_ = nullptr;
+  {
+    RunnerScope scope(runner_, &runner);
+    pipeline_stats_ = executor_->run(train_schedule_, runner);
+  }
   if (tied_across_stages_) {
     // The two copies of the tied embedding each hold part of its gradient: sum them, then let the
     // data-parallel reduction take the bucket that holds it.
@@ -184,6 +206,12 @@ StepRecord ParallelTrainer::step() {
   require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
   optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
+  if (tied_across_stages_ && groups_.embedding) {
+    // The two copies took the same update from gradients summed in other orders (each stage's dp
+    // buckets are cut differently): with dp > 2 their last bits could part. The first stage's copy
+    // is the one, so the last stage takes it.
+    groups_.embedding->broadcast(model_->parameters().param(static_cast<std::size_t>(wte_index_)), {0});
+  }
   ctx_.synchronize();
   ++steps_done_;
   // MFU against the peak of every rank of the job together.
@@ -200,24 +228,17 @@ double ParallelTrainer::evaluate() {
   // share for dp rank r is the r-th slice of it.
   const std::int64_t local = settings_.global_batch / mesh.dp;
   const bool needs_data = model_->chunk_has_embedding(0) || model_->chunk_has_head(model_->num_chunks() - 1);
-  if (needs_data) {
-    std::vector<std::vector<std::int32_t>> inputs, targets;
-    for (int k = 0; k < settings_.eval_batches; ++k) {
-      read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local,
-                 micro_batches_);
-      for (auto& v : inputs_) inputs.push_back(std::move(v));
-      for (auto& v : targets_) targets.push_back(std::move(v));
-    }
-    inputs_ = std::move(inputs);
-    targets_ = std::move(targets);
-  }
   Runner runner(*this);
-  executor_->run(eval_schedule_, runner);
+  for (int k = 0; k < settings_.eval_batches; ++k) {
+    if (needs_data)
+      read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local, micro_batches_);
+    executor_->run(eval_schedule_, runner);
+  }
   const bool reports_loss = groups_.last_stage() && groups_.coord.tp == 0;
   Tensor sum = Tensor::from_host(std::vector<float>{reports_loss ? static_cast<float>(runner.loss_sum) : 0.0f}, {1}, ctx_);
   world_.allreduce(sum);
   return static_cast<double>(sum.to_host<float>()[0]) /
-         static_cast<double>(mesh.dp * eval_schedule_.micro_batches);
+         static_cast<double>(mesh.dp * micro_batches_ * settings_.eval_batches);
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {

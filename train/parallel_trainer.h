@@ -65,8 +65,9 @@ class ParallelTrainer {
   const ExecutorStats& last_pipeline_stats() const { return pipeline_stats_; }
   std::string describe_rank() const;  // this rank's coordinates, layers and shard sizes
 
+ class Runner;  // the executor's view of the model (public for the step's scope guard)
+
  private:
-  class Runner;
   void read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches);
 
   DeviceContext& ctx_;

@@ -230,6 +230,15 @@ TEST(LayoutCheck, ValidLayoutsPass) {
   EXPECT_NO_THROW(check_layout(request(1, 1, 1), LayoutLimits{}));
 }
 
+TEST(LayoutCheck, NcclPipelinesRunGPipeOnly) {
+  EXPECT_NO_THROW(check_pipeline_backend(ScheduleKind::OneFOneB, 4, "mpi"));
+  EXPECT_NO_THROW(check_pipeline_backend(ScheduleKind::GPipe, 4, "nccl"));
+  EXPECT_NO_THROW(check_pipeline_backend(ScheduleKind::OneFOneB, 1, "nccl"));
+  const std::string message = error_of([] { check_pipeline_backend(ScheduleKind::Interleaved, 2, "nccl"); });
+  EXPECT_TRUE(contains(message, "--schedule interleaved with --pp 2")) << message;
+  EXPECT_TRUE(contains(message, "--schedule gpipe, or --comm-backend mpi")) << message;
+}
+
 TEST(LayoutCheck, MicroBatchesPerStep) {
   EXPECT_EQ(micro_batches_per_step(request(2, 2, 2), limits8()), 8);  // 32 / (2 x 2)
   EXPECT_EQ(micro_batches_per_step(request(8, 1, 1), limits8()), 2);
