@@ -2,7 +2,7 @@
 // layout. Each rank first trains the reference in-process (the single-rank Trainer, no
 // communication), then the world trains the same steps as dp x tp x pp layouts whose product is the
 // world size, with ZeRO 0 and 1, with and without gradient accumulation, and compares:
-//   - per-step losses within 1e-5 relative of the reference;
+//   - per-step losses and gradient norms within 1e-5 relative of the reference;
 //   - final parameters (gathered from the shards) within 1e-5 in relative norm per tensor,
 //     |p - ref| / |ref|, after 5 AdamW steps in fp32 (but for the key bias, see check_layout);
 //   - every rank's own shard equal to the gathered model: the replicas (data-parallel copies,
@@ -63,6 +63,7 @@ TrainSettings settings(int micro_batch) {
 
 struct Reference {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // before clipping
   double val_loss = 0;
   std::vector<float> params;  // gpt_parameter_specs order (the single-rank store's order)
 };
@@ -83,6 +84,7 @@ const Reference& reference(int micro_batch) {
   for (int i = 0; i < kSteps; ++i) {
     StepRecord rec = trainer.step();
     r.losses.push_back(rec.loss);
+    r.grad_norms.push_back(rec.grad_norm);
     if (rec.val_loss) r.val_loss = *rec.val_loss;
   }
   r.params = model.parameters().flat_params().to_host<float>();
@@ -123,6 +125,10 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
     const StepRecord rec = trainer.step();
     EXPECT_NEAR(rec.loss, ref.losses[static_cast<std::size_t>(i)], kLossTolerance * ref.losses[static_cast<std::size_t>(i)])
         << "step " << i + 1;
+    // The global norm counts every parameter once: replicas (tp-replicated layernorms and biases,
+    // the tied embedding's second copy, dp copies) are left out of all but one rank's sum.
+    const double norm = ref.grad_norms[static_cast<std::size_t>(i)];
+    EXPECT_NEAR(rec.grad_norm, norm, kLossTolerance * norm) << "gradient norm, step " << i + 1;
     if (rec.val_loss) val_loss = *rec.val_loss;
   }
   EXPECT_NEAR(val_loss, ref.val_loss, kLossTolerance * ref.val_loss) << "validation loss";
