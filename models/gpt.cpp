@@ -84,20 +84,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
 
 Gpt::~Gpt() = default;
 
-void Gpt::init(std::uint64_t seed) {
-  std::vector<float> host;
-  for (std::size_t i = 0; i < shards_.size(); ++i) {
-    const ParamShard& shard = shards_[i];
-    host.resize(static_cast<std::size_t>(shard.local.numel()));
-    std::size_t at = 0;
-    for (const auto& [first, count] : shard.full_runs()) {
-      init_values(shard.full, config_, seed, first, count, host.data() + at);
-      at += static_cast<std::size_t>(count);
-    }
-    store_.param(i).copy_from_host(host.data(), host.size() * sizeof(float), ctx_.stream());
-  }
-  ctx_.synchronize();
-}
+void Gpt::init(std::uint64_t seed) { init_gpt_parameters(ctx_, store_, shards_, config_, seed); }
 
 bool Gpt::chunk_has_embedding(int chunk) const { return chunks_.at(static_cast<std::size_t>(chunk)).embedding; }
 bool Gpt::chunk_has_head(int chunk) const { return chunks_.at(static_cast<std::size_t>(chunk)).head; }

@@ -63,12 +63,18 @@ void init_values(const ParamSpec& spec, const GptConfig& config, std::uint64_t s
   }
 }
 
-void init_gpt_parameters(DeviceContext& ctx, ParameterStore& store, const GptConfig& config, std::uint64_t seed) {
+void init_gpt_parameters(DeviceContext& ctx, ParameterStore& store, std::span<const ParamShard> shards,
+                         const GptConfig& config, std::uint64_t seed) {
+  MT_CHECK(shards.size() == store.size(), shards.size(), " shards for ", store.size(), " parameters");
   std::vector<float> host;
-  for (std::size_t i = 0; i < store.size(); ++i) {
-    const ParamSpec& spec = store.spec(i);
-    host.resize(static_cast<std::size_t>(spec.numel()));
-    init_values(spec, config, seed, 0, spec.numel(), host.data());
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const ParamShard& shard = shards[i];
+    host.resize(static_cast<std::size_t>(shard.local.numel()));
+    std::size_t at = 0;
+    for (const auto& [first, count] : shard.full_runs()) {
+      init_values(shard.full, config, seed, first, count, host.data() + at);
+      at += static_cast<std::size_t>(count);
+    }
     store.param(i).copy_from_host(host.data(), host.size() * sizeof(float), ctx.stream());
   }
   ctx.synchronize();

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "models/gpt_parameters.h"
+#include "models/gpt_sharding.h"
 #include "models/parameter_store.h"
 
 namespace mt {
@@ -21,6 +23,9 @@ std::uint64_t name_hash(const std::string& name);  // FNV-1a, stable across plat
 // Fills `count` elements starting at `first` (of the full tensor) of the parameter `spec`.
 void init_values(const ParamSpec& spec, const GptConfig& config, std::uint64_t seed, std::int64_t first,
                  std::int64_t count, float* out);
-void init_gpt_parameters(DeviceContext& ctx, ParameterStore& store, const GptConfig& config, std::uint64_t seed);
+// Initializes every stored parameter, shards[i] saying where parameter i of `store` sits in the
+// full model (models/gpt_sharding.h): a shard gets exactly the values of its part of the full tensor.
+void init_gpt_parameters(DeviceContext& ctx, ParameterStore& store, std::span<const ParamShard> shards,
+                         const GptConfig& config, std::uint64_t seed);
 
 }  // namespace mt

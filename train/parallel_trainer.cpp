@@ -112,6 +112,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition, TensorParallel(groups_.tp.get(), &ctx_.stream()),
                                  mesh.dp);
   ParameterStore& store = model_->parameters();
+  reads_data_ = partition.embedding || partition.head;
 
   // What each parameter counts for in the global norm: a replica counts on one rank only.
   tied_across_stages_ = mesh.pp > 1;
@@ -169,8 +170,7 @@ StepRecord ParallelTrainer::step() {
   // This dp rank's share of the step's global batch: sequences in the order a single rank reads them.
   const std::int64_t local = settings_.global_batch / mesh.dp;
   const std::int64_t first = static_cast<std::int64_t>(steps_done_) * settings_.global_batch + groups_.coord.dp * local;
-  const bool needs_data = model_->chunk_has_embedding(0) || model_->chunk_has_head(model_->num_chunks() - 1);
-  if (needs_data) read_batch(train_, first, micro_batches_);
+  if (reads_data_) read_batch(train_, first, micro_batches_);
 
   store.zero_grads(ctx_);
   reducer_->begin();
@@ -227,10 +227,9 @@ double ParallelTrainer::evaluate() {
   // The first eval_batches x global_batch sequences, as Trainer::evaluate reads them: batch k's
   // share for dp rank r is the r-th slice of it.
   const std::int64_t local = settings_.global_batch / mesh.dp;
-  const bool needs_data = model_->chunk_has_embedding(0) || model_->chunk_has_head(model_->num_chunks() - 1);
   Runner runner(*this);
   for (int k = 0; k < settings_.eval_batches; ++k) {
-    if (needs_data)
+    if (reads_data_)
       read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local, micro_batches_);
     executor_->run(eval_schedule_, runner);
   }

@@ -85,6 +85,7 @@ class ParallelTrainer {
   int micro_batches_ = 1;
   std::int64_t wte_index_ = -1;
   bool tied_across_stages_ = false;
+  bool reads_data_ = false;  // holds the embedding (inputs) or the head (targets): middle stages read none
   std::vector<std::vector<std::int32_t>> inputs_, targets_;  // per micro-batch of the step
   ExecutorStats pipeline_stats_;
   Runner* runner_ = nullptr;  // during a training step: whose backward is feeding the reducer
