@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <iostream>
 
+#include "launch/convert_command.h"
 #include "launch/devices_command.h"
+#include "launch/plot_command.h"
 #include "launch/prepare_command.h"
 #include "launch/sample_command.h"
 #include "launch/train_command.h"
@@ -28,6 +30,8 @@ const std::vector<Command>& commands() {
       {"prepare", "tokenize text files into llm.c train/validation token shards", prepare_command},
       {"train", "train a GPT on token shards (AdamW, accumulation, clipping, schedule)", train_command},
       {"sample", "generate text from trained weights", sample_command},
+      {"convert", "turn a checkpoint into llm.c weights and back, or into another layout's shards", convert_command},
+      {"plot", "draw loss and throughput curves of runs' metrics files into a PNG", plot_command},
   };
   return all;
 }

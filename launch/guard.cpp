@@ -21,6 +21,9 @@ int run_guarded(int argc, char** argv, const std::function<int(int, char**, cons
   } catch (const UsageError& e) {
     if (mpi->world_rank() == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
     return 2;
+  } catch (const JobError& e) {
+    if (mpi->world_rank() == 0) std::fprintf(stderr, "meshtrain: error: %s\n", e.message().c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
     // Alone there is nobody to take down; with peers, the job must end rather than hang them.

@@ -1,8 +1,11 @@
-// `meshtrain sample`: generates text from llm.c GPT-2 weights with the GPT-2 (or byte) tokenizer.
+// `meshtrain sample`: generates text from llm.c GPT-2 weights or a checkpoint, with the GPT-2 (or
+// byte) tokenizer.
 #include "launch/sample_command.h"
 
 #include <cstdio>
+#include <optional>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "data/tokenizer/tokenizer.h"
 #include "launch/cli.h"
 #include "launch/command_line.h"
@@ -11,6 +14,7 @@
 #include "models/gpt_weights.h"
 #include "models/llmc/llmc_weights.h"
 #include "models/sampler.h"
+#include "train/checkpoint_convert.h"
 
 namespace po = boost::program_options;
 
@@ -20,7 +24,8 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   po::options_description desc("options");
   desc.add_options()
       ("weights", po::value<std::string>()->required(),
-       "llm.c GPT-2 checkpoint to sample from (as written by `meshtrain train --save-weights`)")
+       "what to sample from: an llm.c GPT-2 weights file (`meshtrain train --save-weights`), or a checkpoint "
+       "of any layout (a --checkpoint-dir, meaning its latest, or one step_N directory in it)")
       ("prompt", po::value<std::string>()->default_value("\n"), "text to continue")
       ("tokens", po::value<int>()->default_value(64), "new tokens to generate")
       ("temperature", po::value<float>()->default_value(1.0f), "softmax temperature (> 0; lower is greedier)")
@@ -47,14 +52,21 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   Session session = open_session(read_runtime_options(vm));
   DeviceContext& ctx = *session.context;
   const std::filesystem::path weights = vm["weights"].as<std::string>();
-  const GptConfig config = read_llmc_header(weights);
+  // A directory is a checkpoint: its parameters, gathered whole from the shards of any layout.
+  std::optional<FullState> checkpoint;
+  if (std::filesystem::is_directory(weights)) checkpoint = read_full_state(ckpt::resolve_checkpoint(weights.string(), ""), false);
+  const GptConfig config = checkpoint ? checkpoint->config : read_llmc_header(weights);
   if (tokenizer_vocab_size(name) != config.vocab_size)
     throw UsageError("the " + name + " tokenizer has " + std::to_string(tokenizer_vocab_size(name)) +
                      " tokens, the model in " + weights.string() + " " + std::to_string(config.vocab_size) +
                      " (use --tokenizer " + (config.vocab_size == 256 ? "bytes" : "gpt2") + ")");
   const auto tokenizer = data::make_tokenizer(name, tokenizer_dir(vm));
   Gpt model(ctx, config);
-  load_llmc_weights(model, ctx, weights);
+  if (checkpoint) {
+    load_full_parameters(model, ctx, checkpoint->params);
+  } else {
+    load_llmc_weights(model, ctx, weights);
+  }
 
   const std::string prompt = vm["prompt"].as<std::string>();
   std::vector<std::int32_t> tokens = tokenizer->encode(prompt);

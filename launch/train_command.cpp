@@ -4,10 +4,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
 #include "data/shard.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "comm/agreement.h"
 #include "launch/cli.h"
 #include "launch/command_line.h"
 #include "launch/model_options.h"
@@ -16,6 +19,7 @@
 #include "parallel/groups.h"
 #include "parallel/layout_check.h"
 #include "parallel/stage_partition.h"
+#include "train/checkpointing.h"
 #include "train/parallel_trainer.h"
 #include "runtime/gemm_rate.h"
 #include "train/trainer.h"
@@ -106,6 +110,20 @@ po::options_description train_options() {
        "do not overlap communication with compute (buckets reduced after backward, pipeline transfers waited "
        "for in place): the baseline that shows what overlap gains");
   desc.add(layout);
+  po::options_description checkpoints("checkpoints (resuming works on any layout: dp, tp, pp, v, zero and the rank count may change)");
+  checkpoints.add_options()
+      ("checkpoint-dir", po::value<std::string>(),
+       "save checkpoints here as step_NNNNNNNN/ (every rank writes its shards, rank 0 a manifest.json with "
+       "checksums); `latest` names the newest complete one. Saves are atomic: a run killed while saving leaves "
+       "the previous checkpoint in force")
+      ("save-every", po::value<int>()->default_value(0),
+       "steps between checkpoints (0: only after the last step); needs --checkpoint-dir")
+      ("keep", po::value<int>()->default_value(3), "keep the newest K checkpoints, deleting older ones (0: keep all)")
+      ("resume", po::value<std::string>()->implicit_value("latest"),
+       "continue a run: --resume alone takes the latest checkpoint of --checkpoint-dir, --resume DIR/step_N a given "
+       "one. Parameters, AdamW state, the step and the data position are restored, so the same layout continues "
+       "bit for bit and another layout within fp32 rounding; --steps is the total to reach");
+  desc.add(checkpoints);
   add_model_options(desc);
   add_tokenizer_options(desc);
   add_runtime_options(desc);
@@ -197,6 +215,60 @@ bool has_split(const std::filesystem::path& dir, const std::string& split) {
   }
 }
 
+// Every rank's time breakdown since the last progress line, per step, and a line for the terminal.
+struct TimingSummary {
+  std::vector<TimeBreakdown> ranks;  // per step, in rank order
+  int steps = 0;
+  std::string line;
+};
+
+TimingSummary gather_timing(Communicator& world, DeviceContext& ctx, const TimeBreakdown& mine, int steps) {
+  const std::vector<float> local{static_cast<float>(mine.compute_s / steps), static_cast<float>(mine.comm_s / steps),
+                                 static_cast<float>(mine.bubble_s / steps)};
+  Tensor all = Tensor::empty({3 * static_cast<std::int64_t>(world.size())}, DType::F32, ctx);
+  world.allgather(Tensor::from_host(local, {3}, ctx), all);
+  const std::vector<float> values = all.to_host<float>();
+  TimingSummary t;
+  t.steps = steps;
+  TimeBreakdown mean;
+  std::size_t most_bubble = 0, most_comm = 0;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(world.size()); ++r) {
+    t.ranks.push_back({values[3 * r], values[3 * r + 1], values[3 * r + 2]});
+    mean += t.ranks.back();
+    if (t.ranks[r].bubble_s > t.ranks[most_bubble].bubble_s) most_bubble = r;
+    if (t.ranks[r].comm_s > t.ranks[most_comm].comm_s) most_comm = r;
+  }
+  const double total = mean.compute_s + mean.comm_s + mean.bubble_s;
+  const auto pct = [total](double x) { return total > 0 ? 100.0 * x / total : 0.0; };
+  const auto rank_pct = [](const TimeBreakdown& b, double x) {
+    const double sum = b.compute_s + b.comm_s + b.bubble_s;
+    return sum > 0 ? 100.0 * x / sum : 0.0;
+  };
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "     time: compute %.0f%% | exposed comm %.0f%% | bubble %.0f%% (mean of %d ranks; most comm: rank %zu "
+                "%.0f%%, most bubble: rank %zu %.0f%%)",
+                pct(mean.compute_s), pct(mean.comm_s), pct(mean.bubble_s), world.size(), most_comm,
+                rank_pct(t.ranks[most_comm], t.ranks[most_comm].comm_s), most_bubble,
+                rank_pct(t.ranks[most_bubble], t.ranks[most_bubble].bubble_s));
+  t.line = buf;
+  return t;
+}
+
+// {"timing": {"step": N, "steps": k, "ranks": [{"rank": 0, "compute_ms": .., "comm_ms": .., "bubble_ms": ..}]}}:
+// each rank's mean per step over the k steps up to step N.
+nlohmann::ordered_json timing_json(int step, const TimingSummary& t) {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (std::size_t r = 0; r < t.ranks.size(); ++r)
+    ranks.push_back({{"rank", r},
+                     {"compute_ms", 1e3 * t.ranks[r].compute_s},
+                     {"comm_ms", 1e3 * t.ranks[r].comm_s},
+                     {"bubble_ms", 1e3 * t.ranks[r].bubble_s}});
+  nlohmann::ordered_json j;
+  j["timing"] = {{"step", step}, {"steps", t.steps}, {"ranks", ranks}};
+  return j;
+}
+
 }  // namespace
 
 int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
@@ -223,6 +295,15 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                      std::to_string(config.max_seq_len));
   const int log_every = get<int>(vm, "log-every");
   if (log_every < 1) throw UsageError("--log-every must be at least 1");
+  const std::filesystem::path checkpoint_dir = vm.count("checkpoint-dir") ? get<std::string>(vm, "checkpoint-dir") : "";
+  const int save_every = get<int>(vm, "save-every");
+  const int keep = get<int>(vm, "keep");
+  if (save_every < 0 || keep < 0) throw UsageError("--save-every and --keep must be at least 0");
+  if (save_every > 0 && checkpoint_dir.empty()) throw UsageError("--save-every needs --checkpoint-dir");
+  const std::optional<std::string> resume =
+      vm.count("resume") ? std::optional<std::string>(get<std::string>(vm, "resume")) : std::nullopt;
+  if (resume && vm.count("init-weights"))
+    throw UsageError("--resume and --init-weights exclude each other (a checkpoint holds the weights)");
   const LayoutChoice layout = read_layout(vm, mpi.world_size(), config, settings);
 
   Session session = open_session(read_runtime_options(vm));
@@ -251,7 +332,15 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   ParallelGroups groups = build_groups(*session.world, Mesh(layout.mesh));
   ParallelTrainer trainer(ctx, *session.world, groups, config, compute, train, val.get(), run, layout.parallel);
   Gpt& model = trainer.model();
-  if (vm.count("init-weights")) {
+  std::optional<ResumeReport> resumed;
+  if (resume) {
+    std::filesystem::path from;
+    run_agreed(*session.world, ctx, [&] { from = ckpt::resolve_checkpoint(*resume, checkpoint_dir); });
+    resumed = load_checkpoint(trainer, from);
+    if (resumed->step >= settings.steps)
+      MT_FAIL_AS(JobError, "the checkpoint ", from.string(), " is at step ", resumed->step, ": --steps ", settings.steps,
+                 " leaves nothing to train (--steps is the total to reach)");
+  } else if (vm.count("init-weights")) {
     load_llmc_weights(model, ctx, get<std::string>(vm, "init-weights"));
   } else {
     trainer.init(seed);
@@ -260,7 +349,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   const std::vector<std::string> places = gather_strings(MPI_COMM_WORLD, trainer.describe_rank());
   std::unique_ptr<MetricsWriter> metrics;
   if (root && vm.count("metrics")) {
-    metrics = std::make_unique<MetricsWriter>(get<std::string>(vm, "metrics"));
+    metrics = std::make_unique<MetricsWriter>(get<std::string>(vm, "metrics"), resumed.has_value());
     nlohmann::ordered_json header;
     header["run"] = {{"model", config.describe()},
                      {"parameters", config.real_parameter_count()},
@@ -277,6 +366,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                                  {"virtual_stages", layout.parallel.virtual_stages}, {"zero", layout.parallel.zero},
                                  {"bucket_mb", layout.parallel.bucket_mb}, {"overlap", layout.parallel.overlap}}},
                      {"peak_flops", run.peak_flops}};
+    if (resumed) header["run"]["resumed_from"] = {{"dir", resumed->dir.string()}, {"step", resumed->step}};
     metrics->write_json(header.dump());
   }
 
@@ -302,21 +392,54 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                 trainer.micro_batches(), layout.parallel.virtual_stages > 1 ? "chunk" : "stage", split.c_str(),
                 layout.parallel.zero, layout.parallel.bucket_mb, layout.parallel.overlap ? "" : ", no overlap");
     for (const std::string& place : places) std::printf("  %s\n", place.c_str());
+    if (resumed) {
+      std::printf("  resumed from %s: step %d, %s sequences consumed (saved on %s)%s\n", resumed->dir.c_str(),
+                  resumed->step, format_count(static_cast<double>(resumed->sequences)).c_str(),
+                  resumed->saved_layout.c_str(), resumed->optimizer_state ? "" : ", weights only");
+      for (const std::string& note : resumed->notes) std::printf("  note: %s\n", note.c_str());
+    }
     std::fflush(stdout);
   }
 
+  const RunIdentity identity{seed, data_dir.string(), tokenizer};
+  const int first_step = trainer.steps_done() + 1;
   double elapsed_after_first = 0.0;
   StepRecord last;
-  for (int s = 0; s < settings.steps; ++s) {
+  TimeBreakdown since_log;
+  int steps_since_log = 0;
+  while (trainer.steps_done() < settings.steps) {
     last = trainer.step();
-    if (last.step > 1) elapsed_after_first += last.step_ms / 1e3;
+    if (last.step > first_step) elapsed_after_first += last.step_ms / 1e3;
+    since_log += last.time;
+    ++steps_since_log;
     if (metrics) metrics->write(last);
-    const bool show = last.step == 1 || last.step == settings.steps || last.step % log_every == 0 || last.val_loss;
-    if (root && show) {
-      // ETA from the mean step time so far, leaving out the first (warm-up) step when possible.
-      const double mean = last.step > 1 ? elapsed_after_first / (last.step - 1) : last.step_ms / 1e3;
-      std::printf("%s\n", format_progress(last, settings.steps, mean * (settings.steps - last.step)).c_str());
-      std::fflush(stdout);
+    const bool show = last.step == first_step || last.step == settings.steps || last.step % log_every == 0 || last.val_loss;
+    if (show) {
+      // Collective: every rank reaches the same decision.
+      const TimingSummary timing = gather_timing(*session.world, ctx, since_log, steps_since_log);
+      since_log = {};
+      steps_since_log = 0;
+      if (root) {
+        // ETA from the mean step time so far, leaving out the first (warm-up) step when possible.
+        const double mean = last.step > first_step ? elapsed_after_first / (last.step - first_step) : last.step_ms / 1e3;
+        std::printf("%s\n", format_progress(last, settings.steps, mean * (settings.steps - last.step)).c_str());
+        // One rank has no communication or bubble to show.
+        if (session.world->size() > 1) {
+          std::printf("%s\n", timing.line.c_str());
+          if (metrics) metrics->write_json(timing_json(last.step, timing).dump());
+        }
+        std::fflush(stdout);
+      }
+    }
+    if (!checkpoint_dir.empty() && ((save_every > 0 && last.step % save_every == 0) || last.step == settings.steps)) {
+      const SaveResult saved = save_checkpoint(trainer, checkpoint_dir, keep, identity);
+      if (root) {
+        std::printf("saved checkpoint %s (%s bytes, %.1f s)", saved.dir.c_str(),
+                    format_count(static_cast<double>(saved.bytes)).c_str(), saved.seconds);
+        for (const std::int64_t step : saved.pruned) std::printf(", removed %s", ckpt::step_dir_name(step).c_str());
+        std::printf("\n");
+        std::fflush(stdout);
+      }
     }
   }
   if (vm.count("save-weights")) {

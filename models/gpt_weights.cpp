@@ -7,17 +7,25 @@ namespace mt {
 void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& path) {
   check_llmc_compatible(model.config(), read_llmc_header(path), path);
   const LlmcWeights w = read_llmc_weights(path);
+  std::vector<float> full;  // the file's tensors are in gpt_parameter_specs order
+  for (const std::vector<float>& values : w.values) full.insert(full.end(), values.begin(), values.end());
+  load_full_parameters(model, ctx, full);
+}
+
+void load_full_parameters(Gpt& model, DeviceContext& ctx, std::span<const float> full) {
+  const std::vector<ParamSpec> specs = gpt_parameter_specs(model.config());
+  const std::vector<std::int64_t> offsets = spec_offsets(specs);
+  MT_CHECK(static_cast<std::int64_t>(full.size()) == offsets.back(), full.size(), " values for a model of ",
+           offsets.back());
   ParameterStore& store = model.parameters();
   std::vector<float> shard;
   for (std::size_t i = 0; i < store.size(); ++i) {
     const ParamShard& s = model.shards()[i];
     std::size_t f = 0;
-    while (f < w.specs.size() && w.specs[f].name != s.full.name) ++f;
-    MT_CHECK(f < w.specs.size() && w.specs[f].numel() == s.full.numel(), "weights file ", path.string(),
-             " has no tensor ", s.full.name, " of ", s.full.numel(), " values");
+    while (specs[f].name != s.full.name) ++f;
+    const float* tensor = full.data() + offsets[f];
     shard.clear();
-    for (const auto& [first, count] : s.full_runs())
-      shard.insert(shard.end(), w.values[f].begin() + first, w.values[f].begin() + first + count);
+    for (const auto& [first, count] : s.full_runs()) shard.insert(shard.end(), tensor + first, tensor + first + count);
     store.param(i).copy_from_host(shard.data(), shard.size() * sizeof(float), ctx.stream());
   }
   ctx.synchronize();

@@ -1,6 +1,6 @@
 // A Gpt's parameters from and to llm.c checkpoint files (models/llmc/), so a run can start from or
 // hand off to that ecosystem. Any partition loads: each rank copies its shard out of the full file.
-// defines: load_llmc_weights, save_llmc_weights
+// defines: load_llmc_weights, load_full_parameters, save_llmc_weights
 #pragma once
 
 #include <filesystem>
@@ -13,6 +13,9 @@ namespace mt {
 // Copies the file's parameters (this rank's shard of each) into the model; Error when the file's
 // shape differs from the model's.
 void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& path);
+// Copies this rank's shard of each parameter out of the full model's parameters (gpt_parameter_specs
+// order, as llm.c files and gathers hold them).
+void load_full_parameters(Gpt& model, DeviceContext& ctx, std::span<const float> full);
 // Writes a whole model's parameters (atomically) as fp32 (version 3) or bf16 (version 5).
 void save_llmc_weights(const Gpt& model, const std::filesystem::path& path, DType stored);
 // The same from the full parameters in gpt_parameter_specs order (e.g. gathered from the shards).

@@ -17,8 +17,9 @@ class TensorParallel {
  public:
   TensorParallel() = default;  // a group of one
   // stream: the compute stream later kernels run on; each allreduce is ordered before them on it
-  // (on CUDA without blocking the host). Null: the host waits for each.
-  explicit TensorParallel(Communicator* group, const Stream* stream = nullptr);
+  // (on CUDA without blocking the host). Null: the host waits for each. wait_seconds, when given,
+  // accumulates the host time spent in this group's collectives (a step's exposed tp communication).
+  explicit TensorParallel(Communicator* group, const Stream* stream = nullptr, double* wait_seconds = nullptr);
 
   int size() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }
@@ -44,6 +45,7 @@ class TensorParallel {
   void own_columns(DeviceContext& ctx, const Tensor& full, Tensor& local) const;
   Communicator* group_ = nullptr;
   const Stream* stream_ = nullptr;
+  double* wait_seconds_ = nullptr;
 };
 
 }  // namespace mt

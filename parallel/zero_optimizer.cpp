@@ -1,6 +1,7 @@
 #include "parallel/zero_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -57,6 +58,7 @@ DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const G
   for (int b = 0; b < layout.size(); ++b) {
     std::vector<ParamSlot> slots;
     for (; next < pieces_.size() && pieces_[next].bucket == b; ++next) {
+      slot_of_piece_.push_back(slots.size());
       const Piece& piece = pieces_[next];
       const FlatParam& fp = params[static_cast<std::size_t>(piece.param)];
       std::string name = fp.name;
@@ -105,7 +107,9 @@ void DistributedAdamW::step(float lr, float grad_scale) {
     gathers.push_back(dp_->allgather_async(flat_params_.flat_slice(lo, hi - lo),
                                            flat_params_.flat_slice(bucket.begin, bucket.numel())));
   }
+  const auto wait_start = std::chrono::steady_clock::now();
   for (const WorkPtr& work : gathers) work->wait_on(ctx_->stream());
+  gather_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
 }
 
 std::int64_t DistributedAdamW::updated_numel() const {
@@ -118,6 +122,26 @@ std::int64_t DistributedAdamW::updated_numel() const {
 
 std::int64_t DistributedAdamW::state_bytes() const {
   return updated_numel() * 2 * static_cast<std::int64_t>(sizeof(float));
+}
+
+Tensor DistributedAdamW::moment(Moment which, int param, std::int64_t first, std::int64_t numel) const {
+  const std::vector<FlatParam>& params = reducer_->params();
+  MT_CHECK(param >= 0 && static_cast<std::size_t>(param) < params.size(), "moment: no param ", param);
+  const FlatParam& fp = params[static_cast<std::size_t>(param)];
+  MT_CHECK(first >= 0 && numel >= 0 && first + numel <= fp.numel, "moment: elements [", first, ", ", first + numel,
+           ") outside ", fp.name, " (", fp.numel, " elements)");
+  const auto pick = [which](const AdamW& opt, std::size_t slot) -> const Tensor& {
+    return which == Moment::First ? opt.m(slot) : opt.v(slot);
+  };
+  if (!shard_) return pick(optimizers_.front(), static_cast<std::size_t>(param)).flat_slice(first, numel);
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    const Piece& piece = pieces_[i];
+    const std::int64_t piece_first = piece.offset - fp.offset;
+    if (piece.param != param || first < piece_first || first + numel > piece_first + piece.numel) continue;
+    const AdamW& opt = optimizers_[static_cast<std::size_t>(piece.bucket)];
+    return pick(opt, slot_of_piece_[i]).flat_slice(first - piece_first, numel);
+  }
+  MT_FAIL("moment: elements [", first, ", ", first + numel, ") of ", fp.name, " are not within one piece this rank owns");
 }
 
 std::int64_t DistributedAdamW::step_count() const {

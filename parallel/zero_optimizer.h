@@ -60,6 +60,8 @@ class DistributedAdamW {
   // queued (so the gathers overlap the remaining updates), and waits for all (Work::wait_on the
   // compute stream). Call after GradReducer::finish().
   void step(float lr, float grad_scale = 1.0f);
+  // Host time the last step() spent waiting for its all-gathers (0 without shard).
+  double last_gather_wait_seconds() const { return gather_wait_s_; }
 
   bool sharded() const { return shard_; }
   // Bytes of m and v held by this rank (8 per element updated here; without the allocator's rounding).
@@ -75,6 +77,12 @@ class DistributedAdamW {
   std::span<const AdamW> optimizers() const { return optimizers_; }
   // This rank's owned pieces of params, by bucket in reduction order, ascending within a bucket.
   const std::vector<Piece>& owned_pieces() const { return pieces_; }
+  // AdamW's first (m) or second (v) moment of param elements [first, first + numel), as a view of
+  // this rank's state: saving a checkpoint reads it, restoring one copies into it. Without shard
+  // every element is held here; with shard the range must lie inside one owned piece (Error
+  // otherwise).
+  enum class Moment { First, Second };
+  Tensor moment(Moment which, int param, std::int64_t first, std::int64_t numel) const;
   const Tensor& flat_params() const { return flat_params_; }
 
  private:
@@ -91,6 +99,8 @@ class DistributedAdamW {
   std::vector<Piece> pieces_;
   std::vector<NormRange> norm_ranges_;  // owned pieces merged where contiguous with equal weight
   std::vector<AdamW> optimizers_;
+  std::vector<std::size_t> slot_of_piece_;  // with shard: piece i is slot slot_of_piece_[i] of its bucket's AdamW
+  double gather_wait_s_ = 0.0;
 };
 
 }  // namespace mt

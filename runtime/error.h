@@ -1,5 +1,5 @@
 // Errors that say where: every meshtrain error carries file:line, the rank and the host.
-// defines: Error, TimeoutError, OutOfMemoryError, ProcessLabel, MT_CHECK, MT_REQUIRE, MT_FAIL
+// defines: Error, TimeoutError, OutOfMemoryError, JobError, ProcessLabel, MT_CHECK, MT_REQUIRE, MT_FAIL
 #pragma once
 
 #include <source_location>
@@ -35,6 +35,14 @@ class TimeoutError : public Error {
 };
 
 class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+// An error every rank of a job raises together, having agreed on it (comm/agreement.h): a bad
+// checkpoint, a failed save. The top level prints message() once, on rank 0, and every rank exits
+// with 1 on its own: nothing needs aborting, and the user sees one line, not one per rank.
+class JobError : public Error {
  public:
   using Error::Error;
 };

@@ -10,7 +10,7 @@
 
 namespace mt {
 
-MetricsWriter::MetricsWriter(const std::filesystem::path& path) : path_(path) {
+MetricsWriter::MetricsWriter(const std::filesystem::path& path, bool append) : path_(path) {
   if (path.has_parent_path()) {
     // The error_code overload: a parent that cannot be made is an Error naming the file, not a
     // std::filesystem_error escaping as an unexplained abort.
@@ -19,7 +19,7 @@ MetricsWriter::MetricsWriter(const std::filesystem::path& path) : path_(path) {
     MT_CHECK(!ec, "cannot write metrics file ", path.string(), ": cannot create ", path.parent_path().string(), ": ",
              ec.message());
   }
-  file_ = std::fopen(path.c_str(), "w");
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
   MT_CHECK(file_ != nullptr, "cannot write metrics file ", path.string(), ": ", std::strerror(errno));
 }
 

@@ -1,6 +1,6 @@
 // What a training run reports: one record per optimizer step, written as JSON lines to a file and
 // as a progress line (loss, tokens/s, ETA) to the terminal.
-// defines: StepRecord, MetricsWriter, format_progress, format_duration, format_count
+// defines: TimeBreakdown, StepRecord, MetricsWriter, format_progress, format_duration, format_count
 #pragma once
 
 #include <cstdio>
@@ -11,6 +11,21 @@
 
 namespace mt {
 
+// Where one rank's time went (seconds): compute (kernels, the optimizer, reading data), exposed
+// communication (collectives it waited for: tensor-parallel allreduces, gradient buckets still
+// running after backward, the norm, ZeRO's gathers, the tied embedding), and the pipeline bubble
+// (waiting for a neighbouring stage's activation or gradient). Host time: on CUDA, work still
+// queued on the device counts where the host next waits for it.
+struct TimeBreakdown {
+  double compute_s = 0.0, comm_s = 0.0, bubble_s = 0.0;
+  TimeBreakdown& operator+=(const TimeBreakdown& o) {
+    compute_s += o.compute_s;
+    comm_s += o.comm_s;
+    bubble_s += o.bubble_s;
+    return *this;
+  }
+};
+
 struct StepRecord {
   int step = 0;                   // 1-based: the number of optimizer steps done
   double loss = 0.0;              // mean training loss of the step's global batch
@@ -20,6 +35,7 @@ struct StepRecord {
   double tokens_per_s = 0.0;
   double step_ms = 0.0;
   double mfu = 0.0;               // model FLOPs / (time x peak); 0 when no peak is known
+  TimeBreakdown time;             // this rank's (not in to_json: the ranks' are gathered for that)
 };
 
 // Appends one JSON object per line: {"step":..,"loss":..,"val_loss":..,"lr":..,"grad_norm":..,
@@ -27,7 +43,8 @@ struct StepRecord {
 // as written, so a crashed run keeps its history.
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::filesystem::path& path);  // truncates; Error when not writable
+  // Truncates the file, or appends to it (a resumed run continues its history); Error when not writable.
+  explicit MetricsWriter(const std::filesystem::path& path, bool append = false);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -1,5 +1,6 @@
 #include "train/parallel_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -109,8 +110,8 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
              settings_.micro_batch);
   micro_batches_ = settings_.global_batch / (mesh.dp * settings_.micro_batch);
   const GptPartition partition = plan_partition(config, mesh, groups_.coord, parallel_, settings_.seq_len);
-  model_ = std::make_unique<Gpt>(ctx_, config, compute, partition, TensorParallel(groups_.tp.get(), &ctx_.stream()),
-                                 mesh.dp);
+  model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
+                                 TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_wait_s_), mesh.dp);
   ParameterStore& store = model_->parameters();
   reads_data_ = partition.embedding || partition.head;
 
@@ -162,15 +163,30 @@ void ParallelTrainer::read_batch(data::DataLoader& loader, std::int64_t first_se
   }
 }
 
+void ParallelTrainer::restore_progress(int steps_done, std::int64_t sequences_done) {
+  MT_REQUIRE(steps_done >= 0 && sequences_done >= 0, "restore_progress: negative step ", steps_done, " or sequence ",
+             sequences_done);
+  steps_done_ = steps_done;
+  sequences_done_ = sequences_done;
+}
+
+bool ParallelTrainer::is_primary_copy(std::size_t param) const {
+  const ParamShard& shard = model_->shards().at(param);
+  if (shard.replicated() && groups_.coord.tp != 0) return false;
+  return !(shard.full.kind == ParamKind::TokenEmbedding && tied_across_stages_ && !model_->partition().embedding);
+}
+
 StepRecord ParallelTrainer::step() {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  const auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   const MeshShape& mesh = groups_.mesh.shape();
   ParameterStore& store = model_->parameters();
   // This dp rank's share of the step's global batch: sequences in the order a single rank reads them.
   const std::int64_t local = settings_.global_batch / mesh.dp;
-  const std::int64_t first = static_cast<std::int64_t>(steps_done_) * settings_.global_batch + groups_.coord.dp * local;
+  const std::int64_t first = sequences_done_ + groups_.coord.dp * local;
   if (reads_data_) read_batch(train_, first, micro_batches_);
+  const double tp_wait_before = tp_wait_s_;
 
   store.zero_grads(ctx_);
   reducer_->begin();
@@ -179,6 +195,7 @@ StepRecord ParallelTrainer::step() {
     RunnerScope scope(runner_, &runner);
     pipeline_stats_ = executor_->run(train_schedule_, runner);
   }
+  const auto reduce_start = clock::now();
   if (tied_across_stages_) {
     // The two copies of the tied embedding each hold part of its gradient: sum them, then let the
     // data-parallel reduction take the bucket that holds it.
@@ -199,6 +216,7 @@ StepRecord ParallelTrainer::step() {
   Tensor sums = Tensor::from_host(local_sums, {3}, ctx_);
   world_.allreduce(sums);
   const std::vector<float> total = sums.to_host<float>();
+  double comm_s = since(reduce_start);  // the buckets still running, the tied embedding, the norm
   StepRecord r;
   r.step = steps_done_ + 1;
   r.loss = total[2] / static_cast<double>(mesh.dp * micro_batches_);
@@ -206,17 +224,24 @@ StepRecord ParallelTrainer::step() {
   require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
   optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
+  comm_s += optimizer_->last_gather_wait_seconds();
   if (tied_across_stages_ && groups_.embedding) {
     // The two copies took the same update from gradients summed in other orders (each stage's dp
     // buckets are cut differently): with dp > 2 their last bits could part. The first stage's copy
     // is the one, so the last stage takes it.
+    const auto broadcast_start = clock::now();
     groups_.embedding->broadcast(model_->parameters().param(static_cast<std::size_t>(wte_index_)), {0});
+    comm_s += since(broadcast_start);
   }
   ctx_.synchronize();
   ++steps_done_;
+  sequences_done_ += settings_.global_batch;
+  const double seconds = since(start);
+  r.time.bubble_s = pipeline_stats_.receive_wait_s;
+  r.time.comm_s = comm_s + (tp_wait_s_ - tp_wait_before);
+  r.time.compute_s = std::max(0.0, seconds - r.time.bubble_s - r.time.comm_s);
   // MFU against the peak of every rank of the job together.
-  settings_.record_throughput(r, std::chrono::duration<double>(clock::now() - start).count(), model_->config(),
-                              mesh.world_size());
+  settings_.record_throughput(r, seconds, model_->config(), mesh.world_size());
   if (val_ != nullptr && settings_.evaluation_due(steps_done_)) r.val_loss = evaluate();
   return r;
 }
@@ -254,9 +279,7 @@ std::vector<float> ParallelTrainer::gather_parameters() {
   if (groups_.coord.dp == 0) {
     for (std::size_t i = 0; i < store.size(); ++i) {
       const ParamShard& shard = model_->shards()[i];
-      if (shard.replicated() && groups_.coord.tp != 0) continue;
-      if (shard.full.kind == ParamKind::TokenEmbedding && tied_across_stages_ && !model_->partition().embedding)
-        continue;
+      if (!is_primary_copy(i)) continue;
       std::size_t full_index = 0;
       while (full[full_index].name != shard.full.name) ++full_index;
       const float* src = mine.data() + store.offset(i);

@@ -56,7 +56,22 @@ class ParallelTrainer {
   // The full model's parameters in gpt_parameter_specs order, on every rank (collective).
   std::vector<float> gather_parameters();
 
+  // Where a resumed run stands: optimizer steps done and training sequences consumed (the data
+  // stream continues there, whatever the global batch was before).
+  void restore_progress(int steps_done, std::int64_t sequences_done);
+  std::int64_t sequences_done() const { return sequences_done_; }
+
   Gpt& model() { return *model_; }
+  const Gpt& model() const { return *model_; }
+  DeviceContext& context() { return ctx_; }
+  Communicator& world() { return world_; }
+  const ParallelGroups& groups() const { return groups_; }
+  const TrainSettings& settings() const { return settings_; }
+  const data::DataLoader& train_data() const { return train_; }
+  // Whether this rank's shard of local param `param` is the one checkpoints and gathers take among
+  // the copies inside a pipeline: not a replicated param on tp rank > 0, nor the tied embedding's
+  // copy on the last stage. Data-parallel replicas all answer alike.
+  bool is_primary_copy(std::size_t param) const;
   GradReducer& reducer() { return *reducer_; }
   DistributedAdamW& optimizer() { return *optimizer_; }
   const ParallelSettings& parallel() const { return parallel_; }
@@ -90,6 +105,8 @@ class ParallelTrainer {
   ExecutorStats pipeline_stats_;
   Runner* runner_ = nullptr;  // during a training step: whose backward is feeding the reducer
   int steps_done_ = 0;
+  std::int64_t sequences_done_ = 0;
+  double tp_wait_s_ = 0.0;  // host time in tensor-parallel collectives (TensorParallel adds to it)
 };
 
 }  // namespace mt

@@ -1,0 +1,331 @@
+#include "checkpoint/checkpoint_dir.h"
+
+#include <fcntl.h>   // defines: open, O_RDONLY, O_DIRECTORY, O_CLOEXEC
+#include <unistd.h>  // defines: fsync, close
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <system_error>
+
+#include "runtime/error.h"
+
+namespace mt::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifestName = "manifest.json";
+constexpr const char* kLatestName = "latest";
+constexpr const char* kFaultVariable = "MESHTRAIN_FAULT_SAVE";
+constexpr std::array<const char*, 5> kFaultPoints = {"shard", "sidecar", "manifest", "rename", "latest"};
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// A rename or a new file is durable only once the directory holding the entry is fsynced.
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  MT_REQUIRE(fd >= 0, "cannot open directory ", dir.string(), " to sync it: ", errno_text(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  MT_REQUIRE(synced, "cannot sync directory ", dir.string(), ": ", errno_text(err));
+}
+
+// Replaces `path` with `text` all at once: readers see the old file or the whole new one.
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = fs::path(path) += ".tmp";
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  MT_REQUIRE(file, "cannot create ", tmp.string(), ": ", errno_text(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size() && std::fflush(file) == 0 &&
+                       ::fsync(::fileno(file)) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(file) == 0;
+  MT_REQUIRE(written && closed, "cannot write ", tmp.string(), ": ", errno_text(written ? errno : err));
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  MT_REQUIRE(!ec, "cannot rename ", tmp.string(), " to ", path.filename().string(), ": ", ec.message());
+  fsync_dir(path.parent_path());
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MT_REQUIRE(in, "cannot read ", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  MT_REQUIRE(in, "cannot read ", path.string());
+  return text.str();
+}
+
+void remove_or_fail(const fs::path& path) {
+  std::error_code ec;
+  fs::remove(path, ec);
+  MT_REQUIRE(!ec, "cannot remove ", path.string(), ": ", ec.message());
+}
+
+void remove_all_or_fail(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  MT_REQUIRE(!ec, "cannot remove ", path.string(), ": ", ec.message());
+}
+
+bool all_digits(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The step of "step_00000100" (exactly as step_dir_name writes it), else nullopt.
+std::optional<std::int64_t> parse_step_dir_name(std::string_view name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (!name.starts_with(kPrefix) || !all_digits(name.substr(kPrefix.size()))) return std::nullopt;
+  std::int64_t step = 0;
+  const std::string_view digits = name.substr(kPrefix.size());
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), step).ec != std::errc{}) return std::nullopt;
+  if (step_dir_name(step) != name) return std::nullopt;
+  return step;
+}
+
+bool is_complete(const fs::path& dir) { return fs::is_regular_file(dir / kManifestName); }
+
+// The step ROOT/latest names, nullopt when there is no such file or it names no step directory.
+std::optional<std::int64_t> latest_step(const fs::path& root) {
+  if (!fs::exists(root / kLatestName)) return std::nullopt;
+  std::string name = read_text(root / kLatestName);
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  return parse_step_dir_name(name);
+}
+
+// --resume of a checkpoint root: the complete checkpoint its `latest` names.
+fs::path resolve_latest(const fs::path& root) {
+  const fs::path latest = root / kLatestName;
+  MT_REQUIRE(fs::exists(latest), "--resume: ", root.string(), " has no checkpoint yet (no ", latest.string(), ")");
+  const std::optional<std::int64_t> step = latest_step(root);
+  MT_REQUIRE(step, "--resume: ", latest.string(), " does not name a step_N directory");
+  const fs::path dir = root / step_dir_name(*step);
+  MT_REQUIRE(is_complete(dir), "--resume: ", latest.string(), " names ", dir.string(),
+             ", which is not a complete checkpoint (no ", kManifestName, ")");
+  return dir;
+}
+
+}  // namespace
+
+std::string step_dir_name(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+fs::path partial_dir(const fs::path& root, std::int64_t step) { return root / ("." + step_dir_name(step) + ".partial"); }
+
+std::string shard_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank_%05d.bin", rank);
+  return name;
+}
+
+std::string sidecar_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank_%05d.json", rank);
+  return name;
+}
+
+void prepare_partial(const fs::path& root, std::int64_t step) {
+  const fs::path partial = partial_dir(root, step);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  MT_REQUIRE(!ec, "cannot create checkpoint directory ", root.string(), ": ", ec.message());
+  remove_all_or_fail(partial);
+  fs::create_directory(partial, ec);
+  MT_REQUIRE(!ec, "cannot create ", partial.string(), ": ", ec.message());
+  fsync_dir(root);
+}
+
+// A sidecar is a manifest of one rank's part (its file, tensors and pieces), so one parser checks both.
+void write_sidecar(const fs::path& partial, const RankContribution& contribution) {
+  Manifest part;
+  part.tensors = contribution.tensors;
+  if (contribution.file) part.files.push_back(*contribution.file);
+  part.pieces = contribution.pieces;
+  write_file_atomic(partial / sidecar_name(contribution.rank), part.to_json());
+}
+
+Manifest assemble_manifest(const fs::path& partial, int world_size, const Manifest& base) {
+  Manifest m = base;
+  m.tensors.clear();
+  m.files.clear();
+  m.pieces.clear();
+  std::map<std::string, std::pair<Shape, int>> shapes;  // tensor -> (shape, the first rank giving it)
+  for (int rank = 0; rank < world_size; ++rank) {
+    const fs::path path = partial / sidecar_name(rank);
+    MT_REQUIRE(fs::exists(path), "checkpoint ", partial.string(), ": rank ", rank, " wrote no ", sidecar_name(rank),
+               " (it did not finish its part of the save)");
+    const Manifest part = Manifest::parse(read_text(path), path.string());
+    for (const TensorEntry& t : part.tensors) {
+      const auto [it, added] = shapes.try_emplace(t.name, t.shape, rank);
+      MT_REQUIRE(added || it->second.first == t.shape, "checkpoint ", partial.string(), ": ranks ", it->second.second,
+                 " and ", rank, " give tensor ", t.name, " different shapes");
+      if (added) m.tensors.push_back(t);
+    }
+    for (const FileEntry& f : part.files) {
+      MT_REQUIRE(f.rank == rank && f.name == shard_file_name(rank), path.string(), ": lists file ", f.name,
+                 " of rank ", f.rank, ", not rank ", rank, "'s ", shard_file_name(rank));
+      m.files.push_back(f);
+    }
+    m.pieces.insert(m.pieces.end(), part.pieces.begin(), part.pieces.end());
+  }
+  std::sort(m.tensors.begin(), m.tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::sort(m.files.begin(), m.files.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return m;
+}
+
+fs::path commit_checkpoint(const fs::path& root, const Manifest& manifest) {
+  const fs::path partial = partial_dir(root, manifest.step);
+  MT_REQUIRE(fs::is_directory(partial), "cannot commit checkpoint: ", partial.string(), " does not exist");
+  write_file_atomic(partial / kManifestName, manifest.to_json());
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(partial, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("rank_") && name.ends_with(".json")) remove_or_fail(entry.path());
+  }
+  MT_REQUIRE(!ec, "cannot list ", partial.string(), ": ", ec.message());
+  fsync_dir(partial);
+  // The caller cannot stop between the manifest and the rename: this fault point is read here.
+  maybe_crash(save_fault_from_env(), "rename", manifest.step, 0);
+
+  const fs::path final_dir = root / step_dir_name(manifest.step);
+  const fs::path aside = root / ("." + step_dir_name(manifest.step) + ".old");
+  if (fs::exists(final_dir)) {
+    remove_all_or_fail(aside);
+    fs::rename(final_dir, aside, ec);
+    MT_REQUIRE(!ec, "cannot move ", final_dir.string(), " aside: ", ec.message());
+  }
+  fs::rename(partial, final_dir, ec);
+  MT_REQUIRE(!ec, "cannot rename ", partial.string(), " to ", final_dir.string(), ": ", ec.message());
+  fsync_dir(root);
+  remove_all_or_fail(aside);
+  return final_dir;
+}
+
+void set_latest(const fs::path& root, std::int64_t step) { write_file_atomic(root / kLatestName, step_dir_name(step) + "\n"); }
+
+std::vector<std::int64_t> list_checkpoints(const fs::path& root) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+    const std::optional<std::int64_t> step = parse_step_dir_name(entry.path().filename().string());
+    if (step && is_complete(entry.path())) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::vector<std::int64_t> prune_checkpoints(const fs::path& root, int keep) {
+  const std::vector<std::int64_t> steps = list_checkpoints(root);
+  const std::optional<std::int64_t> latest = latest_step(root);
+  std::vector<std::int64_t> removed;
+  const std::size_t kept = keep > 0 ? static_cast<std::size_t>(keep) : steps.size();
+  for (std::size_t i = 0; i + kept < steps.size(); ++i) {
+    if (steps[i] == latest) continue;
+    const fs::path dir = root / step_dir_name(steps[i]);
+    // Unlisted first: a crash in the middle of remove_all must not leave a manifest naming lost files.
+    remove_or_fail(dir / kManifestName);
+    fsync_dir(dir);
+    remove_all_or_fail(dir);
+    removed.push_back(steps[i]);
+  }
+  if (!steps.empty()) {
+    std::error_code ec;
+    for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+      const std::string name = entry.path().filename().string();
+      constexpr std::string_view kSuffix = ".partial";
+      if (!name.starts_with('.') || !name.ends_with(kSuffix)) continue;
+      const auto step = parse_step_dir_name(std::string_view(name).substr(1, name.size() - 1 - kSuffix.size()));
+      if (step && *step < steps.back()) remove_all_or_fail(entry.path());
+    }
+  }
+  return removed;
+}
+
+fs::path resolve_checkpoint(const std::string& spec, const fs::path& root) {
+  if (spec.empty() || spec == "latest") {
+    MT_REQUIRE(!root.empty(), "--resume latest needs --checkpoint-dir");
+    return resolve_latest(root);
+  }
+  const fs::path path = spec;
+  MT_REQUIRE(fs::exists(path), "--resume: ", spec, " does not exist");
+  MT_REQUIRE(fs::is_directory(path), "--resume: ", spec, " is not a directory (expected a checkpoint step_N or a ",
+             "checkpoint directory holding `latest`)");
+  const std::string name = path.filename().empty() ? path.parent_path().filename().string() : path.filename().string();
+  const bool partial = name.starts_with('.') && name.ends_with(".partial");
+  MT_REQUIRE(!partial || !is_complete(path), "--resume: ", spec,
+             " is not a complete checkpoint (a save that did not finish: it was never renamed to step_N)");
+  if (is_complete(path)) return path;
+  if (fs::exists(path / kLatestName)) return resolve_latest(path);
+  MT_REQUIRE(!name.starts_with("step_") && !name.starts_with(".step_"), "--resume: ", spec,
+             " is not a complete checkpoint (no ", kManifestName, ": a save that did not finish)");
+  MT_FAIL("--resume: ", spec, " has no checkpoint yet (no ", (path / kLatestName).string(),
+          ") and is not one itself (no ", kManifestName, ")");
+}
+
+Manifest read_manifest(const fs::path& step_dir) {
+  const fs::path path = step_dir / kManifestName;
+  MT_REQUIRE(fs::exists(path), "checkpoint ", step_dir.string(), " has no ", kManifestName,
+             " (not a complete checkpoint)");
+  return Manifest::parse(read_text(path), path.string());
+}
+
+bool SaveFault::fires(const std::string& here, std::int64_t save_step, int my_rank) const {
+  return point == here && rank == my_rank && (!step || *step == save_step);
+}
+
+std::optional<SaveFault> save_fault_from_env() {
+  const char* value = std::getenv(kFaultVariable);
+  if (!value || !*value) return std::nullopt;
+  const std::string text = value;
+  auto malformed = [&](const std::string& why) {
+    MT_FAIL(kFaultVariable, "='", text, "': ", why, " (expected POINT[:STEP][@RANK], POINT one of shard, sidecar, ",
+            "manifest, rename, latest)");
+  };
+  auto number = [&](std::string_view digits, const char* what) {
+    std::int64_t n = 0;
+    if (!all_digits(digits) || std::from_chars(digits.data(), digits.data() + digits.size(), n).ec != std::errc{}) {
+      malformed(std::string(what) + " '" + std::string(digits) + "' is not a number");
+    }
+    return n;
+  };
+
+  SaveFault fault;
+  std::string_view rest = text;
+  if (const auto at = rest.find('@'); at != std::string_view::npos) {
+    const std::int64_t rank = number(rest.substr(at + 1), "rank");
+    if (rank > std::numeric_limits<int>::max()) malformed("rank " + std::to_string(rank) + " is too large");
+    fault.rank = static_cast<int>(rank);
+    rest = rest.substr(0, at);
+  }
+  if (const auto colon = rest.find(':'); colon != std::string_view::npos) {
+    fault.step = number(rest.substr(colon + 1), "step");
+    rest = rest.substr(0, colon);
+  }
+  fault.point = std::string(rest);
+  if (std::find(kFaultPoints.begin(), kFaultPoints.end(), fault.point) == kFaultPoints.end()) {
+    malformed("unknown point '" + fault.point + "'");
+  }
+  return fault;
+}
+
+void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank) {
+  if (!fault || !fault->fires(here, save_step, my_rank)) return;
+  std::fprintf(stderr, "meshtrain: injected fault: rank %d crashes at '%s' of the save of step %lld (%s)\n", my_rank,
+               here.c_str(), static_cast<long long>(save_step), kFaultVariable);
+  std::fflush(stderr);
+  std::_Exit(75);
+}
+
+}  // namespace mt::ckpt

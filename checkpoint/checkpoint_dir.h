@@ -1,0 +1,96 @@
+// A checkpoint directory on disk and the protocol that keeps it consistent:
+//
+//   ROOT/step_00000100/manifest.json, rank_00000.bin, ...   complete checkpoints
+//   ROOT/.step_00000200.partial/                          a save in progress (or one that died)
+//   ROOT/latest                                           "step_00000100\n": the newest complete one
+//
+// A save: rank 0 prepares the partial directory; every rank writes its shard file and a sidecar
+// (rank_NNNNN.json: its file entry, tensors and pieces) into it and fsyncs both; once all have
+// (the caller agrees over the job), rank 0 assembles the manifest from the sidecars, writes it
+// (temporary name, fsync, rename), fsyncs the directory, renames it to step_N, fsyncs ROOT, then
+// moves `latest` the same way. A crash at any point leaves either the previous `latest` in force
+// or the new one complete: a directory without manifest.json is never taken for a checkpoint.
+// defines: step_dir_name, partial_dir, shard_file_name, sidecar_name, prepare_partial,
+//          write_sidecar, assemble_manifest, commit_checkpoint, set_latest, list_checkpoints,
+//          prune_checkpoints, resolve_checkpoint, read_manifest, SaveFault, save_fault_from_env
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+
+namespace mt::ckpt {
+
+std::string step_dir_name(std::int64_t step);                                     // "step_00000100"
+std::filesystem::path partial_dir(const std::filesystem::path& root, std::int64_t step);  // ROOT/.step_00000100.partial
+std::string shard_file_name(int rank);                                            // "rank_00003.bin"
+std::string sidecar_name(int rank);                                               // "rank_00003.json"
+
+// Rank 0, before any rank writes: creates ROOT (and parents) and an empty partial directory for
+// `step`, removing whatever a dead save left there. Error naming the directory when it cannot.
+void prepare_partial(const std::filesystem::path& root, std::int64_t step);
+
+// What one rank wrote: its file (none when it holds nothing to save) and its pieces.
+struct RankContribution {
+  int rank = 0;
+  std::optional<FileEntry> file;
+  std::vector<TensorEntry> tensors;  // the shapes of the tensors its pieces belong to
+  std::vector<PieceEntry> pieces;
+};
+// Every rank: writes its sidecar into the partial directory (temporary name, fsync, rename).
+void write_sidecar(const std::filesystem::path& partial, const RankContribution& contribution);
+
+// Rank 0, after every rank has written its sidecar: the manifest from `base` (step, model, layout,
+// training, data, rng) plus the tensors, files and pieces of the sidecars of ranks 0..world_size-1.
+// Error when a sidecar is missing or unreadable, or two ranks give one tensor different shapes.
+Manifest assemble_manifest(const std::filesystem::path& partial, int world_size, const Manifest& base);
+
+// Rank 0: writes manifest.json into the partial directory, removes the sidecars, and renames the
+// directory to ROOT/step_N (an existing step_N, from a run that went further before, is moved aside
+// first and removed after), with the fsyncs above. Returns ROOT/step_N.
+std::filesystem::path commit_checkpoint(const std::filesystem::path& root, const Manifest& manifest);
+
+// Rank 0: points ROOT/latest at step_N (temporary file, fsync, rename, fsync ROOT).
+void set_latest(const std::filesystem::path& root, std::int64_t step);
+
+// Steps of the complete checkpoints under ROOT (a step_N directory holding manifest.json), ascending.
+std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& root);
+
+// Rank 0: removes complete checkpoints beyond the newest `keep` (keep <= 0: none removed), never the
+// one `latest` names, and partial directories of steps below the newest complete one. Returns the
+// steps removed.
+std::vector<std::int64_t> prune_checkpoints(const std::filesystem::path& root, int keep);
+
+// The checkpoint a --resume value names: "latest" (or "") -> the directory ROOT/latest names (ROOT
+// is `root`, the --checkpoint-dir); a path to a step_N directory -> itself; a path to a checkpoint
+// root (holding `latest`) -> its latest. Errors: no --checkpoint-dir for "latest"; ROOT has no
+// `latest` (nothing saved yet); the path does not exist; the directory has no manifest.json (a
+// save that never finished, named as such).
+std::filesystem::path resolve_checkpoint(const std::string& spec, const std::filesystem::path& root);
+
+// Reads and parses DIR/manifest.json (Manifest::parse, errors naming the file).
+Manifest read_manifest(const std::filesystem::path& step_dir);
+
+// Fault injection for tests: MESHTRAIN_FAULT_SAVE=POINT[:STEP][@RANK] makes that rank (default 0)
+// end abruptly (std::_Exit(75): no cleanup, as a crash) at POINT of the save of STEP (default: the
+// first save). Points, in save order: "shard" (its shard file half written), "sidecar" (shard done,
+// sidecar not written), "manifest" (rank 0: every rank done, manifest not written), "rename"
+// (manifest written, directory not renamed), "latest" (renamed, `latest` not moved).
+struct SaveFault {
+  std::string point;
+  std::optional<std::int64_t> step;
+  int rank = 0;
+  // True when this rank must die at `here` during the save of `step`.
+  bool fires(const std::string& here, std::int64_t save_step, int my_rank) const;
+};
+// Parses the variable; nullopt when unset. Error naming the variable for a malformed value or an
+// unknown point.
+std::optional<SaveFault> save_fault_from_env();
+// Ends the process as a crash would when `fault` fires here (prints one line to stderr first).
+void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank);
+
+}  // namespace mt::ckpt

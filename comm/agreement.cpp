@@ -1,0 +1,77 @@
+#include "comm/agreement.h"
+
+#include <algorithm>
+#include <exception>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+
+// Messages travel as one int32 per byte: the communicators move fp32 and int32 tensors.
+std::vector<std::int32_t> encode(const std::string& text, std::size_t width) {
+  std::vector<std::int32_t> out(width, 0);
+  for (std::size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);
+  return out;
+}
+
+std::string decode(const std::int32_t* data, std::size_t length) {
+  std::string text(length, '\0');
+  for (std::size_t i = 0; i < length; ++i) text[i] = static_cast<char>(data[i]);
+  return text;
+}
+
+}  // namespace
+
+void agree_on_error(Communicator& comm, DeviceContext& ctx, const std::optional<std::string>& mine) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::string text;
+  if (mine) {
+    // An empty message still has to count as a failure.
+    text = mine->empty() ? std::string("unknown error") : *mine;
+  }
+  Tensor length = Tensor::from_host(std::vector<std::int32_t>{static_cast<std::int32_t>(text.size())}, {1}, ctx);
+  Tensor lengths = Tensor::empty({static_cast<std::int64_t>(n)}, DType::I32, ctx);
+  comm.allgather(length, lengths);
+  const std::vector<std::int32_t> sizes = lengths.to_host<std::int32_t>();
+  const std::int32_t widest = *std::max_element(sizes.begin(), sizes.end());
+  if (widest == 0) return;
+
+  const auto width = static_cast<std::size_t>(widest);
+  Tensor local = Tensor::from_host(encode(text, width), {widest}, ctx);
+  Tensor all = Tensor::empty({static_cast<std::int64_t>(n * width)}, DType::I32, ctx);
+  comm.allgather(local, all);
+  const std::vector<std::int32_t> chars = all.to_host<std::int32_t>();
+  std::vector<std::string> messages(n);
+  std::size_t failed = 0, first = n;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (sizes[r] == 0) continue;
+    messages[r] = decode(chars.data() + r * width, static_cast<std::size_t>(sizes[r]));
+    ++failed;
+    first = std::min(first, r);
+  }
+  const bool unanimous = failed == n && std::all_of(messages.begin(), messages.end(),
+                                                     [&](const std::string& m) { return m == messages[first]; });
+  std::string message = messages[first];
+  if (!unanimous) {
+    const int world_rank = comm.world_ranks()[first];
+    message = "rank " + std::to_string(world_rank) + ": " + message;
+    if (failed > 1) message += " (and " + std::to_string(failed - 1) + " more rank(s) failed)";
+  }
+  MT_FAIL_AS(JobError, message);
+}
+
+void run_agreed(Communicator& comm, DeviceContext& ctx, const std::function<void()>& body) {
+  std::optional<std::string> error;
+  try {
+    body();
+  } catch (const Error& e) {
+    error = e.message();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_error(comm, ctx, error);
+}
+
+}  // namespace mt

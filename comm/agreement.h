@@ -1,0 +1,26 @@
+// Turning one rank's failure into the same error on every rank. Where a rank can fail on its own
+// (a shard file it alone reads is corrupt, its disk is full) and the others would go on into the
+// next collective and wait for it forever, every rank calls agree_on_error at the same point with
+// what it found: all go on, or all throw one JobError carrying the first failing rank's message.
+// defines: agree_on_error, run_agreed
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "comm/communicator.h"
+#include "runtime/context.h"
+
+namespace mt {
+
+// Collective over `comm` (tensors on ctx's device). `mine`: this rank's error message, or nullopt.
+// When any rank has one, every rank throws JobError with the message of the lowest failing rank,
+// prefixed with "rank R: " (R in the world) unless every rank failed with the same message, and followed
+// by how many other ranks failed.
+void agree_on_error(Communicator& comm, DeviceContext& ctx, const std::optional<std::string>& mine);
+
+// Runs `body`, catching any std::exception as this rank's error, then agree_on_error.
+void run_agreed(Communicator& comm, DeviceContext& ctx, const std::function<void()>& body);
+
+}  // namespace mt

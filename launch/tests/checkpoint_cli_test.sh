@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Checkpoints end to end, through mpirun: exact resume on the same layout, resharded resume onto other
+# layouts and rank counts, a run killed while saving, every kind of bad checkpoint, and conversion to
+# llm.c weights and back. Tiny model, bytes tokenizer, generated text; 8 steps, a checkpoint every 4.
+# Usage: checkpoint_cli_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
+#
+# Tolerances: the same layout resumed must give the same losses bit for bit (every state that shapes
+# a step is restored: parameters, AdamW moments and step count, data position). Another layout sums
+# in another order, so its losses may differ in the last bits of fp32, growing over a few steps:
+# 1e-5 relative, as the equivalence tests of the layouts themselves.
+set -u
+meshtrain=$1
+mpiexec=$2
+compare=$3
+failures=0
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+out=$dir/stdout
+err=$dir/stderr
+
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+show() { echo "--- stdout:"; tail -30 "$out"; echo "--- stderr:"; tail -30 "$err"; }
+# run COMMAND...: at most 120 s, output to $out and $err, exit code to rc. "np N ARGS..." runs ARGS
+# under mpirun with N ranks.
+run() {
+  [ "$1" = np ] && set -- "$mpiexec" -np "$2" --oversubscribe "${@:3}"
+  timeout 120 "$@" >"$out" 2>"$err"
+  rc=$?
+}
+expect_ok() {  # expect_ok NAME COMMAND...
+  local name=$1
+  shift
+  run "$@"
+  if [ "$rc" -ne 0 ]; then fail "$name: exit code $rc, expected 0"; show; return 1; fi
+  echo "ok   $name"
+}
+# expect_error NAME PATTERN COMMAND...: a non-zero exit (not a hang), exactly one "meshtrain: error:"
+# line on stderr over all ranks, matching PATTERN.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  run "$@"
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    fail "$name: exit code $rc, expected an error exit (124/137: hung and killed)"; show; return 1
+  fi
+  local lines
+  lines=$(grep -c '^meshtrain: error: ' "$err")
+  if [ "$lines" -ne 1 ]; then fail "$name: $lines 'meshtrain: error:' lines on stderr, expected 1"; show; return 1; fi
+  if ! grep '^meshtrain: error: ' "$err" | grep -q -E -- "$pattern"; then
+    fail "$name: the error lacks /$pattern/"; show; return 1
+  fi
+  grep -q "MPI_ABORT was invoked" "$err" && { fail "$name: the job was aborted instead of every rank exiting"; show; }
+  echo "ok   $name (exit $rc): $(grep '^meshtrain: error: ' "$err")"
+}
+same_losses() {  # same_losses NAME A B FIRST LAST TOLERANCE
+  local name=$1
+  shift
+  if "$compare" "$@" >"$dir/compare" 2>&1; then
+    echo "ok   $name"
+  else
+    fail "$name"; cat "$dir/compare"
+  fi
+}
+
+# --- a corpus of generated sentences.
+RANDOM=11
+words=(the a cat dog ran sat on under big small red house tree river quickly slowly)
+for entry in $(seq 60); do
+  for k in $(seq 12); do printf '%s ' "${words[RANDOM % 16]}"; done
+  printf '.\n%%\n'
+done >"$dir/corpus"
+data=$dir/data
+expect_ok "prepare" "$meshtrain" prepare --tokenizer bytes --input "$dir/corpus" --output "$data" --val-fraction 0.1
+
+base=("$meshtrain" train --tokenizer bytes --data "$data" --model tiny --seq-len 32 --global-batch 8 --micro-batch 2
+      --lr 3e-3 --warmup 2 --log-every 4 --eval-batches 1 --cpu-threads 1)
+train=("${base[@]}" --steps 8)
+
+# --- exact resume, 2 x 2 x 2 with ZeRO-1 on 8 ranks.
+L222=(--dp 2 --tp 2 --pp 2 --zero 1)
+expect_ok "train 2x2x2 zero 1, checkpoints at 4 and 8" \
+  np 8 "${train[@]}" "${L222[@]}" --checkpoint-dir "$dir/c222" --save-every 4 --metrics "$dir/m222.jsonl"
+grep -q "saved checkpoint $dir/c222/step_00000004" "$out" || { fail "no save line for step 4"; show; }
+[ "$(cat "$dir/c222/latest" 2>/dev/null)" = "step_00000008" ] || fail "latest does not name step_00000008"
+grep -q '"timing":{"step":4,"steps":' "$dir/m222.jsonl" || fail "no per-rank timing in the metrics"
+grep '"timing":{"step":8' "$dir/m222.jsonl" | grep -q '"rank":7,"compute_ms"' || fail "timing lacks rank 7"
+grep -q -E '^ +time: compute [0-9]+% \| exposed comm [0-9]+% \| bubble [0-9]+%' "$out" || { fail "no timing line"; show; }
+cp -r "$dir/c222" "$dir/c222-resume"
+expect_ok "resume 2x2x2 from step 4" \
+  np 8 "${train[@]}" "${L222[@]}" --checkpoint-dir "$dir/c222-resume" --resume "$dir/c222/step_00000004" \
+  --metrics "$dir/m222-resume.jsonl"
+grep -q -E "resumed from $dir/c222/step_00000004: step 4, 32 sequences consumed \(saved on dp 2 x tp 2 x pp 2, 1f1b, zero 1 on 8 rank\(s\)\)" "$out" ||
+  { fail "no resume line"; show; }
+same_losses "same layout: losses of steps 5-8 bit for bit" "$dir/m222.jsonl" "$dir/m222-resume.jsonl" 5 8 0
+# Bit-exact state: the resumed run's step-8 shard files hash like the uninterrupted run's.
+files() { grep -o '"xxh3": *"[0-9a-f]*"' "$1/step_00000008/manifest.json" | sort; }
+if [ "$(files "$dir/c222")" = "$(files "$dir/c222-resume")" ] && [ -n "$(files "$dir/c222")" ]; then
+  echo "ok   same layout: step-8 checkpoints identical (parameters and optimizer state)"
+else
+  fail "same layout: step-8 checkpoints differ"
+fi
+
+# --- resharding: 2x2x2 -> 1x1x1.
+expect_ok "resume 2x2x2 -> 1 rank" \
+  np 1 "${train[@]}" --resume "$dir/c222/step_00000004" --metrics "$dir/m111-from222.jsonl"
+same_losses "2x2x2 -> 1x1x1: steps 5-8 within 1e-5" "$dir/m222.jsonl" "$dir/m111-from222.jsonl" 5 8 1e-5
+
+# --- 1x1x1 -> dp 2 x pp 2 (2,1,2), 4 ranks.
+expect_ok "train 1 rank, checkpoints at 4 and 8" \
+  np 1 "${train[@]}" --checkpoint-dir "$dir/c111" --save-every 4 --metrics "$dir/m111.jsonl"
+expect_ok "resume 1 rank -> dp 2 x pp 2" \
+  np 4 "${train[@]}" --dp 2 --pp 2 --resume "$dir/c111/step_00000004" --metrics "$dir/m212-from111.jsonl"
+same_losses "1x1x1 -> 2x1x2: steps 5-8 within 1e-5" "$dir/m111.jsonl" "$dir/m212-from111.jsonl" 5 8 1e-5
+
+# --- dp 2 x tp 2 with ZeRO-1 -> dp 4 without, 4 ranks.
+expect_ok "train dp 2 x tp 2 zero 1" \
+  np 4 "${train[@]}" --dp 2 --tp 2 --zero 1 --checkpoint-dir "$dir/c221" --save-every 4 --metrics "$dir/m221.jsonl"
+expect_ok "resume dp2 tp2 zero1 -> dp 4 zero 0" \
+  np 4 "${train[@]}" --dp 4 --zero 0 --resume "$dir/c221/step_00000004" --metrics "$dir/m411-from221.jsonl"
+same_losses "2x2x1 zero 1 -> 4x1x1 zero 0: steps 5-8 within 1e-5" "$dir/m221.jsonl" "$dir/m411-from221.jsonl" 5 8 1e-5
+
+# --- a run killed while saving: the previous checkpoint stays in force, resume takes it.
+L212=(--dp 2 --pp 2)
+for point in shard@1 manifest latest; do
+  ck=$dir/crash-${point%@*}
+  MESHTRAIN_FAULT_SAVE="${point%@*}:4${point#${point%@*}}" run np 4 "${train[@]}" "${L212[@]}" \
+    --checkpoint-dir "$ck" --save-every 2 --metrics "$dir/m-crash.jsonl"
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then fail "fault at '$point': exit code $rc, expected a crash"; show; continue; fi
+  grep -q "injected fault" "$err" || { fail "fault at '$point': no injected-fault line"; show; }
+  [ "$(cat "$ck/latest")" = "step_00000002" ] || fail "fault at '$point': latest is $(cat "$ck/latest"), expected step_00000002"
+  expect_ok "fault at '$point' during the save of step 4: resume" \
+    np 4 "${train[@]}" "${L212[@]}" --checkpoint-dir "$ck" --save-every 2 --resume --metrics "$dir/m-after-crash.jsonl" &&
+    { grep -q "resumed from $ck/step_00000002: step 2" "$out" || { fail "fault at '$point': did not resume from step 2"; show; }; }
+  same_losses "fault at '$point': steps 3-8 as the uninterrupted run within 1e-5" "$dir/m111.jsonl" "$dir/m-after-crash.jsonl" 3 8 1e-5
+done
+
+# --- bad checkpoints: one clear message, every rank exits, nothing written.
+bad=$dir/bad
+cp -r "$dir/c111" "$bad"
+snapshot() { (cd "$bad" && find . -type f -exec md5sum {} + | sort); }
+before=$(snapshot)
+expect_error "another model shape" "holds another model: layers=4 .* the options ask for layers=2" \
+  np 2 "${train[@]}" --layers 2 --resume "$bad/step_00000004" --checkpoint-dir "$bad" --save-every 2
+mv "$bad/step_00000004/rank_00000.bin" "$dir/saved.bin"
+expect_error "missing shard" "rank_00000\.bin.*missing|missing.*rank_00000\.bin" \
+  np 2 "${train[@]}" --dp 2 --resume "$bad/step_00000004" --checkpoint-dir "$bad" --save-every 2
+mv "$dir/saved.bin" "$bad/step_00000004/rank_00000.bin"
+cp "$bad/step_00000004/rank_00000.bin" "$dir/saved.bin"
+printf '\x5a' | dd of="$bad/step_00000004/rank_00000.bin" bs=1 seek=5000 conv=notrunc status=none
+expect_error "corrupt shard (one byte)" "rank_00000\.bin.*(corrupt|checksum)" \
+  np 2 "${train[@]}" --dp 2 --resume "$bad/step_00000004" --checkpoint-dir "$bad" --save-every 2
+cp "$dir/saved.bin" "$bad/step_00000004/rank_00000.bin"
+cp "$bad/step_00000004/manifest.json" "$dir/saved.json"
+sed -i 's/"format_version": *1/"format_version": 2/' "$bad/step_00000004/manifest.json"
+expect_error "manifest of a newer format" "newer meshtrain: format 2" \
+  np 2 "${train[@]}" --dp 2 --resume "$bad/step_00000004" --checkpoint-dir "$bad" --save-every 2
+cp "$dir/saved.json" "$bad/step_00000004/manifest.json"
+expect_error "resume with nothing saved" "no checkpoint yet|no .*latest" \
+  np 2 "${train[@]}" --resume --checkpoint-dir "$dir/empty"
+[ -n "$before" ] && [ "$before" = "$(snapshot)" ] && echo "ok   nothing written into the checkpoint directory by the failed runs" ||
+  fail "the failed runs changed $bad"
+
+# --- convert: checkpoint -> llm.c -> checkpoint for tp 2 -> resume on tp 2 (weights only) and sample.
+expect_ok "convert checkpoint -> llm.c" "$meshtrain" convert --from "$dir/c111/step_00000008" --to "$dir/w.bin"
+size=$(stat -c %s "$dir/w.bin" 2>/dev/null || echo 0)
+[ "$size" -eq $((1024 + 220544 * 4)) ] && echo "ok   llm.c file of $size bytes" || fail "llm.c file has $size bytes"
+expect_ok "sample from the checkpoint" "$meshtrain" sample --tokenizer bytes --weights "$dir/c111" --prompt "the " \
+  --tokens 8 --seed 3 --cpu-threads 1 && cp "$out" "$dir/s-ckpt"
+expect_ok "sample from the llm.c file" "$meshtrain" sample --tokenizer bytes --weights "$dir/w.bin" --prompt "the " \
+  --tokens 8 --seed 3 --cpu-threads 1 && cp "$out" "$dir/s-llmc"
+cmp -s "$dir/s-ckpt" "$dir/s-llmc" && echo "ok   same text from checkpoint and llm.c file" || fail "samples differ"
+expect_ok "convert llm.c -> checkpoint for tp 2" "$meshtrain" convert --from "$dir/w.bin" --to "$dir/conv" --tp 2
+expect_ok "train from the converted checkpoint on tp 2" \
+  np 2 "${base[@]}" --tp 2 --steps 10 --resume --checkpoint-dir "$dir/conv" &&
+  { grep -q "weights only" "$out" || { fail "no weights-only note"; show; }; }
+expect_ok "convert checkpoint 2x2x2 -> 1x1x1 offline" "$meshtrain" convert --from "$dir/c222" --to "$dir/c222-as-111"
+expect_ok "resume the converted checkpoint on 1 rank" \
+  np 1 "${base[@]}" --resume "$dir/c222-as-111/step_00000008" --steps 9 --metrics "$dir/m-conv.jsonl"
+expect_ok "resume the original on 1 rank" \
+  np 1 "${base[@]}" --resume "$dir/c222/step_00000008" --steps 9 --metrics "$dir/m-orig.jsonl"
+same_losses "converted offline or not: step 9 bit for bit" "$dir/m-orig.jsonl" "$dir/m-conv.jsonl" 9 9 0
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,83 @@
+#include "train/checkpoint_convert.h"
+
+#include <span>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/tensor_io.h"
+#include "runtime/error.h"
+#include "train/checkpointing.h"
+
+namespace mt {
+
+FullState read_full_state(const std::filesystem::path& step_dir, bool with_optimizer) {
+  ckpt::CheckpointReader reader(step_dir);
+  FullState state;
+  state.config = gpt_config_from_json(reader.manifest().model, "checkpoint " + step_dir.string() + " (model)");
+  const std::vector<ParamSpec> specs = gpt_parameter_specs(state.config);
+  with_optimizer = with_optimizer && reader.has_tensor(adam_m_tensor(specs.front().name));
+  for (const ParamSpec& spec : specs) {
+    const auto append = [&](const std::string& tensor, std::vector<float>& out) {
+      const std::vector<float> values = reader.read_whole(tensor);
+      MT_REQUIRE(reader.shape(tensor) == spec.shape, "checkpoint ", step_dir.string(), ": tensor ", tensor,
+                 " has another shape than the model's");
+      out.insert(out.end(), values.begin(), values.end());
+    };
+    append(param_tensor(spec.name), state.params);
+    if (with_optimizer) {
+      append(adam_m_tensor(spec.name), state.adam_m);
+      append(adam_v_tensor(spec.name), state.adam_v);
+    }
+  }
+  return state;
+}
+
+std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& root, const FullState& state,
+                                                  const MeshShape& mesh, const ParallelSettings& parallel,
+                                                  int seq_len, ckpt::Manifest base) {
+  const GptConfig& config = state.config;
+  const std::vector<ParamSpec> specs = gpt_parameter_specs(config);
+  const std::vector<std::int64_t> offsets = spec_offsets(specs);
+  MT_CHECK(static_cast<std::int64_t>(state.params.size()) == offsets.back(), "parameters of another model");
+  const bool moments = !state.adam_m.empty();
+  const Mesh layout(mesh);
+  base.model = gpt_config_json(config);
+  base.layout = layout_json(config, mesh, parallel, seq_len);
+  base.tensors.clear();
+  base.files.clear();
+  base.pieces.clear();
+
+  ckpt::prepare_partial(root, base.step);
+  const std::filesystem::path partial = ckpt::partial_dir(root, base.step);
+  for (int rank = 0; rank < mesh.world_size(); ++rank) {
+    ckpt::RankWriter writer(partial, rank, base.step);
+    const MeshCoord coord = layout.coord_of(rank);
+    if (coord.dp == 0) {  // one copy of each shard: data-parallel rank 0 holds it
+      const GptPartition partition = plan_partition(config, mesh, coord, parallel, seq_len);
+      for (const ParamShard& shard : gpt_param_shards(config, partition)) {
+        const bool tied_copy = shard.full.kind == ParamKind::TokenEmbedding && mesh.pp > 1 && !partition.embedding;
+        if ((shard.replicated() && coord.tp != 0) || tied_copy) continue;
+        std::size_t f = 0;
+        while (specs[f].name != shard.full.name) ++f;
+        const ckpt::Slice slice = shard_slice(shard, 0, shard.local.numel());
+        const auto add = [&](const std::string& tensor, const std::vector<float>& full) {
+          std::vector<float> local(static_cast<std::size_t>(shard.local.numel()));
+          for (const ckpt::Run& run : ckpt::slice_runs(shard.full.shape, slice))
+            std::copy_n(full.begin() + offsets[f] + run.global, run.count, local.begin() + run.local);
+          writer.add(tensor, shard.full.shape, slice, local);
+        };
+        add(param_tensor(shard.full.name), state.params);
+        if (moments) {
+          add(adam_m_tensor(shard.full.name), state.adam_m);
+          add(adam_v_tensor(shard.full.name), state.adam_v);
+        }
+      }
+    }
+    writer.finish();
+  }
+  const ckpt::Manifest manifest = ckpt::assemble_manifest(partial, mesh.world_size(), base);
+  const std::filesystem::path dir = ckpt::commit_checkpoint(root, manifest);
+  ckpt::set_latest(root, base.step);
+  return dir;
+}
+
+}  // namespace mt

@@ -1,0 +1,263 @@
+#include "train/checkpointing.h"
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <span>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/tensor_io.h"
+#include "comm/agreement.h"
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+
+using Moment = DistributedAdamW::Moment;
+
+std::string hex64(std::uint64_t value) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(value));
+  return buf;
+}
+
+std::string describe_layout(const nlohmann::json& layout) {
+  std::string s = "dp " + std::to_string(layout.value("dp", 0)) + " x tp " + std::to_string(layout.value("tp", 0)) +
+                  " x pp " + std::to_string(layout.value("pp", 0)) + ", " + layout.value("schedule", std::string("?"));
+  if (layout.value("virtual_stages", 1) > 1) s += " v" + std::to_string(layout.value("virtual_stages", 1));
+  s += ", zero " + std::to_string(layout.value("zero", 0)) + " on " + std::to_string(layout.value("world_size", 0)) +
+       " rank(s)";
+  return s;
+}
+
+// The manifest's sections other than the tensors, from the trainer.
+ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
+  const TrainSettings& settings = trainer.settings();
+  const data::DataLoader& data = trainer.train_data();
+  ckpt::Manifest m;
+  m.step = trainer.steps_done();
+  m.model = gpt_config_json(trainer.model().config());
+  m.layout = layout_json(trainer.model().config(), trainer.groups().mesh.shape(), trainer.parallel(), settings.seq_len);
+  m.training = {{"optimizer_steps", trainer.optimizer().step_count()},
+                {"total_steps", settings.steps},
+                {"global_batch", settings.global_batch},
+                {"micro_batch", settings.micro_batch},
+                {"seq_len", settings.seq_len},
+                {"lr_schedule", settings.schedule.describe()},
+                {"adamw",
+                 {{"beta1", settings.adamw.beta1},
+                  {"beta2", settings.adamw.beta2},
+                  {"eps", settings.adamw.eps},
+                  {"weight_decay", settings.adamw.weight_decay}}},
+                {"grad_clip", settings.grad_clip},
+                {"compute_dtype", dtype_name(trainer.model().compute_dtype())}};
+  m.data = {{"sequences_consumed", trainer.sequences_done()},
+            {"dir", run.data_dir},
+            {"tokenizer", run.tokenizer},
+            {"seq_len", data.seq_len()},
+            {"shards", data.num_shards()},
+            {"sequences_per_epoch", data.sequences_per_epoch()},
+            {"fingerprint", hex64(data.fingerprint())}};
+  m.rng = {{"seed", run.seed},
+           {"state",
+            "none kept: initialization is a pure function of (seed, element), the data order of (seed, "
+            "sequence index), and training draws no random numbers (no dropout)"}};
+  return m;
+}
+
+// This rank's pieces: its owned part of each bucket, for the params it holds the primary copy of.
+void write_pieces(ParallelTrainer& trainer, ckpt::RankWriter& writer) {
+  const ParameterStore& store = trainer.model().parameters();
+  const std::vector<float> params = store.flat_params().to_host<float>();
+  const DistributedAdamW& optimizer = trainer.optimizer();
+  for (const DistributedAdamW::Piece& piece : optimizer.owned_pieces()) {
+    const auto p = static_cast<std::size_t>(piece.param);
+    if (!trainer.is_primary_copy(p)) continue;
+    const ParamShard& shard = trainer.model().shards()[p];
+    const std::int64_t first = piece.offset - store.offset(p);
+    const ckpt::Slice slice = shard_slice(shard, first, first + piece.numel);
+    const ckpt::Shape& shape = shard.full.shape;
+    writer.add(param_tensor(shard.full.name), shape, slice,
+               std::span<const float>(params).subspan(static_cast<std::size_t>(piece.offset),
+                                                      static_cast<std::size_t>(piece.numel)));
+    writer.add(adam_m_tensor(shard.full.name), shape, slice,
+               optimizer.moment(Moment::First, piece.param, first, piece.numel).to_host<float>());
+    writer.add(adam_v_tensor(shard.full.name), shape, slice,
+               optimizer.moment(Moment::Second, piece.param, first, piece.numel).to_host<float>());
+  }
+}
+
+template <class T>
+T required(const nlohmann::json& json, const char* key, const std::string& where) {
+  MT_REQUIRE(json.contains(key), where, ": no '", key, "'");
+  try {
+    return json.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    MT_FAIL(where, ": '", key, "' has the wrong type");
+  }
+}
+
+}  // namespace
+
+nlohmann::json layout_json(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel, int seq_len) {
+  return {{"dp", mesh.dp},
+          {"tp", mesh.tp},
+          {"pp", mesh.pp},
+          {"order", mesh.order},
+          {"world_size", mesh.world_size()},
+          {"schedule", schedule_kind_name(parallel.schedule)},
+          {"virtual_stages", parallel.virtual_stages},
+          {"stage_layers", plan_stage_layers(config, mesh, parallel, seq_len)},
+          {"zero", parallel.zero},
+          {"bucket_mb", parallel.bucket_mb}};
+}
+
+nlohmann::json gpt_config_json(const GptConfig& config) {
+  return {{"layers", config.layers},           {"heads", config.heads},
+          {"channels", config.channels},       {"max_seq_len", config.max_seq_len},
+          {"vocab_size", config.vocab_size},   {"padded_vocab", config.vocab_rows()}};
+}
+
+GptConfig gpt_config_from_json(const nlohmann::json& json, const std::string& where) {
+  MT_REQUIRE(json.is_object(), where, ": the model is not a JSON object");
+  GptConfig c;
+  c.layers = required<int>(json, "layers", where);
+  c.heads = required<int>(json, "heads", where);
+  c.channels = required<int>(json, "channels", where);
+  c.max_seq_len = required<int>(json, "max_seq_len", where);
+  c.vocab_size = required<int>(json, "vocab_size", where);
+  c.padded_vocab = required<int>(json, "padded_vocab", where);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    MT_FAIL(where, ": ", e.message());
+  }
+  return c;
+}
+
+ckpt::Slice shard_slice(const ParamShard& shard, std::int64_t begin, std::int64_t end) {
+  const ckpt::Shape& full = shard.full.shape;
+  ckpt::Slice slice;
+  slice.begin = begin;
+  slice.end = end;
+  if (shard.replicated()) {
+    slice.boxes.push_back({ckpt::Shape(full.size(), 0), full});
+    return slice;
+  }
+  // Block j of the split dimension is cut into `parts`; this shard holds part `part` of each.
+  const auto dim = static_cast<std::size_t>(shard.split_dim);
+  const std::int64_t block = full[dim] / shard.blocks;
+  const std::int64_t width = block / shard.parts;
+  for (int j = 0; j < shard.blocks; ++j) {
+    ckpt::Box box{ckpt::Shape(full.size(), 0), full};
+    box.offset[dim] = j * block + shard.part * width;
+    box.shape[dim] = width;
+    slice.boxes.push_back(std::move(box));
+  }
+  return slice;
+}
+
+SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& root, int keep,
+                           const RunIdentity& run) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  Communicator& world = trainer.world();
+  DeviceContext& ctx = trainer.context();
+  const int rank = trainer.groups().world_rank;
+  const std::int64_t step = trainer.steps_done();
+  std::optional<ckpt::SaveFault> fault;
+  run_agreed(world, ctx, [&] {
+    fault = ckpt::save_fault_from_env();
+    if (rank == 0) ckpt::prepare_partial(root, step);
+  });
+  const std::filesystem::path partial = ckpt::partial_dir(root, step);
+  run_agreed(world, ctx, [&] {
+    ckpt::RankWriter writer(partial, rank, step, fault);
+    write_pieces(trainer, writer);
+    writer.finish();
+  });
+  SaveResult result;
+  run_agreed(world, ctx, [&] {
+    if (rank != 0) return;
+    ckpt::maybe_crash(fault, "manifest", step, rank);
+    const ckpt::Manifest manifest = ckpt::assemble_manifest(partial, world.size(), manifest_base(trainer, run));
+    for (const ckpt::FileEntry& f : manifest.files) result.bytes += f.bytes;
+    result.dir = ckpt::commit_checkpoint(root, manifest);
+    ckpt::maybe_crash(fault, "latest", step, rank);
+    ckpt::set_latest(root, step);
+    result.pruned = ckpt::prune_checkpoints(root, keep);
+  });
+  result.dir = root / ckpt::step_dir_name(step);
+  result.seconds = std::chrono::duration<double>(clock::now() - start).count();
+  return result;
+}
+
+ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& step_dir) {
+  ResumeReport report;
+  report.dir = step_dir;
+  run_agreed(trainer.world(), trainer.context(), [&] {
+    ckpt::CheckpointReader reader(step_dir);
+    const ckpt::Manifest& m = reader.manifest();
+    const std::string where = "checkpoint " + step_dir.string();
+    const GptConfig& config = trainer.model().config();
+    const GptConfig saved = gpt_config_from_json(m.model, where + " (model)");
+    MT_REQUIRE(gpt_config_json(saved) == gpt_config_json(config), where, " holds another model: ", saved.describe(),
+               "; the options ask for ", config.describe());
+    report.step = static_cast<int>(m.step);
+    report.sequences = m.data.value("sequences_consumed", std::int64_t{0});
+    report.saved_layout = describe_layout(m.layout);
+
+    Gpt& model = trainer.model();
+    ParameterStore& store = model.parameters();
+    DeviceContext& ctx = trainer.context();
+    std::vector<float> params(static_cast<std::size_t>(store.numel()), 0.0f);
+    for (std::size_t p = 0; p < store.size(); ++p) {
+      const ParamShard& shard = model.shards()[p];
+      const std::int64_t n = shard.local.numel();
+      reader.read(param_tensor(shard.full.name), shard_slice(shard, 0, n),
+                  std::span<float>(params).subspan(static_cast<std::size_t>(store.offset(p)), static_cast<std::size_t>(n)));
+    }
+    Tensor flat = store.flat_params();  // a handle to the store's buffer
+    flat.copy_from_host(params.data(), params.size() * sizeof(float), ctx.stream());
+    store.refresh_compute_params(ctx);
+
+    DistributedAdamW& optimizer = trainer.optimizer();
+    report.optimizer_state = !model.shards().empty() && reader.has_tensor(adam_m_tensor(model.shards()[0].full.name));
+    if (report.optimizer_state) {
+      // The moments this rank holds: whole params without ZeRO, its owned pieces with it.
+      const auto restore = [&](int p, std::int64_t first, std::int64_t n) {
+        const ParamShard& shard = model.shards()[static_cast<std::size_t>(p)];
+        std::vector<float> host(static_cast<std::size_t>(n));
+        for (const Moment which : {Moment::First, Moment::Second}) {
+          reader.read(which == Moment::First ? adam_m_tensor(shard.full.name) : adam_v_tensor(shard.full.name),
+                      shard_slice(shard, first, first + n), host);
+          optimizer.moment(which, p, first, n).copy_from_host(host.data(), host.size() * sizeof(float), ctx.stream());
+        }
+      };
+      if (optimizer.sharded()) {
+        for (const DistributedAdamW::Piece& piece : optimizer.owned_pieces())
+          restore(piece.param, piece.offset - store.offset(static_cast<std::size_t>(piece.param)), piece.numel);
+      } else {
+        for (std::size_t p = 0; p < store.size(); ++p) restore(static_cast<int>(p), 0, model.shards()[p].local.numel());
+      }
+      optimizer.set_step_count(m.training.value("optimizer_steps", m.step));
+    } else {
+      report.notes.push_back("the checkpoint holds weights only: AdamW starts from zero moments");
+      optimizer.set_step_count(0);
+    }
+    ctx.synchronize();
+
+    const data::DataLoader& data = trainer.train_data();
+    if (m.data.contains("fingerprint") && m.data.value("fingerprint", std::string()) != hex64(data.fingerprint()))
+      report.notes.push_back("the training data, its sequence length or its seed differ from the checkpoint's: "
+                             "the stream continues at sequence " + std::to_string(report.sequences) + " of the new one");
+    const int saved_batch = m.training.value("global_batch", trainer.settings().global_batch);
+    if (saved_batch != trainer.settings().global_batch)
+      report.notes.push_back("global batch " + std::to_string(trainer.settings().global_batch) + " (the checkpoint's: " +
+                             std::to_string(saved_batch) + ")");
+    trainer.restore_progress(report.step, report.sequences);
+  });
+  return report;
+}
+
+}  // namespace mt

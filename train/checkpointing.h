@@ -1,0 +1,82 @@
+// Checkpoints of a ParallelTrainer: what goes in, who writes which piece, and how any layout reads
+// it back (checkpoint/ is the format and the atomic protocol; this file decides the content).
+//
+// Tensors, in global shapes (the whole model's, whatever the layout): "param/NAME" for every
+// parameter of gpt_parameter_specs, and AdamW's moments "adam_m/NAME" and "adam_v/NAME".
+// Who writes: each rank its owned pieces of each gradient bucket (ZeRO-1's ownership, used with
+// zero 0 too, so the data-parallel replicas share the writing instead of all writing the same),
+// of the parameters it holds the primary copy of (ParallelTrainer::is_primary_copy). Every element
+// is written exactly once. A piece's slice is its tensor-parallel shard as boxes of the global
+// tensor, cut to the piece's element range.
+// Manifest sections: model (the GptConfig), layout, training (optimizer steps, batch, schedule),
+// data (sequences consumed, the loader's fingerprint), rng (the seed: training draws no random
+// numbers after initialization, and the data order is a pure function of seed and position).
+// defines: RunIdentity, SaveResult, ResumeReport, save_checkpoint, load_checkpoint,
+//          gpt_config_json, gpt_config_from_json, layout_json, shard_slice, param_tensor, adam_m_tensor,
+//          adam_v_tensor
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint/slices.h"
+#include "models/gpt_sharding.h"
+#include "train/parallel_trainer.h"
+
+namespace mt {
+
+inline std::string param_tensor(const std::string& name) { return "param/" + name; }
+inline std::string adam_m_tensor(const std::string& name) { return "adam_m/" + name; }
+inline std::string adam_v_tensor(const std::string& name) { return "adam_v/" + name; }
+
+nlohmann::json gpt_config_json(const GptConfig& config);
+// Error (starting with `where`) for a missing or invalid field.
+GptConfig gpt_config_from_json(const nlohmann::json& json, const std::string& where);
+
+// Elements [begin, end) of a tensor-parallel shard (in its local element order) as a slice of the
+// full tensor: one box per block along the split dimension, or one box of everything.
+ckpt::Slice shard_slice(const ParamShard& shard, std::int64_t begin, std::int64_t end);
+
+// The manifest's "layout" section for a layout of `config`.
+nlohmann::json layout_json(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel, int seq_len);
+
+// What the command line knows of a run that the trainer does not, recorded for the user.
+struct RunIdentity {
+  std::uint64_t seed = 0;
+  std::string data_dir;
+  std::string tokenizer;
+};
+
+struct SaveResult {
+  std::filesystem::path dir;          // ROOT/step_N
+  std::int64_t bytes = 0;             // shard bytes written by all ranks
+  std::vector<std::int64_t> pruned;   // steps removed by --keep
+  double seconds = 0.0;
+};
+
+// Saves the trainer's state after its steps_done() steps as ROOT/step_N (checkpoint_dir.h's
+// protocol), keeping the newest `keep` checkpoints (0: all). Collective over the trainer's world;
+// any rank's failure is every rank's JobError, and leaves the previous checkpoint in force.
+// MESHTRAIN_FAULT_SAVE crashes a chosen rank at a chosen point (tests).
+SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& root, int keep,
+                           const RunIdentity& run);
+
+struct ResumeReport {
+  std::filesystem::path dir;
+  int step = 0;
+  std::int64_t sequences = 0;
+  bool optimizer_state = true;  // false: a checkpoint of weights only (AdamW starts fresh)
+  std::string saved_layout;     // "dp 2 x tp 2 x pp 2, 1f1b, zero 1 on 8 ranks"
+  std::vector<std::string> notes;  // differences the user should know of (data, batch)
+};
+
+// Loads a checkpoint written on any layout into the trainer (its own layout), by global slices:
+// parameters, AdamW's moments and step count, and the progress (steps, data position). The
+// model's shape must match. Collective; every error (another model shape, a missing or corrupt
+// shard, a newer format) is one JobError on every rank, and nothing is written.
+ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& step_dir);
+
+}  // namespace mt
