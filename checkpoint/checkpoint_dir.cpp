@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +77,18 @@ void remove_all_or_fail(const fs::path& path) {
   MT_REQUIRE(!ec, "cannot remove ", path.string(), ": ", ec.message());
 }
 
+// The entries of `dir` whose names satisfy `keep`, listed before any is touched.
+template <class Pred>
+std::vector<fs::path> entries_named(const fs::path& dir, Pred&& keep) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    if (keep(entry.path().filename().string())) out.push_back(entry.path());
+  }
+  MT_REQUIRE(!ec || ec == std::errc::no_such_file_or_directory, "cannot list ", dir.string(), ": ", ec.message());
+  return out;
+}
+
 bool all_digits(std::string_view text) {
   return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -122,7 +134,9 @@ std::string step_dir_name(std::int64_t step) {
   return name;
 }
 
-fs::path partial_dir(const fs::path& root, std::int64_t step) { return root / ("." + step_dir_name(step) + ".partial"); }
+fs::path partial_dir(const fs::path& root, std::int64_t step) {
+  return root / ("." + step_dir_name(step) + ".partial");
+}
 
 std::string shard_file_name(int rank) {
   char name[32];
@@ -174,8 +188,8 @@ Manifest assemble_manifest(const fs::path& partial, int world_size, const Manife
       if (added) m.tensors.push_back(t);
     }
     for (const FileEntry& f : part.files) {
-      MT_REQUIRE(f.rank == rank && f.name == shard_file_name(rank), path.string(), ": lists file ", f.name,
-                 " of rank ", f.rank, ", not rank ", rank, "'s ", shard_file_name(rank));
+      MT_REQUIRE(f.rank == rank && f.name == shard_file_name(rank), path.string(), ": lists file ", f.name, " of rank ",
+                 f.rank, ", not rank ", rank, "'s ", shard_file_name(rank));
       m.files.push_back(f);
     }
     m.pieces.insert(m.pieces.end(), part.pieces.begin(), part.pieces.end());
@@ -185,22 +199,18 @@ Manifest assemble_manifest(const fs::path& partial, int world_size, const Manife
   return m;
 }
 
-fs::path commit_checkpoint(const fs::path& root, const Manifest& manifest) {
+fs::path commit_checkpoint(const fs::path& root, const Manifest& manifest, const std::optional<SaveFault>& fault) {
   const fs::path partial = partial_dir(root, manifest.step);
   MT_REQUIRE(fs::is_directory(partial), "cannot commit checkpoint: ", partial.string(), " does not exist");
   write_file_atomic(partial / kManifestName, manifest.to_json());
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(partial, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("rank_") && name.ends_with(".json")) remove_or_fail(entry.path());
-  }
-  MT_REQUIRE(!ec, "cannot list ", partial.string(), ": ", ec.message());
+  auto is_sidecar = [](const std::string& name) { return name.starts_with("rank_") && name.ends_with(".json"); };
+  for (const fs::path& sidecar : entries_named(partial, is_sidecar)) remove_or_fail(sidecar);
   fsync_dir(partial);
-  // The caller cannot stop between the manifest and the rename: this fault point is read here.
-  maybe_crash(save_fault_from_env(), "rename", manifest.step, 0);
+  maybe_crash(fault, "rename", manifest.step, 0);
 
   const fs::path final_dir = root / step_dir_name(manifest.step);
   const fs::path aside = root / ("." + step_dir_name(manifest.step) + ".old");
+  std::error_code ec;
   if (fs::exists(final_dir)) {
     remove_all_or_fail(aside);
     fs::rename(final_dir, aside, ec);
@@ -213,14 +223,15 @@ fs::path commit_checkpoint(const fs::path& root, const Manifest& manifest) {
   return final_dir;
 }
 
-void set_latest(const fs::path& root, std::int64_t step) { write_file_atomic(root / kLatestName, step_dir_name(step) + "\n"); }
+void set_latest(const fs::path& root, std::int64_t step) {
+  write_file_atomic(root / kLatestName, step_dir_name(step) + "\n");
+}
 
 std::vector<std::int64_t> list_checkpoints(const fs::path& root) {
   std::vector<std::int64_t> steps;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
-    const std::optional<std::int64_t> step = parse_step_dir_name(entry.path().filename().string());
-    if (step && is_complete(entry.path())) steps.push_back(*step);
+  for (const fs::path& dir :
+       entries_named(root, [](const std::string& name) { return parse_step_dir_name(name).has_value(); })) {
+    if (is_complete(dir)) steps.push_back(*parse_step_dir_name(dir.filename().string()));
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -240,16 +251,13 @@ std::vector<std::int64_t> prune_checkpoints(const fs::path& root, int keep) {
     remove_all_or_fail(dir);
     removed.push_back(steps[i]);
   }
-  if (!steps.empty()) {
-    std::error_code ec;
-    for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
-      const std::string name = entry.path().filename().string();
-      constexpr std::string_view kSuffix = ".partial";
-      if (!name.starts_with('.') || !name.ends_with(kSuffix)) continue;
-      const auto step = parse_step_dir_name(std::string_view(name).substr(1, name.size() - 1 - kSuffix.size()));
-      if (step && *step < steps.back()) remove_all_or_fail(entry.path());
-    }
-  }
+  auto is_older_partial = [&](const std::string& name) {
+    constexpr std::string_view kSuffix = ".partial";
+    if (steps.empty() || !name.starts_with('.') || !name.ends_with(kSuffix)) return false;
+    const auto step = parse_step_dir_name(std::string_view(name).substr(1, name.size() - 1 - kSuffix.size()));
+    return step && *step < steps.back();
+  };
+  for (const fs::path& partial : entries_named(root, is_older_partial)) remove_all_or_fail(partial);
   return removed;
 }
 

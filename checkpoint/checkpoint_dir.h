@@ -30,6 +30,24 @@ std::filesystem::path partial_dir(const std::filesystem::path& root, std::int64_
 std::string shard_file_name(int rank);                                            // "rank_00003.bin"
 std::string sidecar_name(int rank);                                               // "rank_00003.json"
 
+// Fault injection for tests: MESHTRAIN_FAULT_SAVE=POINT[:STEP][@RANK] makes that rank (default 0)
+// end abruptly (std::_Exit(75): no cleanup, as a crash) at POINT of the save of STEP (default: the
+// first save). Points, in save order: "shard" (its shard file half written), "sidecar" (shard done,
+// sidecar not written), "manifest" (rank 0: every rank done, manifest not written), "rename"
+// (manifest written, directory not renamed), "latest" (renamed, `latest` not moved).
+struct SaveFault {
+  std::string point;
+  std::optional<std::int64_t> step;
+  int rank = 0;
+  // True when this rank must die at `here` during the save of `step`.
+  bool fires(const std::string& here, std::int64_t save_step, int my_rank) const;
+};
+// Parses the variable; nullopt when unset. Error naming the variable for a malformed value or an
+// unknown point.
+std::optional<SaveFault> save_fault_from_env();
+// Ends the process as a crash would when `fault` fires here (prints one line to stderr first).
+void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank);
+
 // Rank 0, before any rank writes: creates ROOT (and parents) and an empty partial directory for
 // `step`, removing whatever a dead save left there. Error naming the directory when it cannot.
 void prepare_partial(const std::filesystem::path& root, std::int64_t step);
@@ -51,8 +69,10 @@ Manifest assemble_manifest(const std::filesystem::path& partial, int world_size,
 
 // Rank 0: writes manifest.json into the partial directory, removes the sidecars, and renames the
 // directory to ROOT/step_N (an existing step_N, from a run that went further before, is moved aside
-// first and removed after), with the fsyncs above. Returns ROOT/step_N.
-std::filesystem::path commit_checkpoint(const std::filesystem::path& root, const Manifest& manifest);
+// first and removed after), with the fsyncs above. Returns ROOT/step_N. `fault`: its "rename" point
+// fires between the manifest and the rename.
+std::filesystem::path commit_checkpoint(const std::filesystem::path& root, const Manifest& manifest,
+                                        const std::optional<SaveFault>& fault = std::nullopt);
 
 // Rank 0: points ROOT/latest at step_N (temporary file, fsync, rename, fsync ROOT).
 void set_latest(const std::filesystem::path& root, std::int64_t step);
@@ -74,23 +94,5 @@ std::filesystem::path resolve_checkpoint(const std::string& spec, const std::fil
 
 // Reads and parses DIR/manifest.json (Manifest::parse, errors naming the file).
 Manifest read_manifest(const std::filesystem::path& step_dir);
-
-// Fault injection for tests: MESHTRAIN_FAULT_SAVE=POINT[:STEP][@RANK] makes that rank (default 0)
-// end abruptly (std::_Exit(75): no cleanup, as a crash) at POINT of the save of STEP (default: the
-// first save). Points, in save order: "shard" (its shard file half written), "sidecar" (shard done,
-// sidecar not written), "manifest" (rank 0: every rank done, manifest not written), "rename"
-// (manifest written, directory not renamed), "latest" (renamed, `latest` not moved).
-struct SaveFault {
-  std::string point;
-  std::optional<std::int64_t> step;
-  int rank = 0;
-  // True when this rank must die at `here` during the save of `step`.
-  bool fires(const std::string& here, std::int64_t save_step, int my_rank) const;
-};
-// Parses the variable; nullopt when unset. Error naming the variable for a malformed value or an
-// unknown point.
-std::optional<SaveFault> save_fault_from_env();
-// Ends the process as a crash would when `fault` fires here (prints one line to stderr first).
-void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank);
 
 }  // namespace mt::ckpt

@@ -131,8 +131,12 @@ std::string Manifest::to_json() const {
   }
   ordered_json& pieces_out = out["pieces"] = ordered_json::array();
   for (const PieceEntry& p : pieces) {
-    pieces_out.push_back({{"tensor", p.tensor}, {"boxes", slice_json(p.slice)}, {"begin", p.slice.begin},
-                          {"end", p.slice.end}, {"file", p.file}, {"byte_offset", p.byte_offset}});
+    pieces_out.push_back({{"tensor", p.tensor},
+                          {"boxes", slice_json(p.slice)},
+                          {"begin", p.slice.begin},
+                          {"end", p.slice.end},
+                          {"file", p.file},
+                          {"byte_offset", p.byte_offset}});
   }
   return layout_json(out);
 }
@@ -176,9 +180,9 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
   for_each_object(top, "files", where, [&](const Fields& f, const std::string& path) {
     FileEntry entry;
     entry.name = f.string("name");
-    MT_REQUIRE(!entry.name.empty() && entry.name != "." && entry.name != ".." &&
-                   entry.name.find('/') == std::string::npos,
-               where, ": ", path, " names '", entry.name, "', which is not a plain file name");
+    MT_REQUIRE(
+        !entry.name.empty() && entry.name != "." && entry.name != ".." && entry.name.find('/') == std::string::npos,
+        where, ": ", path, " names '", entry.name, "', which is not a plain file name");
     const std::int64_t rank = f.count("rank");
     MT_REQUIRE(rank <= std::numeric_limits<int>::max(), where, ": ", path, " has rank ", rank, ", too large");
     entry.rank = static_cast<int>(rank);
@@ -205,8 +209,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
     MT_REQUIRE(file, where, ": ", path, " names file '", entry.file, "', which 'files' does not list");
     validate_slice(tensor->shape, entry.slice, where + ": " + path + " (tensor " + entry.tensor + ")");
     const std::int64_t end = entry.byte_offset + entry.slice.numel() * std::int64_t{sizeof(float)};
-    MT_REQUIRE(end <= file->bytes, where, ": ", path, " (tensor ", entry.tensor, ") lies at bytes [",
-               entry.byte_offset, ", ", end, ") of ", file->name, ", beyond its ", file->bytes, " bytes");
+    MT_REQUIRE(end <= file->bytes, where, ": ", path, " (tensor ", entry.tensor, ") lies at bytes [", entry.byte_offset,
+               ", ", end, ") of ", file->name, ", beyond its ", file->bytes, " bytes");
     m.pieces.push_back(std::move(entry));
   });
   return m;

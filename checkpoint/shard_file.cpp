@@ -147,7 +147,7 @@ ShardReader::ShardReader(const fs::path& dir, const FileEntry& entry) : path_(di
   MT_REQUIRE(mapped != MAP_FAILED, "cannot map shard file ", path_.string(), ": ", errno_text(errno));
   auto unmap_on_error = [bytes](const unsigned char* p) { unmap(p, bytes); };
   std::unique_ptr<const unsigned char, decltype(unmap_on_error)> data(static_cast<const unsigned char*>(mapped),
-                                                                       unmap_on_error);
+                                                                      unmap_on_error);
 
   MT_REQUIRE(std::memcmp(data.get(), kMagic.data(), kMagic.size()) == 0, "shard file ", path_.string(),
              " does not start with the magic MTCKPT01: not a meshtrain shard file");
@@ -181,9 +181,9 @@ ShardReader& ShardReader::operator=(ShardReader&& other) noexcept {
 
 void ShardReader::read(std::int64_t byte_offset, std::span<float> out) const {
   const auto want = static_cast<std::int64_t>(out.size_bytes());
-  MT_REQUIRE(byte_offset >= kShardHeaderBytes && byte_offset <= bytes_ && want <= bytes_ - byte_offset,
-             "shard file ", path_.string(), ": bytes [", byte_offset, ", ", byte_offset + want,
-             ") lie outside its data (bytes [", kShardHeaderBytes, ", ", bytes_, "))");
+  MT_REQUIRE(byte_offset >= kShardHeaderBytes && byte_offset <= bytes_ && want <= bytes_ - byte_offset, "shard file ",
+             path_.string(), ": bytes [", byte_offset, ", ", byte_offset + want, ") lie outside its data (bytes [",
+             kShardHeaderBytes, ", ", bytes_, "))");
   if (want > 0) std::memcpy(out.data(), data_ + byte_offset, out.size_bytes());
 }
 

@@ -87,7 +87,8 @@ struct Interval {
 std::vector<Interval> owner_map(const Shape& tensor_shape, std::span<const Slice> sources) {
   std::vector<Interval> runs;
   for (std::size_t s = 0; s < sources.size(); ++s) {
-    for (const Run& r : slice_runs(tensor_shape, sources[s])) runs.push_back({r.global, r.global + r.count, r.local, s});
+    for (const Run& r : slice_runs(tensor_shape, sources[s]))
+      runs.push_back({r.global, r.global + r.count, r.local, s});
   }
   struct Event {
     std::int64_t at;
@@ -141,9 +142,7 @@ std::int64_t Slice::boxes_numel() const {
   return n;
 }
 
-Slice Slice::whole(const Shape& shape) {
-  return Slice{{Box{Shape(shape.size(), 0), shape}}, 0, shape_numel(shape)};
-}
+Slice Slice::whole(const Shape& shape) { return Slice{{Box{Shape(shape.size(), 0), shape}}, 0, shape_numel(shape)}; }
 
 void validate_slice(const Shape& tensor_shape, const Slice& slice, const std::string& what) {
   for (std::int64_t extent : tensor_shape) {
@@ -198,7 +197,8 @@ std::vector<Transfer> plan_transfers(const Shape& tensor_shape, const Slice& tar
       MT_REQUIRE(it != owned.end() && it->begin <= at && at < it->end, "tensor ", tensor, " ",
                  format_index(tensor_shape), ": no source holds element ", format_index(unflatten(at, tensor_shape)));
       const std::int64_t count = std::min(end, it->end) - at;
-      append_merged(transfers, Transfer{it->source, it->local + (at - it->begin), run.local + (at - run.global), count});
+      append_merged(transfers,
+                    Transfer{it->source, it->local + (at - it->begin), run.local + (at - run.global), count});
       at += count;
     }
   }

@@ -18,8 +18,8 @@ RankWriter::RankWriter(fs::path partial, int rank, std::int64_t step, std::optio
 
 void RankWriter::add(const std::string& tensor, const Shape& shape, const Slice& slice, std::span<const float> data) {
   validate_slice(shape, slice, "rank " + std::to_string(rank_) + ": saving tensor " + tensor);
-  MT_REQUIRE(static_cast<std::int64_t>(data.size()) == slice.numel(), "rank ", rank_, ": saving tensor ", tensor,
-             ": ", data.size(), " values given for a slice of ", slice.numel());
+  MT_REQUIRE(static_cast<std::int64_t>(data.size()) == slice.numel(), "rank ", rank_, ": saving tensor ", tensor, ": ",
+             data.size(), " values given for a slice of ", slice.numel());
   bool known = false;
   for (const TensorEntry& t : contribution_.tensors) {
     if (t.name != tensor) continue;
@@ -39,8 +39,8 @@ RankContribution RankWriter::finish() {
     const fs::path path = partial_ / shard_file_name(rank_);
     const std::int64_t half = writer_->bytes() / 2;
     writer_.reset();
-    MT_REQUIRE(::truncate(path.c_str(), half) == 0, "cannot cut ", path.string(), " short (injected fault): ",
-               std::error_code(errno, std::generic_category()).message());
+    MT_REQUIRE(::truncate(path.c_str(), half) == 0, "cannot cut ", path.string(),
+               " short (injected fault): ", std::error_code(errno, std::generic_category()).message());
   }
   maybe_crash(fault_, "shard", step_, rank_);
   if (writer_) contribution_.file = writer_->finish();
@@ -77,8 +77,9 @@ void CheckpointReader::read(const std::string& tensor, const Slice& target, std:
              tensor, " into room for ", out.size(), " values, the slice has ", target.numel());
   for (const Transfer& t : transfers) {
     const PieceEntry& piece = *pieces[t.source];
-    shard(piece.file).read(piece.byte_offset + t.from * std::int64_t{sizeof(float)},
-                           out.subspan(static_cast<std::size_t>(t.to), static_cast<std::size_t>(t.count)));
+    shard(piece.file)
+        .read(piece.byte_offset + t.from * std::int64_t{sizeof(float)},
+              out.subspan(static_cast<std::size_t>(t.to), static_cast<std::size_t>(t.count)));
   }
 }
 

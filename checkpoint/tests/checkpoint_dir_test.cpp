@@ -1,7 +1,8 @@
 // The checkpoint directory protocol: names, sidecars assembled into a manifest, the commit and
 // `latest`, listing and pruning, what --resume resolves to (and its errors), and fault injection.
-#include <gtest/gtest.h>
+#include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, write_sidecar, assemble_manifest, ...
 
+#include <gtest/gtest.h>
 #include <stdlib.h>  // defines: setenv, unsetenv
 
 #include <filesystem>
@@ -11,10 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, write_sidecar, assemble_manifest, ...
-#include "runtime/error.h"              // defines: Error
-#include "tests/scratch_dir.h"          // defines: ScratchDir
-#include "tests/test_helpers.h"         // defines: error_of, contains
+#include "runtime/error.h"       // defines: Error
+#include "tests/scratch_dir.h"   // defines: ScratchDir
+#include "tests/test_helpers.h"  // defines: error_of, contains
 
 namespace mt::ckpt {
 namespace {
@@ -118,8 +118,9 @@ TEST(CheckpointDir, AssembleNamesAMissingSidecar) {
   const fs::path partial = partial_dir(dir.path(), 6);
   write_sidecar(partial, contribution(0, 3));
   write_sidecar(partial, contribution(2, 3));
-  EXPECT_EQ(error_of([&] { assemble_manifest(partial, 3, base(6)); }),
-            "checkpoint " + partial.string() + ": rank 1 wrote no rank_00001.json (it did not finish its part of the save)");
+  EXPECT_EQ(
+      error_of([&] { assemble_manifest(partial, 3, base(6)); }),
+      "checkpoint " + partial.string() + ": rank 1 wrote no rank_00001.json (it did not finish its part of the save)");
 }
 
 TEST(CheckpointDir, AssembleNamesAShapeConflict) {
@@ -181,9 +182,9 @@ TEST(CheckpointDir, ListsOnlyCompleteCheckpoints) {
   save(dir.path(), 4);
   prepare_partial(dir.path(), 16);
   touch(partial_dir(dir.path(), 16) / "manifest.json");  // complete inside, but never renamed
-  fs::create_directory(dir / "step_00000020");            // no manifest.json
-  fs::create_directory(dir / "step_24");                  // not a name this layer writes
-  touch(dir / "step_00000028");                           // a file
+  fs::create_directory(dir / "step_00000020");           // no manifest.json
+  fs::create_directory(dir / "step_24");                 // not a name this layer writes
+  touch(dir / "step_00000028");                          // a file
   EXPECT_EQ(list_checkpoints(dir.path()), (std::vector<std::int64_t>{4, 12}));
 }
 
@@ -234,12 +235,14 @@ TEST(ResolveCheckpoint, ErrorsSayWhatIsMissing) {
   const std::string partial = partial_dir(dir.path(), 6).string();
   EXPECT_EQ(error_of([&] { resolve_checkpoint(partial, ""); }),
             "--resume: " + partial + " is not a complete checkpoint (no manifest.json: a save that did not finish)");
-  EXPECT_EQ(error_of([&] { resolve_checkpoint(root, ""); }),
-            "--resume: " + root + " has no checkpoint yet (no " + root + "/latest) and is not one itself (no manifest.json)");
+  EXPECT_EQ(
+      error_of([&] { resolve_checkpoint(root, ""); }),
+      "--resume: " + root + " has no checkpoint yet (no " + root + "/latest) and is not one itself (no manifest.json)");
 
   set_latest(dir.path(), 6);  // names a step that was never committed
   EXPECT_EQ(error_of([&] { resolve_checkpoint("latest", dir.path()); }),
-            "--resume: " + root + "/latest names " + root + "/step_00000006, which is not a complete checkpoint (no manifest.json)");
+            "--resume: " + root + "/latest names " + root +
+                "/step_00000006, which is not a complete checkpoint (no manifest.json)");
   std::ofstream(dir / "latest") << "garbage\n";
   EXPECT_EQ(error_of([&] { resolve_checkpoint("latest", dir.path()); }),
             "--resume: " + root + "/latest does not name a step_N directory");
@@ -297,7 +300,8 @@ TEST(SaveFault, MalformedValuesAreNamed) {
     const FaultVariable set(value);
     return error_of([] { save_fault_from_env(); });
   };
-  EXPECT_TRUE(contains(message("boom"), "MESHTRAIN_FAULT_SAVE='boom': unknown point 'boom' (expected POINT[:STEP][@RANK]"));
+  EXPECT_TRUE(
+      contains(message("boom"), "MESHTRAIN_FAULT_SAVE='boom': unknown point 'boom' (expected POINT[:STEP][@RANK]"));
   EXPECT_TRUE(contains(message("shard:x"), "MESHTRAIN_FAULT_SAVE='shard:x': step 'x' is not a number"));
   EXPECT_TRUE(contains(message("shard@"), "rank '' is not a number"));
   EXPECT_TRUE(contains(message("shard:-1"), "step '-1' is not a number"));
@@ -317,12 +321,9 @@ TEST(SaveFault, RenameFaultLeavesOnlyAPartialDirectory) {
   prepare_partial(dir.path(), 4);
   for (int r = 0; r < 2; ++r) write_sidecar(partial_dir(dir.path(), 4), contribution(r, 2));
   const Manifest m = assemble_manifest(partial_dir(dir.path(), 4), 2, base(4));
-  EXPECT_EXIT(
-      {
-        ::setenv("MESHTRAIN_FAULT_SAVE", "rename:4", 1);
-        commit_checkpoint(dir.path(), m);
-      },
-      ::testing::ExitedWithCode(75), "crashes at 'rename' of the save of step 4");
+  const SaveFault fault{"rename", 4, 0};
+  EXPECT_EXIT(commit_checkpoint(dir.path(), m, fault), ::testing::ExitedWithCode(75),
+              "crashes at 'rename' of the save of step 4");
   EXPECT_TRUE(fs::exists(partial_dir(dir.path(), 4) / "manifest.json"));
   EXPECT_FALSE(fs::exists(dir / "step_00000004"));
   EXPECT_TRUE(list_checkpoints(dir.path()).empty());

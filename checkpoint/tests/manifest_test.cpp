@@ -1,14 +1,15 @@
 // The manifest: JSON that parses back to the same Manifest, in the documented field order, and
 // one clear error per kind of broken manifest, each naming the file.
+#include "checkpoint/manifest.h"  // defines: Manifest, TensorEntry, FileEntry, PieceEntry, kFormatVersion
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "checkpoint/manifest.h"  // defines: Manifest, TensorEntry, FileEntry, PieceEntry, kFormatVersion
-#include "runtime/error.h"        // defines: Error
-#include "tests/test_helpers.h"   // defines: error_of, contains
+#include "runtime/error.h"       // defines: Error
+#include "tests/test_helpers.h"  // defines: error_of, contains
 
 namespace mt::ckpt {
 namespace {

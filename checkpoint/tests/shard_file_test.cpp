@@ -1,5 +1,7 @@
 // Shard files: the header, data read back exactly, and every way a file can be wrong (cut short,
 // a flipped byte, another magic, missing, a read beyond the end), each error naming the file.
+#include "checkpoint/shard_file.h"  // defines: ShardWriter, ShardReader, checksum_hex, parse_checksum_hex
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -12,10 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/shard_file.h"  // defines: ShardWriter, ShardReader, checksum_hex, parse_checksum_hex
-#include "runtime/error.h"          // defines: Error
-#include "tests/scratch_dir.h"      // defines: ScratchDir
-#include "tests/test_helpers.h"     // defines: error_of, contains
+#include "runtime/error.h"       // defines: Error
+#include "tests/scratch_dir.h"   // defines: ScratchDir
+#include "tests/test_helpers.h"  // defines: error_of, contains
 
 namespace mt::ckpt {
 namespace {
@@ -111,8 +112,8 @@ TEST(ShardFile, CutShort) {
   const FileEntry entry = write_sample(dir.path());
   fs::resize_file(dir / "rank_00003.bin", 70);
   const std::string message = error_of([&] { ShardReader(dir.path(), entry); });
-  EXPECT_EQ(message, "shard file " + (dir / "rank_00003.bin").string() +
-                         " is 70 bytes, the manifest says 96: it was cut short");
+  EXPECT_EQ(message,
+            "shard file " + (dir / "rank_00003.bin").string() + " is 70 bytes, the manifest says 96: it was cut short");
 }
 
 TEST(ShardFile, FlippedByteIsAChecksumMismatch) {
@@ -140,8 +141,8 @@ TEST(ShardFile, RankDiffersFromTheManifest) {
   ScratchDir dir("shard");
   FileEntry entry = write_sample(dir.path());
   entry.rank = 2;
-  EXPECT_TRUE(contains(error_of([&] { ShardReader(dir.path(), entry); }),
-                       "was written by rank 3, the manifest says rank 2"));
+  EXPECT_TRUE(
+      contains(error_of([&] { ShardReader(dir.path(), entry); }), "was written by rank 3, the manifest says rank 2"));
 }
 
 TEST(ShardFile, Missing) {
@@ -164,8 +165,8 @@ TEST(ShardFile, ReadBeyondTheEnd) {
 TEST(ShardFile, CannotCreate) {
   ScratchDir dir("shard");
   const std::string message = error_of([&] { ShardWriter(dir / "no" / "rank_00000.bin", 0, 0); });
-  EXPECT_TRUE(contains(message, "cannot create shard file " + (dir / "no" / "rank_00000.bin").string() +
-                                    ": No such file or directory"))
+  EXPECT_TRUE(contains(
+      message, "cannot create shard file " + (dir / "no" / "rank_00000.bin").string() + ": No such file or directory"))
       << message;
 }
 

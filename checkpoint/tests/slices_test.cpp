@@ -1,6 +1,8 @@
 // Slices: runs of boxes, column boxes, ZeRO ranges and scalars; plan_transfers over the layouts a
 // checkpoint meets (qkv boxes, column splits, ZeRO ranges, replicas), its error for a missing
 // element, and a randomized check against an element-by-element reference.
+#include "checkpoint/slices.h"  // defines: Shape, Box, Slice, Run, Transfer, slice_runs, plan_transfers
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/slices.h"   // defines: Shape, Box, Slice, Run, Transfer, slice_runs, plan_transfers
 #include "runtime/error.h"       // defines: Error
 #include "tests/test_helpers.h"  // defines: error_of, contains
 
@@ -128,14 +129,11 @@ TEST(Slices, WholeTensorIsOneRun) {
   EXPECT_EQ(slice_runs(shape, Slice::whole(shape)), (Runs{{0, 0, 50304 * 768}}));
 }
 
-TEST(Slices, ScalarIsOneRun) {
-  EXPECT_EQ(slice_runs({}, Slice::whole({})), (Runs{{0, 0, 1}}));
-}
+TEST(Slices, ScalarIsOneRun) { EXPECT_EQ(slice_runs({}, Slice::whole({})), (Runs{{0, 0, 1}})); }
 
 TEST(Slices, BoxOfColumnsIsOneRunPerRow) {
   const Shape shape{4, 8};
-  EXPECT_EQ(slice_runs(shape, boxes({box({0, 2}, {4, 3})})),
-            (Runs{{2, 0, 3}, {10, 3, 3}, {18, 6, 3}, {26, 9, 3}}));
+  EXPECT_EQ(slice_runs(shape, boxes({box({0, 2}, {4, 3})})), (Runs{{2, 0, 3}, {10, 3, 3}, {18, 6, 3}, {26, 9, 3}}));
 }
 
 TEST(Slices, BoxesThatContinueEachOtherMerge) {
@@ -149,8 +147,7 @@ TEST(Slices, BoxesThatContinueEachOtherMerge) {
 TEST(Slices, RangeClipsRuns) {
   const Shape shape{4, 8};
   // Columns [4, 8) of every row, elements [5, 11) of them: row 1 from column 5, row 2 to column 6.
-  EXPECT_EQ(slice_runs(shape, range(boxes({box({0, 4}, {4, 4})}), 5, 11)),
-            (Runs{{13, 0, 3}, {20, 3, 3}}));
+  EXPECT_EQ(slice_runs(shape, range(boxes({box({0, 4}, {4, 4})}), 5, 11)), (Runs{{13, 0, 3}, {20, 3, 3}}));
   EXPECT_TRUE(slice_runs(shape, range(boxes({box({0, 4}, {4, 4})}), 7, 7)).empty());
 }
 
@@ -167,7 +164,8 @@ TEST(Slices, ValidateNamesWhatIsWrong) {
   EXPECT_TRUE(contains(message(boxes({box({0}, {4})})), "tensor w of rank 3: box 0"));
   EXPECT_TRUE(contains(message(boxes({box({0}, {4})})), "does not have the 2 dimensions"));
   EXPECT_TRUE(contains(message(boxes({box({0, 0}, {4, 8}), box({2, 6}, {2, 3})})), "box 1"));
-  EXPECT_TRUE(contains(message(boxes({box({2, 6}, {2, 3})})), "does not lie inside the tensor [4, 8] along dimension 1"));
+  EXPECT_TRUE(
+      contains(message(boxes({box({2, 6}, {2, 3})})), "does not lie inside the tensor [4, 8] along dimension 1"));
   EXPECT_TRUE(contains(message(boxes({box({-1, 0}, {2, 3})})), "does not lie inside"));
   EXPECT_TRUE(contains(message(boxes({box({1, 0}, {-1, 3})})), "does not lie inside"));
   EXPECT_TRUE(contains(message(range(boxes({box({0, 0}, {2, 3})}), 4, 3)), "range [4, 3)"));
@@ -180,8 +178,8 @@ TEST(PlanTransfers, QkvRowsIntoWhole) {
   const Shape shape{12, 4};
   const std::vector<Slice> sources{qkv_rank(0), qkv_rank(1)};
   EXPECT_EQ(plan_transfers(shape, Slice::whole(shape), sources, "qkv"),
-            (std::vector<Transfer>{{0, 0, 0, 8}, {1, 0, 8, 8}, {0, 8, 16, 8}, {1, 8, 24, 8}, {0, 16, 32, 8},
-                                   {1, 16, 40, 8}}));
+            (std::vector<Transfer>{
+                {0, 0, 0, 8}, {1, 0, 8, 8}, {0, 8, 16, 8}, {1, 8, 24, 8}, {0, 16, 32, 8}, {1, 16, 40, 8}}));
   EXPECT_EQ(fill(shape, Slice::whole(shape), sources), expected(shape, Slice::whole(shape)));
   // Resharded to a single tp rank holding all three boxes: transfers merge where both sides continue.
   const Slice one_rank = boxes({box({0, 0}, {4, 4}), box({4, 0}, {4, 4}), box({8, 0}, {4, 4})});

@@ -2,6 +2,8 @@
 // data-parallel replicas, qkv boxes, a replicated tensor written once, a rank with nothing), read
 // back exactly under other slicings; pruning, partial saves, and what a reader says when a shard
 // file is corrupt or missing, a piece is missing or the manifest is newer; the save fault points.
+#include "checkpoint/tensor_io.h"  // defines: RankWriter, CheckpointReader
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, assemble_manifest, commit_checkpoint, ...
-#include "checkpoint/tensor_io.h"       // defines: RankWriter, CheckpointReader
 #include "runtime/error.h"              // defines: Error
 #include "tests/scratch_dir.h"          // defines: ScratchDir
 #include "tests/test_helpers.h"         // defines: error_of, contains
@@ -32,7 +33,10 @@ const Shape kW{6, 8}, kQkv{12, 4}, kB{8};
 
 // The value saved at global flat index g of a tensor: distinct per tensor, exact in fp32.
 float value_of(const std::string& tensor, std::int64_t g) {
-  const float base = tensor == "param/w" ? 0.0f : tensor == "adam_m/w" ? 1000.0f : tensor == "param/qkv" ? 2000.0f : 3000.0f;
+  const float base = tensor == "param/w"     ? 0.0f
+                     : tensor == "adam_m/w"  ? 1000.0f
+                     : tensor == "param/qkv" ? 2000.0f
+                                             : 3000.0f;
   return base + static_cast<float>(g);
 }
 
@@ -157,7 +161,8 @@ TEST(TensorIo, WriterContributionMatchesTheFile) {
   EXPECT_EQ(c.file->name, "rank_00000.bin");
   EXPECT_EQ(c.file->bytes, 64 + 4 * (12 + 12 + 24 + 8));
   EXPECT_EQ(static_cast<std::int64_t>(fs::file_size(partial_dir(dir.path(), 2) / "rank_00000.bin")), c.file->bytes);
-  EXPECT_EQ(c.tensors, (std::vector<TensorEntry>{{"param/w", kW}, {"adam_m/w", kW}, {"param/qkv", kQkv}, {"param/b", kB}}));
+  EXPECT_EQ(c.tensors,
+            (std::vector<TensorEntry>{{"param/w", kW}, {"adam_m/w", kW}, {"param/qkv", kQkv}, {"param/b", kB}}));
   ASSERT_EQ(c.pieces.size(), 4u);
   EXPECT_EQ(c.pieces[1].byte_offset, 64 + 4 * 12);
   EXPECT_EQ(c.pieces[3].byte_offset, 64 + 4 * 48);
@@ -170,7 +175,9 @@ TEST(TensorIo, AddChecksItsArguments) {
   const std::vector<float> three(3, 1.0f);
   EXPECT_EQ(error_of([&] { writer.add("param/b", kB, Slice::whole(kB), three); }),
             "rank 1: saving tensor param/b: 3 values given for a slice of 8");
-  EXPECT_TRUE(contains(error_of([&] { writer.add("param/b", kB, boxes({Box{{6}, {3}}}), three); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         writer.add("param/b", kB, boxes({Box{{6}, {3}}}), three);
+                       }),
                        "rank 1: saving tensor param/b: box 0"));
   writer.add("param/b", kB, boxes({Box{{0}, {3}}}), three);
   EXPECT_EQ(error_of([&] { writer.add("param/b", {3}, Slice::whole({3}), three); }),
@@ -235,7 +242,8 @@ TEST(TensorIo, ElementsNoPieceHoldsAreNamed) {
   ScratchDir dir("tensor_io");
   const fs::path step_dir = save(dir / "ckpt", 4);
   Manifest manifest = read_manifest(step_dir);
-  std::erase_if(manifest.pieces, [](const PieceEntry& p) { return p.tensor == "param/w" && p.file == "rank_00003.bin"; });
+  std::erase_if(manifest.pieces,
+                [](const PieceEntry& p) { return p.tensor == "param/w" && p.file == "rank_00003.bin"; });
   CheckpointReader reader(step_dir, manifest);
   // Rank 3 (tp 1, dp 1) held the second half of rows 3-5: from element [4, 4] on.
   EXPECT_EQ(error_of([&] { reader.read_whole("param/w"); }),
@@ -250,9 +258,13 @@ TEST(TensorIo, ReadChecksItsArguments) {
   std::vector<float> out(3);
   EXPECT_EQ(error_of([&] { reader.read("param/x", Slice::whole({3}), out); }),
             "checkpoint " + step_dir.string() + " has no tensor param/x");
-  EXPECT_TRUE(contains(error_of([&] { reader.read("param/b", boxes({Box{{6}, {3}}}), out); }),
+  EXPECT_TRUE(contains(error_of([&] {
+                         reader.read("param/b", boxes({Box{{6}, {3}}}), out);
+                       }),
                        "checkpoint " + step_dir.string() + ": tensor param/b: the slice to read: box 0"));
-  EXPECT_EQ(error_of([&] { reader.read("param/b", boxes({Box{{0}, {4}}}), out); }),
+  EXPECT_EQ(error_of([&] {
+              reader.read("param/b", boxes({Box{{0}, {4}}}), out);
+            }),
             "checkpoint " + step_dir.string() + ": reading param/b into room for 3 values, the slice has 4");
 }
 
@@ -262,8 +274,9 @@ TEST(TensorIo, NewerManifestIsRefused) {
   nlohmann::json doc = nlohmann::json::parse(read_text(step_dir / "manifest.json"));
   doc["format_version"] = 2;
   std::ofstream(step_dir / "manifest.json") << doc.dump();
-  EXPECT_EQ(error_of([&] { CheckpointReader reader(step_dir); }),
-            (step_dir / "manifest.json").string() + ": written by a newer meshtrain: format 2, this build reads format 1");
+  EXPECT_EQ(
+      error_of([&] { CheckpointReader reader(step_dir); }),
+      (step_dir / "manifest.json").string() + ": written by a newer meshtrain: format 2, this build reads format 1");
 }
 
 TEST(TensorIo, ShardFaultLeavesHalfAFileAndNoSidecar) {

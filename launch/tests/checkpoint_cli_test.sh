@@ -121,7 +121,7 @@ same_losses "2x2x1 zero 1 -> 4x1x1 zero 0: steps 5-8 within 1e-5" "$dir/m221.jso
 
 # --- a run killed while saving: the previous checkpoint stays in force, resume takes it.
 L212=(--dp 2 --pp 2)
-for point in shard@1 manifest latest; do
+for point in shard@1 sidecar@3 manifest rename latest; do
   ck=$dir/crash-${point%@*}
   MESHTRAIN_FAULT_SAVE="${point%@*}:4${point#${point%@*}}" run np 4 "${train[@]}" "${L212[@]}" \
     --checkpoint-dir "$ck" --save-every 2 --metrics "$dir/m-crash.jsonl"
