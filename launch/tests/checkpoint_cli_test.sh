@@ -112,6 +112,12 @@ expect_ok "resume 1 rank -> dp 2 x pp 2" \
   np 4 "${train[@]}" --dp 2 --pp 2 --resume "$dir/c111/step_00000004" --metrics "$dir/m212-from111.jsonl"
 same_losses "1x1x1 -> 2x1x2: steps 5-8 within 1e-5" "$dir/m111.jsonl" "$dir/m212-from111.jsonl" 5 8 1e-5
 
+# --- 1x1x1 -> pp 2 interleaved with 2 chunks per stage: the layers cut into 4 chunks, 2 ranks.
+expect_ok "resume 1 rank -> pp 2 interleaved v2" \
+  np 2 "${train[@]}" --pp 2 --schedule interleaved --virtual-stages 2 --resume "$dir/c111/step_00000004" \
+  --metrics "$dir/m-v2-from111.jsonl"
+same_losses "1x1x1 -> pp 2 v 2: steps 5-8 within 1e-5" "$dir/m111.jsonl" "$dir/m-v2-from111.jsonl" 5 8 1e-5
+
 # --- dp 2 x tp 2 with ZeRO-1 -> dp 4 without, 4 ranks.
 expect_ok "train dp 2 x tp 2 zero 1" \
   np 4 "${train[@]}" --dp 2 --tp 2 --zero 1 --checkpoint-dir "$dir/c221" --save-every 4 --metrics "$dir/m221.jsonl"
