@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "runtime/error.h"
+#include "runtime/unique_fd.h"
 
 namespace mt::ckpt {
 namespace fs = std::filesystem;
@@ -38,20 +39,6 @@ void write_all(std::FILE* file, XXH3_state_s* hash, const void* data, std::size_
   XXH3_64bits_update(hash, data, bytes);
 }
 
-// Closes a file descriptor on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 void unmap(const unsigned char* data, std::int64_t bytes) {
   if (data) ::munmap(const_cast<unsigned char*>(data), static_cast<std::size_t>(bytes));
@@ -129,7 +116,7 @@ FileEntry ShardWriter::finish() {
 }
 
 ShardReader::ShardReader(const fs::path& dir, const FileEntry& entry) : path_(dir / entry.name) {
-  const Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  const UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int err = errno;
     MT_REQUIRE(err != ENOENT, "missing shard file ", path_.string(), " (the manifest lists it)");

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "runtime/error.h"
+#include "runtime/unique_fd.h"
 
 namespace mt::data {
 namespace fs = std::filesystem;
@@ -28,21 +29,6 @@ namespace {
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-// Closes a file descriptor on scope exit unless released.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 void write_all(int fd, const void* data, std::size_t bytes, const fs::path& file) {
   const auto* p = static_cast<const char*>(data);
@@ -75,7 +61,7 @@ void write_shard_bytes(const fs::path& file, std::int64_t count, const std::uint
   static std::atomic<unsigned> counter{0};
   fs::path tmp = file;
   tmp += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) MT_FAIL("cannot create token shard ", file, " (temporary ", tmp, "): ", errno_text(errno));
   try {
     write_all(fd.get(), header.data(), kShardHeaderBytes, file);
@@ -115,7 +101,7 @@ void write_shard(const fs::path& file, std::span<const std::int32_t> tokens) {
 // --- ShardFile ---------------------------------------------------------------------------------
 
 ShardFile ShardFile::open(const fs::path& file) {
-  Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) MT_FAIL("cannot open token shard ", file, ": ", errno_text(errno));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) MT_FAIL("cannot stat token shard ", file, ": ", errno_text(errno));
