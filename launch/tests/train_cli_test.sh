@@ -9,28 +9,7 @@
 set -u
 meshtrain=$1
 mpiexec=$2
-failures=0
-known=0
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-out=$dir/stdout
-err=$dir/stderr
-
-fail() { echo "FAIL $1"; failures=$((failures + 1)); }
-show() { echo "--- stdout:"; cat "$out"; echo "--- stderr:"; cat "$err"; }
-
-run() {  # run COMMAND...: stdout and stderr to $out and $err, at most 120 s; sets rc
-  timeout 120 "$@" >"$out" 2>"$err"
-  rc=$?
-}
-
-expect_ok() {  # expect_ok NAME COMMAND...
-  local name=$1
-  shift
-  run "$@"
-  if [ "$rc" -ne 0 ]; then fail "$name: exit code $rc, expected 0"; show; return 1; fi
-  echo "ok   $name"
-}
+. "$(dirname "$0")/cli_test_lib.sh"
 
 # A check of a bug once found and fixed: fails the suite when it comes back.
 known_bug() {  # known_bug NAME CONDITION_EXIT_STATUS DESCRIPTION
@@ -41,22 +20,9 @@ known_bug() {  # known_bug NAME CONDITION_EXIT_STATUS DESCRIPTION
   fi
 }
 
-# expect_error NAME PATTERN COMMAND...: exits non-zero (not by the timeout), and stderr holds exactly
-# one "meshtrain: error:" line, which matches PATTERN (an extended regex).
-expect_error() {
-  local name=$1 pattern=$2
-  shift 2
-  run "$@"
-  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    fail "$name: exit code $rc, expected an error exit (124/137: hung and killed)"; show; return 1
-  fi
-  local lines
-  lines=$(grep -c '^meshtrain: error: ' "$err")
-  if [ "$lines" -ne 1 ]; then fail "$name: $lines 'meshtrain: error:' lines on stderr, expected 1"; show; return 1; fi
-  if ! grep '^meshtrain: error: ' "$err" | grep -q -E -- "$pattern"; then
-    fail "$name: the error lacks /$pattern/"; show; return 1
-  fi
-  echo "ok   $name (exit $rc)"
+# After an expected error: what else is on stderr, and the message's form.
+extra_error_checks() {
+  local name=$1
   # What else is on stderr: a single-process run aborted through MPI_Abort adds Open MPI's banner.
   if [ "$(grep -c . "$err")" -ne 1 ] && grep -q "MPI_ABORT was invoked" "$err"; then
     known_bug "$name: one line on stderr" 1 \
