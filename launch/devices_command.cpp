@@ -50,6 +50,9 @@ int devices_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
                                 format_bytes(props.total_memory), cap ? format_bytes(cap) : "none",
                                 std::to_string(s.context->cpu_threads()), s.world->backend_name()});
   const auto rows = gather_strings(MPI_COMM_WORLD, row);
+  std::string warnings;
+  for (const std::string& w : s.warnings) warnings += w + '\n';
+  const auto all_warnings = gather_strings(MPI_COMM_WORLD, warnings);
   // A collective over the chosen backend proves it works, not only that it was chosen.
   s.world->barrier();
   if (s.placement.world_rank != 0) return 0;
@@ -65,6 +68,11 @@ int devices_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
               s.world->backend_name().c_str(), s.backend.reason.c_str(),
               nccl_compiled() ? (", NCCL " + nccl_version() + " built in").c_str() : "");
   std::printf("%s", table.render().c_str());
+  std::printf("launched by %s\n", s.launch.describe().c_str());
+  for (const std::string& lines : all_warnings) {
+    std::istringstream in(lines);
+    for (std::string w; std::getline(in, w);) std::printf("warning: %s\n", w.c_str());
+  }
   return 0;
 }
 

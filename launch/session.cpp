@@ -1,13 +1,18 @@
 #include "launch/session.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace mt {
 
 Session open_session(const RuntimeOptions& options) {
   Session s;
   s.placement = node_placement(MPI_COMM_WORLD);
-  s.binding = bind_device(options.device, options.virtual_devices, s.placement, discover_devices());
+  const DeviceDiscovery found = discover_devices();
+  s.binding = bind_device(options.device, options.virtual_devices, s.placement, found);
+  s.launch = read_launch_environment([](const char* name) { return std::getenv(name); });
+  s.warnings = launch_warnings(s.launch, s.placement, s.binding.device.is_cuda(), static_cast<int>(found.gpus.size()),
+                               options.virtual_devices);
   if (!s.binding.notice.empty() && s.placement.local_rank == 0) {
     std::fprintf(stderr, "meshtrain: notice: %s\n", s.binding.notice.c_str());
   }

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "comm/backend_selection.h"
 #include "comm/communicator.h"
 #include "launch/binding.h"
+#include "launch/launch_env.h"
 #include "launch/options.h"
 #include "runtime/context.h"
 
@@ -15,6 +18,8 @@ namespace mt {
 
 struct Session {
   NodePlacement placement;
+  LaunchEnvironment launch;           // what the launcher says (reported, checked against MPI)
+  std::vector<std::string> warnings;  // this rank's disagreements between the two (launch_warnings)
   Binding binding;
   std::unique_ptr<DeviceContext> context;
   BackendChoice backend;
