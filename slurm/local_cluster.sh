@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# A real SLURM cluster on this one machine, for tests and demos: slurmctld plus one slurmd per node,
+# all on 127.0.0.1, state under DIR. Needs root and Debian's slurmctld, slurmd and slurm-client.
+#
+#   slurm/local_cluster.sh up DIR [NODES]   start NODES (1 or 2, default 1) nodes; prints the
+#                                           `export SLURM_CONF=...` the clients (sbatch, srun) need
+#   slurm/local_cluster.sh down DIR         stop every daemon started under DIR (by PID) and wipe DIR
+#
+# Authentication is auth/none (no munged to run: fine for a cluster that exists for one test). With
+# two nodes both slurmd run on this host under other names and ports; Open MPI then must use TCP
+# over lo between them (OMPI_MCA_btl=tcp,self, btl/oob_tcp_if_include=lo), as the ranks of one
+# "node" cannot share memory with the other's.
+set -euo pipefail
+cmd=${1:-}
+dir=${2:-}
+nodes=${3:-1}
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n 2,14p "$0" >&2; exit 2; }
+
+down() {
+  if [ -f "$dir/pids" ]; then
+    while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
+    for _ in $(seq 50); do
+      alive=0
+      while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done <"$dir/pids"
+      [ "$alive" -eq 0 ] && break
+      sleep 0.1
+    done
+    while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done <"$dir/pids"
+  fi
+  rm -rf "$dir"
+}
+
+up() {
+  [ "$(id -u)" -eq 0 ] || { echo "local_cluster.sh: slurmd needs root" >&2; exit 1; }
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null ||
+    { echo "local_cluster.sh: needs slurmctld and slurmd (apt-get install slurmctld slurmd slurm-client)" >&2; exit 1; }
+  [ "$nodes" = 1 ] || [ "$nodes" = 2 ] || { echo "local_cluster.sh: NODES must be 1 or 2" >&2; exit 2; }
+  # Stale state and spool (PMIx sockets of reused job ids) break steps: always start clean.
+  rm -rf "$dir"
+  mkdir -p "$dir"/{state,spool,run,log,tmp}
+  dir=$(cd "$dir" && pwd)
+  local cpus
+  cpus=$(nproc)
+  local port=$((17000 + RANDOM % 2000))  # controller port; nodes take the next ones
+  {
+    echo "ClusterName=mt"
+    echo "SlurmctldHost=localhost"
+    echo "SlurmctldPort=$port"
+    echo "SlurmUser=root"
+    echo "SlurmdUser=root"
+    echo "AuthType=auth/none"
+    echo "CredType=cred/none"
+    echo "StateSaveLocation=$dir/state"
+    echo "SlurmdSpoolDir=$dir/spool/%n"
+    echo "SlurmctldPidFile=$dir/run/slurmctld.pid"
+    echo "SlurmdPidFile=$dir/run/slurmd-%n.pid"
+    echo "SlurmctldLogFile=$dir/log/slurmctld.log"
+    echo "SlurmdLogFile=$dir/log/slurmd-%n.log"
+    echo "ProctrackType=proctrack/linuxproc"
+    echo "TaskPlugin=task/none"
+    echo "JobAcctGatherType=jobacct_gather/none"
+    echo "AccountingStorageType=accounting_storage/none"
+    echo "SelectType=select/cons_tres"
+    echo "SelectTypeParameters=CR_Core"
+    echo "MpiDefault=pmix"
+    echo "ReturnToService=2"
+    echo "TmpFS=$dir/tmp"
+    if [ "$nodes" = 1 ]; then
+      echo "NodeName=localhost CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=4000 Port=$((port + 1)) State=UNKNOWN"
+    else
+      echo "NodeName=n[1-2] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((port + 1))-$((port + 2))] CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
+    fi
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+  } >"$dir/slurm.conf"
+  slurmctld -D -f "$dir/slurm.conf" >"$dir/log/slurmctld.out" 2>&1 &
+  echo $! >>"$dir/pids"
+  if [ "$nodes" = 1 ]; then
+    slurmd -D -N localhost -f "$dir/slurm.conf" >"$dir/log/slurmd.out" 2>&1 &
+    echo $! >>"$dir/pids"
+  else
+    for n in n1 n2; do
+      slurmd -D -N "$n" -f "$dir/slurm.conf" >"$dir/log/slurmd-$n.out" 2>&1 &
+      echo $! >>"$dir/pids"
+    done
+  fi
+  # Idle nodes within 20 s, or the logs say why not.
+  export SLURM_CONF=$dir/slurm.conf
+  for _ in $(seq 200); do
+    if [ "$(sinfo -h -o '%t' 2>/dev/null | grep -c idle)" -ge 1 ] &&
+       [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c idle)" -eq "$nodes" ]; then
+      echo "export SLURM_CONF=$dir/slurm.conf"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "local_cluster.sh: the nodes did not come up; logs in $dir/log:" >&2
+  tail -5 "$dir"/log/* >&2 || true
+  return 1
+}
+
+case "$cmd" in
+  up) up ;;
+  down) down ;;
+  *) sed -n 2,14p "$0" >&2; exit 2 ;;
+esac

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A real SLURM cluster on this machine (slurm/local_cluster.sh, one node): `sbatch` the checked-in
+# slurm/train.sbatch with 4 tasks (srun --mpi=pmix) running a short tiny training; the job must
+# complete and its losses equal, bit for bit, those of the same run under mpirun. Every daemon the
+# test starts is stopped and its directory removed, also on failure. Needs root and the SLURM
+# packages (./test installs them); without them it skips (exit 77) saying why.
+# Usage: slurm_cluster_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
+set -u
+meshtrain=$1
+mpiexec=$2
+compare=$3
+here=$(cd "$(dirname "$0")/.." && pwd)
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: slurmd needs root"; exit 77; }
+for tool in slurmctld slurmd sbatch; do
+  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (apt-get install slurmctld slurmd slurm-client)"; exit 77; }
+done
+run_timeout=180
+. "$here/../launch/tests/cli_test_lib.sh"
+cluster=$dir/cluster
+trap '"$here/local_cluster.sh" down "$cluster"; rm -rf "$dir"' EXIT
+
+RANDOM=5
+words=(the a cat dog ran sat on under big small red house tree river)
+for entry in $(seq 40); do
+  for k in $(seq 12); do printf '%s ' "${words[RANDOM % 14]}"; done
+  printf '.\n%%\n'
+done >"$dir/corpus"
+expect_ok "prepare" "$meshtrain" prepare --tokenizer bytes --input "$dir/corpus" --output "$dir/data" --val-fraction 0.1
+train=(--tokenizer bytes --data "$dir/data" --model tiny --seq-len 32 --global-batch 8 --micro-batch 2 --steps 6
+       --dp 2 --pp 2 --log-every 2 --eval-batches 1 --cpu-threads 1)
+
+expect_ok "cluster up" "$here/local_cluster.sh" up "$cluster" 1 || { echo "$failures failure(s)"; exit 1; }
+export SLURM_CONF=$cluster/slurm.conf
+# -O (overcommit): 4 tasks on a node of 2 cores; -W waits for the job and returns its exit code.
+expect_ok "sbatch slurm/train.sbatch, 4 tasks" env MESHTRAIN="$meshtrain" \
+  sbatch -W -N1 -n4 -O -o "$dir/job.out" "$here/train.sbatch" "${train[@]}" --metrics "$dir/slurm.jsonl"
+grep -q "^final validation loss" "$dir/job.out" 2>/dev/null && echo "ok   the job trained to the end" ||
+  { fail "the job did not finish training"; cat "$dir/job.out"; }
+expect_ok "the same under mpirun" np 4 "$meshtrain" train "${train[@]}" --metrics "$dir/mpirun.jsonl"
+if "$compare" "$dir/slurm.jsonl" "$dir/mpirun.jsonl" 1 6 0 >"$dir/compare" 2>&1; then
+  echo "ok   losses under sbatch/srun equal those under mpirun, bit for bit"
+else
+  fail "losses differ"; cat "$dir/compare"
+fi
+expect_ok "meshtrain devices under srun" env MESHTRAIN="$meshtrain" \
+  sbatch -W -N1 -n4 -O -o "$dir/devices.out" --wrap "srun --mpi=pmix $meshtrain devices"
+grep -q "launched by srun (SLURM), PMIx in SLURM job" "$dir/devices.out" && echo "ok   devices names the launcher" ||
+  { fail "devices does not name srun"; cat "$dir/devices.out"; }
+grep -q "^warning:" "$dir/devices.out" && { fail "devices warns under a consistent launch"; cat "$dir/devices.out"; }
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
