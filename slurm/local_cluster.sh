@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # A real SLURM cluster on this one machine, for tests and demos: slurmctld plus one slurmd per node,
-# all on 127.0.0.1, state under DIR. Needs root and Debian's slurmctld, slurmd and slurm-client.
+# state under DIR. Needs root and Debian's slurmctld, slurmd and slurm-client.
 #
 #   slurm/local_cluster.sh up DIR [NODES]   start NODES (1 or 2, default 1) nodes; prints the
 #                                           `export SLURM_CONF=...` the clients (sbatch, srun) need
-#   slurm/local_cluster.sh down DIR         stop every daemon started under DIR (by PID) and wipe DIR
+#   slurm/local_cluster.sh down DIR         stop every daemon started under DIR (by PID), delete its
+#                                           namespaces and wipe DIR
 #
-# Authentication is auth/none (no munged to run: fine for a cluster that exists for one test). With
-# two nodes both slurmd run on this host under other names and ports; Open MPI then must use TCP
-# over lo between them (OMPI_MCA_btl=tcp,self, btl/oob_tcp_if_include=lo), as the ranks of one
-# "node" cannot share memory with the other's.
+# One node is this host ("localhost"). Two nodes are two hosts: network namespaces n1 and n2
+# (slurm/local_hosts.sh, 10.99.0.1-2) each with its own hostname and slurmd, the controller in
+# n1. Clients then run in n1's namespace: `ip netns exec $(cat DIR/netns)-n1 sbatch ...`, and
+# Open MPI's TCP between the nodes wants OMPI_MCA_btl_tcp_if_include=10.99.0.0/24.
+# Authentication is auth/none (no munged to run: fine for a cluster that exists for one test).
 set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 nodes=${3:-1}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n 2,14p "$0" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n 2,17p "$0" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
 
 down() {
   if [ -f "$dir/pids" ]; then
@@ -27,6 +30,7 @@ down() {
     done
     while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done <"$dir/pids"
   fi
+  [ -f "$dir/netns" ] && "$here/local_hosts.sh" down "$(cat "$dir/netns")" 2
   rm -rf "$dir"
 }
 
@@ -37,14 +41,14 @@ up() {
   [ "$nodes" = 1 ] || [ "$nodes" = 2 ] || { echo "local_cluster.sh: NODES must be 1 or 2" >&2; exit 2; }
   # Stale state and spool (PMIx sockets of reused job ids) break steps: always start clean.
   rm -rf "$dir"
-  mkdir -p "$dir"/{state,spool,run,log,tmp}
+  mkdir -p "$dir"/{state,spool,run,log} "$dir"/tmp/{localhost,n1,n2}
   dir=$(cd "$dir" && pwd)
   local cpus
   cpus=$(nproc)
   local port=$((17000 + RANDOM % 2000))  # controller port; nodes take the next ones
   {
     echo "ClusterName=mt"
-    echo "SlurmctldHost=localhost"
+    if [ "$nodes" = 1 ]; then echo "SlurmctldHost=localhost"; else echo "SlurmctldHost=n1(10.99.0.1)"; fi
     echo "SlurmctldPort=$port"
     echo "SlurmUser=root"
     echo "SlurmdUser=root"
@@ -64,30 +68,40 @@ up() {
     echo "SelectTypeParameters=CR_Core"
     echo "MpiDefault=pmix"
     echo "ReturnToService=2"
-    echo "TmpFS=$dir/tmp"
+    echo "TmpFS=$dir/tmp/%n"  # per node: PMIx keeps its server files there
     if [ "$nodes" = 1 ]; then
       echo "NodeName=localhost CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=4000 Port=$((port + 1)) State=UNKNOWN"
     else
-      echo "NodeName=n[1-2] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((port + 1))-$((port + 2))] CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
+      echo "NodeName=n[1-2] NodeAddr=10.99.0.[1-2] Port=$((port + 1)) CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
     fi
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
   } >"$dir/slurm.conf"
-  slurmctld -D -f "$dir/slurm.conf" >"$dir/log/slurmctld.out" 2>&1 &
-  echo $! >>"$dir/pids"
   if [ "$nodes" = 1 ]; then
+    slurmctld -D -f "$dir/slurm.conf" >"$dir/log/slurmctld.out" 2>&1 &
+    echo $! >>"$dir/pids"
     slurmd -D -N localhost -f "$dir/slurm.conf" >"$dir/log/slurmd.out" 2>&1 &
     echo $! >>"$dir/pids"
+    client=()
   else
+    local prefix=mts$$
+    echo "$prefix" >"$dir/netns"
+    "$here/local_hosts.sh" up "$prefix" 2
+    # nsenter, not `ip netns exec`: that one remounts /sys and hides the cgroups slurmd reads. Each
+    # exec chain ends in the daemon itself, so $! is its PID.
+    nsenter --net="/run/netns/$prefix-n1" unshare --uts sh -c \
+      "hostname n1; exec slurmctld -D -f $dir/slurm.conf" >"$dir/log/slurmctld.out" 2>&1 &
+    echo $! >>"$dir/pids"
     for n in n1 n2; do
-      slurmd -D -N "$n" -f "$dir/slurm.conf" >"$dir/log/slurmd-$n.out" 2>&1 &
+      nsenter --net="/run/netns/$prefix-$n" unshare --uts sh -c \
+        "hostname $n; exec slurmd -D -N $n -f $dir/slurm.conf" >"$dir/log/slurmd-$n.out" 2>&1 &
       echo $! >>"$dir/pids"
     done
+    client=(ip netns exec "$prefix-n1")
   fi
   # Idle nodes within 20 s, or the logs say why not.
   export SLURM_CONF=$dir/slurm.conf
   for _ in $(seq 200); do
-    if [ "$(sinfo -h -o '%t' 2>/dev/null | grep -c idle)" -ge 1 ] &&
-       [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c idle)" -eq "$nodes" ]; then
+    if [ "$("${client[@]}" sinfo -h -N -o '%t' 2>/dev/null | grep -c idle)" -eq "$nodes" ]; then
       echo "export SLURM_CONF=$dir/slurm.conf"
       return 0
     fi
@@ -101,5 +115,5 @@ up() {
 case "$cmd" in
   up) up ;;
   down) down ;;
-  *) sed -n 2,14p "$0" >&2; exit 2 ;;
+  *) sed -n 2,17p "$0" >&2; exit 2 ;;
 esac

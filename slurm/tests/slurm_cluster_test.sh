@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A real SLURM cluster on this machine (slurm/local_cluster.sh, one node): `sbatch` the checked-in
-# slurm/train.sbatch with 4 tasks (srun --mpi=pmix) running a short tiny training; the job must
-# complete and its losses equal, bit for bit, those of the same run under mpirun. Every daemon the
+# A real SLURM cluster on this machine (slurm/local_cluster.sh): `sbatch` the checked-in
+# slurm/train.sbatch with 4 tasks (srun --mpi=pmix) running a short tiny training, on one node and
+# then on two nodes that are hosts of their own (network namespaces); each job must complete and
+# its losses equal, bit for bit, those of the same run under mpirun. Every daemon the
 # test starts is stopped and its directory removed, also on failure. Needs root and the SLURM
 # packages (./test installs them); without them it skips (exit 77) saying why.
 # Usage: slurm_cluster_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
@@ -17,7 +18,9 @@ done
 run_timeout=180
 . "$here/../launch/tests/cli_test_lib.sh"
 cluster=$dir/cluster
-trap '"$here/local_cluster.sh" down "$cluster"; rm -rf "$dir"' EXIT
+cleanup() { "$here/local_cluster.sh" down "$cluster"; rm -rf "$dir"; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM  # ctest's timeout: the EXIT trap still stops the daemons
 
 RANDOM=5
 words=(the a cat dog ran sat on under big small red house tree river)
@@ -47,6 +50,24 @@ expect_ok "meshtrain devices under srun" env MESHTRAIN="$meshtrain" \
 grep -q "launched by srun (SLURM), PMIx in SLURM job" "$dir/devices.out" && echo "ok   devices names the launcher" ||
   { fail "devices does not name srun"; cat "$dir/devices.out"; }
 grep -q "^warning:" "$dir/devices.out" && { fail "devices warns under a consistent launch"; cat "$dir/devices.out"; }
+
+# Two nodes, each a host of its own (network namespace, hostname, slurmd): 2 tasks on each.
+"$here/local_cluster.sh" down "$cluster"
+expect_ok "two-node cluster up" "$here/local_cluster.sh" up "$cluster" 2 || { echo "$failures failure(s)"; exit 1; }
+in_n1=(ip netns exec "$(cat "$cluster/netns")-n1" env MESHTRAIN="$meshtrain" OMPI_MCA_btl=tcp,vader,self
+       OMPI_MCA_btl_tcp_if_include=10.99.0.0/24 OMPI_MCA_oob_tcp_if_include=10.99.0.0/24)
+expect_ok "sbatch slurm/train.sbatch on 2 nodes x 2 tasks" "${in_n1[@]}" \
+  sbatch -W -N2 -n4 --ntasks-per-node=2 -o "$dir/job2.out" "$here/train.sbatch" "${train[@]}" --metrics "$dir/slurm2.jsonl"
+grep -q "^  rank 3: " "$dir/job2.out" 2>/dev/null || { fail "the 2-node job did not start 4 ranks"; cat "$dir/job2.out"; }
+if "$compare" "$dir/slurm2.jsonl" "$dir/mpirun.jsonl" 1 6 0 >"$dir/compare" 2>&1; then
+  echo "ok   2 nodes: losses equal those under mpirun on one host, bit for bit"
+else
+  fail "2 nodes: losses differ"; cat "$dir/compare"
+fi
+expect_ok "meshtrain devices on 2 nodes" "${in_n1[@]}" \
+  sbatch -W -N2 -n4 --ntasks-per-node=2 -o "$dir/devices2.out" --wrap "srun --mpi=pmix $meshtrain devices"
+grep -q "4 rank(s) on 2 host(s)" "$dir/devices2.out" && echo "ok   devices shows 2 hosts" ||
+  { fail "devices does not show 2 hosts"; cat "$dir/devices2.out"; }
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
