@@ -94,4 +94,9 @@ std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptParti
   return shards;
 }
 
+bool is_primary_copy(const ParamShard& shard, const GptPartition& partition) {
+  if (shard.replicated() && partition.tp_rank != 0) return false;
+  return !(shard.full.kind == ParamKind::TokenEmbedding && !partition.embedding);
+}
+
 }  // namespace mt

@@ -11,7 +11,7 @@
 //   - replicated on every tp rank: layernorms, wpe, the row-parallel biases.
 // Every element of a shard maps to one element of the full tensor, so initialization (a pure
 // function of the full index, models/init.h) and gathering are exact for any layout.
-// defines: LayerRange, GptPartition, ParamShard, gpt_param_shards
+// defines: LayerRange, GptPartition, ParamShard, gpt_param_shards, is_primary_copy
 #pragma once
 
 #include <cstdint>
@@ -59,5 +59,11 @@ struct ParamShard {
 
 // The parameters a partition holds, in the order of gpt_parameter_specs (wte, wpe, layers, lnf).
 std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition);
+
+// Whether `shard`, as `partition` holds it, is the copy that counts among the copies inside one
+// pipeline: not a replicated tensor on tp rank > 0, nor the tied embedding's copy on a rank without
+// the embedding (the last stage's, with pp > 1). The global norm counts, and checkpoints and gathers
+// take, exactly these; data-parallel replicas all answer alike.
+bool is_primary_copy(const ParamShard& shard, const GptPartition& partition);
 
 }  // namespace mt

@@ -54,8 +54,7 @@ std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& r
     if (coord.dp == 0) {  // one copy of each shard: data-parallel rank 0 holds it
       const GptPartition partition = plan_partition(config, mesh, coord, parallel, seq_len);
       for (const ParamShard& shard : gpt_param_shards(config, partition)) {
-        const bool tied_copy = shard.full.kind == ParamKind::TokenEmbedding && mesh.pp > 1 && !partition.embedding;
-        if ((shard.replicated() && coord.tp != 0) || tied_copy) continue;
+        if (!is_primary_copy(shard, partition)) continue;
         std::size_t f = 0;
         while (specs[f].name != shard.full.name) ++f;
         const ckpt::Slice slice = shard_slice(shard, 0, shard.local.numel());

@@ -182,7 +182,7 @@ SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path
     ckpt::maybe_crash(fault, "manifest", step, rank);
     const ckpt::Manifest manifest = ckpt::assemble_manifest(partial, world.size(), manifest_base(trainer, run));
     for (const ckpt::FileEntry& f : manifest.files) result.bytes += f.bytes;
-    result.dir = ckpt::commit_checkpoint(root, manifest, fault);
+    ckpt::commit_checkpoint(root, manifest, fault);
     ckpt::maybe_crash(fault, "latest", step, rank);
     ckpt::set_latest(root, step);
     result.pruned = ckpt::prune_checkpoints(root, keep);

@@ -120,12 +120,8 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   std::vector<FlatParam> flat;
   for (std::size_t i = 0; i < store.size(); ++i) {
     const ParamShard& shard = model_->shards()[i];
-    double weight = 1.0;
-    if (shard.replicated() && groups_.coord.tp != 0) weight = 0.0;
-    if (shard.full.kind == ParamKind::TokenEmbedding) {
-      wte_index_ = static_cast<std::int64_t>(i);
-      if (tied_across_stages_ && !partition.embedding) weight = 0.0;  // the head's copy of the first stage's wte
-    }
+    if (shard.full.kind == ParamKind::TokenEmbedding) wte_index_ = static_cast<std::int64_t>(i);
+    const double weight = mt::is_primary_copy(shard, partition) ? 1.0 : 0.0;
     flat.push_back({shard.full.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
   }
   ReducerOptions ro;
@@ -171,9 +167,7 @@ void ParallelTrainer::restore_progress(int steps_done, std::int64_t sequences_do
 }
 
 bool ParallelTrainer::is_primary_copy(std::size_t param) const {
-  const ParamShard& shard = model_->shards().at(param);
-  if (shard.replicated() && groups_.coord.tp != 0) return false;
-  return !(shard.full.kind == ParamKind::TokenEmbedding && tied_across_stages_ && !model_->partition().embedding);
+  return mt::is_primary_copy(model_->shards().at(param), model_->partition());
 }
 
 StepRecord ParallelTrainer::step() {

@@ -68,9 +68,7 @@ class ParallelTrainer {
   const ParallelGroups& groups() const { return groups_; }
   const TrainSettings& settings() const { return settings_; }
   const data::DataLoader& train_data() const { return train_; }
-  // Whether this rank's shard of local param `param` is the one checkpoints and gathers take among
-  // the copies inside a pipeline: not a replicated param on tp rank > 0, nor the tied embedding's
-  // copy on the last stage. Data-parallel replicas all answer alike.
+  // mt::is_primary_copy (models/gpt_sharding.h) of this rank's shard of local param `param`.
   bool is_primary_copy(std::size_t param) const;
   GradReducer& reducer() { return *reducer_; }
   DistributedAdamW& optimizer() { return *optimizer_; }

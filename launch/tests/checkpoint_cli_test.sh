@@ -30,14 +30,8 @@ same_losses() {  # same_losses NAME A B FIRST LAST TOLERANCE
 }
 
 # --- a corpus of generated sentences.
-RANDOM=11
-words=(the a cat dog ran sat on under big small red house tree river quickly slowly)
-for entry in $(seq 60); do
-  for k in $(seq 12); do printf '%s ' "${words[RANDOM % 16]}"; done
-  printf '.\n%%\n'
-done >"$dir/corpus"
+prepare_corpus 11
 data=$dir/data
-expect_ok "prepare" "$meshtrain" prepare --tokenizer bytes --input "$dir/corpus" --output "$data" --val-fraction 0.1
 
 base=("$meshtrain" train --tokenizer bytes --data "$data" --model tiny --seq-len 32 --global-batch 8 --micro-batch 2
       --lr 3e-3 --warmup 2 --log-every 4 --eval-batches 1 --cpu-threads 1)

@@ -46,3 +46,16 @@ expect_error() {
   if declare -F extra_error_checks >/dev/null; then extra_error_checks "$name"; fi
   return 0
 }
+
+# prepare_corpus SEED: token shards (bytes tokenizer, a tenth for validation) in $dir/data of a
+# generated corpus, 60 fortune-format entries of 12 words, the same for the same seed. Needs
+# $meshtrain.
+prepare_corpus() {
+  RANDOM=$1
+  local words=(the a cat dog ran sat on under big small red house tree river quickly slowly) entry k
+  for entry in $(seq 60); do
+    for k in $(seq 12); do printf '%s ' "${words[RANDOM % 16]}"; done
+    printf '.\n%%\n'
+  done >"$dir/corpus"
+  expect_ok "prepare" "$meshtrain" prepare --tokenizer bytes --input "$dir/corpus" --output "$dir/data" --val-fraction 0.1
+}

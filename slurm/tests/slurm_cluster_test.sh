@@ -22,13 +22,7 @@ cleanup() { "$here/local_cluster.sh" down "$cluster"; rm -rf "$dir"; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM  # ctest's timeout: the EXIT trap still stops the daemons
 
-RANDOM=5
-words=(the a cat dog ran sat on under big small red house tree river)
-for entry in $(seq 40); do
-  for k in $(seq 12); do printf '%s ' "${words[RANDOM % 14]}"; done
-  printf '.\n%%\n'
-done >"$dir/corpus"
-expect_ok "prepare" "$meshtrain" prepare --tokenizer bytes --input "$dir/corpus" --output "$dir/data" --val-fraction 0.1
+prepare_corpus 5
 train=(--tokenizer bytes --data "$dir/data" --model tiny --seq-len 32 --global-batch 8 --micro-batch 2 --steps 6
        --dp 2 --pp 2 --log-every 2 --eval-batches 1 --cpu-threads 1)
 
