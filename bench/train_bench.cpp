@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <iostream>
 #include <numeric>
+#include <stdexcept>
 
+#include "bench/bench_json.h"
 #include "launch/table.h"
 #include "models/gpt.h"
 #include "runtime/gemm_rate.h"
@@ -86,12 +88,17 @@ int train_bench(const std::vector<std::string>& args) {
       ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T")
       ("steps", po::value<int>()->default_value(5), "timed steps per model")
       ("warmup", po::value<int>()->default_value(1), "untimed steps first")
-      ("cpu-threads", po::value<int>()->default_value(0), "threads (0: all cores)");
+      ("cpu-threads", po::value<int>()->default_value(0), "threads (0: all cores)")
+      ("device", po::value<std::string>()->default_value("cpu"), "cpu, or cuda:N (one GPU)")
+      ("dtype", po::value<std::string>()->default_value("fp32"),
+       "compute precision of the matrix products: fp32, or bf16 (bf16 operands, fp32 accumulation and master weights)")
+      ("gemm-size", po::value<int>()->default_value(0), "n of the n^3 sgemm that measures the ceiling (0: 2048 on CPU, 8192 on GPU)")
+      ("json", po::value<std::string>()->default_value(""), "append one JSON line per model to this file (for meshtrain plan --calibrate)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   if (vm.count("help")) {
     std::cout << "usage: meshbench train [options]\n\nSingle-rank training throughput and MFU of GPT shapes on "
-                 "the CPU, next to the measured sgemm rate.\n\n"
+                 "the CPU or one GPU, next to the fp32 GEMM rate measured in the same run.\n\n"
               << desc;
     return 0;
   }
@@ -100,14 +107,23 @@ int train_bench(const std::vector<std::string>& args) {
   const int steps = vm["steps"].as<int>(), warmup = vm["warmup"].as<int>();
   DeviceOptions options;
   options.cpu_threads = vm["cpu-threads"].as<int>() > 0 ? vm["cpu-threads"].as<int>() : default_cpu_threads(1);
+  options.device = Device::parse(vm["device"].as<std::string>());
+  const std::string dtype_name = vm["dtype"].as<std::string>();
+  if (dtype_name != "fp32" && dtype_name != "bf16") throw std::runtime_error("--dtype must be fp32 or bf16, not " + dtype_name);
+  const DType compute = dtype_name == "bf16" ? DType::BF16 : DType::F32;
   DeviceContext ctx(options);
+  const bool gpu = options.device.kind == DeviceKind::CUDA;
+  const BenchJson json(vm["json"].as<std::string>());
 
-  // The ceiling: the best of a few square sgemm runs (2048 reaches OpenBLAS's steady state).
+  // The ceiling: the best of a few square fp32 GEMMs (2048 reaches OpenBLAS's steady state; a GPU
+  // needs a larger product to fill its multiprocessors).
+  const int gemm_n = vm["gemm-size"].as<int>() > 0 ? vm["gemm-size"].as<int>() : (gpu ? 8192 : 2048);
   double sgemm = 0.0;
-  for (int trial = 0; trial < 3; ++trial) sgemm = std::max(sgemm, measure_gemm_flops(ctx, 2048, 0.5));
-  std::printf("meshbench train: B=%d T=%d, %d timed step(s) after %d warm-up, %d CPU thread(s)\n", B, T, steps,
-              warmup, ctx.cpu_threads());
-  std::printf("sgemm 2048^3 (OpenBLAS, best of 3 in this run): %.1f GFLOP/s\n", sgemm / 1e9);
+  for (int trial = 0; trial < 3; ++trial) sgemm = std::max(sgemm, measure_gemm_flops(ctx, gemm_n, 0.5));
+  std::printf("meshbench train: B=%d T=%d, %d timed step(s) after %d warm-up, device %s, %s, %d CPU thread(s)\n", B,
+              T, steps, warmup, options.device.str().c_str(), dtype_name.c_str(), ctx.cpu_threads());
+  std::printf("fp32 GEMM %d^3 (%s, best of 3 in this run): %.1f GFLOP/s\n", gemm_n, gpu ? "cuBLAS" : "OpenBLAS",
+              sgemm / 1e9);
   TextTable table({"model", "params", "tokens", "step ms", "fwd ms", "bwd ms", "opt ms", "tokens/s", "GFLOP/s",
                    "MFU", "peak RSS"});
   std::string list = vm["models"].as<std::string>();
@@ -118,7 +134,7 @@ int train_bench(const std::vector<std::string>& args) {
     start = comma == std::string::npos ? list.size() + 1 : comma + 1;
     if (name.empty()) continue;
     GptConfig config = gpt_preset(name);
-    Gpt model(ctx, config);
+    Gpt model(ctx, config, compute);
     model.init(1);
     std::vector<ParamSlot> slots;
     for (std::size_t i = 0; i < model.parameters().size(); ++i)
@@ -132,9 +148,26 @@ int train_bench(const std::vector<std::string>& args) {
                    fmt("%.0f", 1e3 * t.total()), fmt("%.0f", 1e3 * t.forward), fmt("%.0f", 1e3 * t.backward),
                    fmt("%.0f", 1e3 * t.optimizer), fmt("%.0f", tokens / t.total()), fmt("%.1f", flops / 1e9),
                    fmt("%.2f", flops / sgemm), fmt("%.2f GiB", peak_rss_bytes() / (1024.0 * 1024 * 1024))});
+    nlohmann::ordered_json row;
+    row["bench"] = "train";
+    row["device"] = gpu ? "cuda" : "cpu";
+    row["dtype"] = dtype_name;
+    row["model"] = name;
+    row["params"] = config.real_parameter_count();
+    row["tokens_per_step"] = tokens;
+    row["step_s"] = t.total();
+    row["forward_s"] = t.forward;
+    row["backward_s"] = t.backward;
+    row["optimizer_s"] = t.optimizer;
+    row["model_flops_per_step"] = tokens * config.training_flops_per_token(T);
+    row["gemm_flops_per_s"] = sgemm;
+    row["threads"] = ctx.cpu_threads();
+    row["mfu"] = flops / sgemm;
+    json.append(row);
   }
   std::printf("%s", table.render().c_str());
-  std::printf("MFU = model FLOPs (6 x matmul parameters x tokens + attention) / step time / sgemm rate\n");
+  std::printf("MFU = model FLOPs (6 x matmul parameters x tokens + attention) / step time / fp32 GEMM rate%s\n",
+              compute == DType::BF16 ? " (bf16 products can beat it: MFU > 1 is possible)" : "");
   return 0;
 }
 

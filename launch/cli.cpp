@@ -5,6 +5,7 @@
 
 #include "launch/convert_command.h"
 #include "launch/devices_command.h"
+#include "launch/plan_command.h"
 #include "launch/plot_command.h"
 #include "launch/prepare_command.h"
 #include "launch/sample_command.h"
@@ -32,6 +33,7 @@ const std::vector<Command>& commands() {
       {"sample", "generate text from trained weights", sample_command},
       {"convert", "turn a checkpoint into llm.c weights and back, or into another layout's shards", convert_command},
       {"plot", "draw loss and throughput curves of runs' metrics files into a PNG", plot_command},
+      {"plan", "predict memory and step time of every layout of a model on a cluster; rank the best", plan_command},
   };
   return all;
 }

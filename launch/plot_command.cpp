@@ -8,11 +8,6 @@
 // itself, and brings no Python dependency into a C++ tool.
 #include "launch/plot_command.h"
 
-#include <fcntl.h>     // defines: O_RDONLY, O_WRONLY, O_CREAT, O_TRUNC
-#include <spawn.h>     // defines: posix_spawnp, posix_spawn_file_actions_*
-#include <sys/wait.h>  // defines: waitpid, WIFEXITED, WEXITSTATUS
-#include <unistd.h>    // defines: environ (with _GNU_SOURCE)
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -29,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "launch/child_process.h"  // defines: run_child, write_text, read_text
 #include "launch/cli.h"           // defines: UsageError
 #include "launch/command_line.h"  // defines: parse_command_line
 #include "launch/metrics_reader.h"
@@ -151,47 +147,16 @@ class WorkDir {
   bool temporary_ = false;
 };
 
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) MT_FAIL("cannot write ", path.string());
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs `gnuplot --default-settings SCRIPT` (no ~/.gnuplot), stdin from /dev/null, its output kept
-// in the temporary directory; returns when it has exited.
+// Runs `gnuplot --default-settings SCRIPT` (no ~/.gnuplot), its output kept in the work directory.
 void run_gnuplot(const fs::path& script, const fs::path& dir) {
-  const std::string out_log = (dir / "gnuplot.out").string(), err_log = (dir / "gnuplot.err").string();
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  std::string program = "gnuplot", flag = "--default-settings", script_arg = script.string();
-  std::array<char*, 4> argv = {program.data(), flag.data(), script_arg.data(), nullptr};
-  pid_t pid = 0;
-  const int spawned = posix_spawnp(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned == ENOENT) throw UsageError("meshtrain plot needs gnuplot (Debian: apt-get install gnuplot-nox)");
-  if (spawned != 0) MT_FAIL("cannot start gnuplot: ", std::strerror(spawned));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) MT_FAIL("waiting for gnuplot: ", std::strerror(errno));
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-  std::string err = read_text(err_log);
+  const ChildExit exit = run_child({"gnuplot", "--default-settings", script.string()}, dir / "gnuplot.out",
+                                   dir / "gnuplot.err");
+  if (!exit.started) throw UsageError("meshtrain plot needs gnuplot (Debian: apt-get install gnuplot-nox)");
+  if (exit.ok()) return;
+  std::string err = read_text(dir / "gnuplot.err");
   while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
   if (err.size() > 4000) err = "..." + err.substr(err.size() - 4000);
-  const std::string how = WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
-                                            : "was killed by signal " + std::to_string(WTERMSIG(status));
-  MT_FAIL("gnuplot ", how, (err.empty() ? "" : ":\n" + err));
+  MT_FAIL("gnuplot ", describe_exit(exit), (err.empty() ? "" : ":\n" + err));
 }
 
 // One line on a panel: a data file of "step value" rows and how to draw it.

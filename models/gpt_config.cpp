@@ -56,6 +56,7 @@ struct Preset {
 constexpr Preset kPresets[] = {
     {"tiny", 4, 4, 64, 64},           {"small", 6, 6, 384, 256},        {"gpt2", 12, 12, 768, 1024},
     {"gpt2-medium", 24, 16, 1024, 1024}, {"gpt2-large", 36, 20, 1280, 1024}, {"gpt2-xl", 48, 25, 1600, 1024},
+    {"gpt3-6.7b", 32, 32, 4096, 2048},   {"gpt3-13b", 40, 40, 5120, 2048},  {"gpt3-175b", 96, 96, 12288, 2048},  // GPT-3 paper, Table 2.1
 };
 }  // namespace
 

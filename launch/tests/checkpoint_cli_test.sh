@@ -33,7 +33,7 @@ same_losses() {  # same_losses NAME A B FIRST LAST TOLERANCE
 prepare_corpus 11
 data=$dir/data
 
-base=("$meshtrain" train --tokenizer bytes --data "$data" --model tiny --seq-len 32 --global-batch 8 --micro-batch 2
+base=("$meshtrain" train --device cpu --tokenizer bytes --data "$data" --model tiny --seq-len 32 --global-batch 8 --micro-batch 2
       --lr 3e-3 --warmup 2 --log-every 4 --eval-batches 1 --cpu-threads 1)
 train=("${base[@]}" --steps 8)
 
@@ -131,9 +131,9 @@ expect_error "resume with nothing saved" "no checkpoint yet|no .*latest" \
 expect_ok "convert checkpoint -> llm.c" "$meshtrain" convert --from "$dir/c111/step_00000008" --to "$dir/w.bin"
 size=$(stat -c %s "$dir/w.bin" 2>/dev/null || echo 0)
 [ "$size" -eq $((1024 + 220544 * 4)) ] && echo "ok   llm.c file of $size bytes" || fail "llm.c file has $size bytes"
-expect_ok "sample from the checkpoint" "$meshtrain" sample --tokenizer bytes --weights "$dir/c111" --prompt "the " \
+expect_ok "sample from the checkpoint" "$meshtrain" sample --device cpu --tokenizer bytes --weights "$dir/c111" --prompt "the " \
   --tokens 8 --seed 3 --cpu-threads 1 && cp "$out" "$dir/s-ckpt"
-expect_ok "sample from the llm.c file" "$meshtrain" sample --tokenizer bytes --weights "$dir/w.bin" --prompt "the " \
+expect_ok "sample from the llm.c file" "$meshtrain" sample --device cpu --tokenizer bytes --weights "$dir/w.bin" --prompt "the " \
   --tokens 8 --seed 3 --cpu-threads 1 && cp "$out" "$dir/s-llmc"
 cmp -s "$dir/s-ckpt" "$dir/s-llmc" && echo "ok   same text from checkpoint and llm.c file" || fail "samples differ"
 expect_ok "convert llm.c -> checkpoint for tp 2" "$meshtrain" convert --from "$dir/w.bin" --to "$dir/conv" --tp 2

@@ -58,7 +58,7 @@ ls "$data"/data_train_000000.bin "$data"/data_val_000000.bin >/dev/null || fail 
 # --- train: 20 steps, progress lines, metrics, weights.
 metrics=$dir/run/metrics.jsonl
 weights=$dir/run/tiny.bin
-if expect_ok "train 20 steps" "$meshtrain" train --tokenizer bytes --data "$data" --model tiny --steps 20 \
+if expect_ok "train 20 steps" "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --model tiny --steps 20 \
      --log-every 5 --metrics "$metrics" --save-weights "$weights" --cpu-threads 1; then
   progress=$(grep -c -E '^step +[0-9]+/20 \| loss [0-9.]+ .*\| [0-9.]+[kM]? tok/s .*\| ETA [0-9hms]+$' "$out")
   [ "$progress" -eq 5 ] || { fail "train: $progress progress lines with loss, tok/s and ETA, expected 5 (steps 1, 5, 10, 15, 20)"; show; }
@@ -89,7 +89,7 @@ size=$(stat -c %s "$weights" 2>/dev/null || echo 0)
 [ "$size" -eq $((1024 + 220544 * 4)) ] && echo "ok   weights file ($size bytes)" || fail "weights: $weights has $size bytes"
 
 # --- sample: the same seed gives the same text, another seed other text.
-sample=("$meshtrain" sample --tokenizer bytes --weights "$weights" --prompt "The " --tokens 20 --cpu-threads 1)
+sample=("$meshtrain" sample --device cpu --tokenizer bytes --weights "$weights" --prompt "The " --tokens 20 --cpu-threads 1)
 expect_ok "sample seed 1" "${sample[@]}" --seed 1 && cp "$out" "$dir/s1"
 expect_ok "sample seed 1 again" "${sample[@]}" --seed 1 && cp "$out" "$dir/s1b"
 expect_ok "sample seed 2" "${sample[@]}" --seed 2 && cp "$out" "$dir/s2"
@@ -112,7 +112,7 @@ lr = 0.001
 log-every = 1
 cpu-threads = 1
 EOF
-if expect_ok "train --config" "$meshtrain" train --config "$dir/run.ini" --seq-len 16; then
+if expect_ok "train --config" "$meshtrain" train --device cpu --config "$dir/run.ini" --seq-len 16; then
   grep -q -E '^step 3/3 \|' "$out" || { fail "config: steps = 3 from the file not used"; show; }
   grep -q -E 'batch 8 x 16 tokens' "$out" || { fail "config: --seq-len 16 on the command line did not win over the file's 32"; show; }
   grep -q -E 'max_lr 0.001,' "$out" || { fail "config: lr = 0.001 from the file not used"; show; }
@@ -120,39 +120,39 @@ fi
 
 # --- errors: non-zero exit, one clear message, no hang.
 expect_error "unknown --model preset" "unknown model preset 'huge' \(known: tiny," \
-  "$meshtrain" train --tokenizer bytes --data "$data" --model huge --steps 1 --cpu-threads 1
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --model huge --steps 1 --cpu-threads 1
 expect_error "global batch not a multiple of the micro-batch" \
   "--global-batch \(6\) must be a positive multiple of --micro-batch \(4\)" \
-  "$meshtrain" train --tokenizer bytes --data "$data" --global-batch 6 --micro-batch 4 --steps 1 --cpu-threads 1
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --global-batch 6 --micro-batch 4 --steps 1 --cpu-threads 1
 expect_error "missing --data directory" "data directory \"$dir/nowhere\" does not exist" \
-  "$meshtrain" train --tokenizer bytes --data "$dir/nowhere" --steps 1 --cpu-threads 1
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/nowhere" --steps 1 --cpu-threads 1
 cp -r "$data" "$dir/bad"
 printf '\x01\x02\x03\x04' | dd of="$dir/bad/data_train_000000.bin" bs=1 conv=notrunc status=none
 expect_error "corrupt shard (wrong magic)" "data_train_000000.bin\" is not an llm.c token shard: .*not the magic number 20240520" \
-  "$meshtrain" train --tokenizer bytes --data "$dir/bad" --steps 1 --cpu-threads 1
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/bad" --steps 1 --cpu-threads 1
 printf 'steps = 2\nlearning-rate = 0.1\n' >"$dir/bad.ini"
 expect_error "unknown option in the config file" "config file '$dir/bad.ini': unrecognised option 'learning-rate'" \
-  "$meshtrain" train --tokenizer bytes --data "$data" --config "$dir/bad.ini" --cpu-threads 1
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/bad.ini" --cpu-threads 1
 expect_error "missing config file" "cannot read config file '$dir/none.ini'" \
-  "$meshtrain" train --tokenizer bytes --data "$data" --config "$dir/none.ini" --cpu-threads 1
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/none.ini" --cpu-threads 1
 mismatch="the gpt2 tokenizer has 50257 tokens, the model in $weights 256 \(use --tokenizer bytes\)"
-run "$meshtrain" sample --tokenizer gpt2 --weights "$weights" --tokens 5 --cpu-threads 1
+run "$meshtrain" sample --device cpu --tokenizer gpt2 --weights "$weights" --tokens 5 --cpu-threads 1
 if grep -q "fetch_tokenizer" "$err"; then
   echo "skip sample --tokenizer gpt2 with GPT-2's files: they are not fetched here"
 else
   expect_error "sample: gpt2 tokenizer, weights of vocab 256" "$mismatch" \
-    "$meshtrain" sample --tokenizer gpt2 --weights "$weights" --tokens 5 --cpu-threads 1
+    "$meshtrain" sample --device cpu --tokenizer gpt2 --weights "$weights" --tokens 5 --cpu-threads 1
 fi
 # The vocabulary mismatch is known from the checkpoint's header and the tokenizer's name alone.
 mkdir -p "$dir/empty"
-run "$meshtrain" sample --tokenizer gpt2 --tokenizer-dir "$dir/empty" --weights "$weights" --tokens 5 --cpu-threads 1
+run "$meshtrain" sample --device cpu --tokenizer gpt2 --tokenizer-dir "$dir/empty" --weights "$weights" --tokens 5 --cpu-threads 1
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { fail "sample gpt2 without files: exit code $rc"; show; }
 grep -q -E -- "$mismatch" "$err"
 known_bug "sample: gpt2 tokenizer without its files, weights of vocab 256" $? \
   "sample loads GPT-2's files before comparing vocabularies, so it asks to fetch them instead of saying to use --tokenizer bytes: $(head -1 "$err")"
 
 # Parallel layouts: one clear error (printed once) per bad layout, then a dp 2 x tp 2 x pp 2 run.
-par=("$meshtrain" train --tokenizer bytes --data "$data" --steps 1 --cpu-threads 1)
+par=("$meshtrain" train --device cpu --tokenizer bytes --data "$data" --steps 1 --cpu-threads 1)
 expect_error "layout: dp x tp x pp is not the rank count" "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 4" \
   "$mpiexec" -np 4 --oversubscribe "${par[@]}" --dp 2
 expect_error "layout: tp does not divide the heads" "--tp 3 does not divide the model.s 4 attention heads" \
@@ -163,14 +163,14 @@ expect_error "layout: 1f1b with fewer micro-batches than stages" "--schedule 1f1
   "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --global-batch 8 --micro-batch 8
 expect_error "layout: interleaving with layers not divisible by pp x v" "needs the model's 6 layers divisible by 4" \
   "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --schedule interleaved --virtual-stages 2 --layers 6
-if expect_ok "train --dp 2 --tp 2 --pp 2 --zero 1 on 8 ranks" "$mpiexec" -np 8 --oversubscribe "$meshtrain" train \
+if expect_ok "train --dp 2 --tp 2 --pp 2 --zero 1 on 8 ranks" "$mpiexec" -np 8 --oversubscribe "$meshtrain" train --device cpu \
   --tokenizer bytes --data "$data" --dp 2 --tp 2 --pp 2 --zero 1 --steps 4 --global-batch 8 --micro-batch 2 \
   --log-every 1 --cpu-threads 1 --save-weights "$dir/layout.bin"; then
   grep -q "layout dp=2 tp=2 pp=2 (order tp-dp-pp), 1f1b schedule, 2 micro-batch(es) per step" "$out" \
     || { fail "8 ranks: the layout line"; show; }
   grep -q "rank 7: dp 1 tp 1 stage 1, layers .* + head, tp shard 1/2" "$out" || { fail "8 ranks: rank 7's place"; show; }
   grep -q "^step 4/4" "$out" || { fail "8 ranks: the last step"; show; }
-  expect_ok "sample from the weights gathered from 8 ranks" "$meshtrain" sample --tokenizer bytes \
+  expect_ok "sample from the weights gathered from 8 ranks" "$meshtrain" sample --device cpu --tokenizer bytes \
     --weights "$dir/layout.bin" --tokens 8 --cpu-threads 1
 fi
 

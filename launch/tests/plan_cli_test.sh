@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# End-to-end checks of `meshtrain plan`: the help, a search for gpt2 on a DGX A100, one --layout in
+# full, a cluster file with calibration rows, and clear single-line errors for a bad option, a bad
+# layout and a model that fits nowhere. Usage: plan_cli_test.sh MESHTRAIN [MPIEXEC]
+set -u
+meshtrain=$1
+mpiexec=${2:-mpirun}
+run_timeout=60
+. "$(dirname "$0")/cli_test_lib.sh"
+
+if expect_ok "plan --help" "$meshtrain" plan --help; then
+  for option in --model --global-batch --micro-batch --cluster --layout --calibrate --set --top --dtype; do
+    grep -q -- "$option" "$out" || fail "plan --help does not explain $option"
+  done
+fi
+
+if expect_ok "plan gpt2 on dgx-a100" "$meshtrain" plan --model gpt2 --cluster dgx-a100 --global-batch 64 --top 5; then
+  grep -q '^cluster dgx-a100: 1 node(s) x 8 device(s)' "$out" || { fail "plan: no cluster line"; show; }
+  rows=$(grep -c -E '^[1-5] +[0-9]+x[0-9]+x[0-9]+ ' "$out")
+  [ "$rows" -eq 5 ] || { fail "plan: $rows plan rows, expected 5 (--top 5)"; show; }
+  # Every listed layout uses the 8 GPUs.
+  grep -E '^[1-5] +[0-9]+x[0-9]+x[0-9]+ ' "$out" | awk '{ split($2, d, "x"); if (d[1] * d[2] * d[3] != 8) bad = 1 } END { exit bad }' \
+    || fail "plan: a listed layout does not use 8 devices"
+  grep -q '^best plan:' "$out" || fail "plan: no best plan breakdown"
+  grep -q -E 'layouts rejected for memory|no layout was rejected for memory' "$out" || fail "plan: no rejection count"
+fi
+
+if expect_ok "plan one --layout" "$meshtrain" plan --model gpt2 --cluster dgx-a100 --global-batch 64 \
+     --layout dp=2,tp=2,pp=2,zero=1,micro=4,schedule=1f1b; then
+  grep -q '^layout dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b: 8 micro-batches per pipeline' "$out" \
+    || { fail "--layout: no layout line"; show; }
+  for part in compute "tp comm" "pp comm" bubble "dp comm" optimizer "memory per device"; do
+    grep -q "$part" "$out" || fail "--layout: the breakdown lacks '$part'"
+  done
+fi
+
+# A cluster file (preset + override) and calibration rows fitted into it.
+printf 'preset = cpu-2core\ndevices_per_node = 2\n' >"$dir/vm.ini"
+{
+  for bytes in 1024 1048576 67108864; do
+    t=$(awk -v b="$bytes" 'BEGIN { printf "%.9g", 2e-6 + b / 2e9 }')
+    printf '{"bench":"coll","op":"allreduce","ranks":2,"hosts":1,"bytes":%s,"time_s":%s}\n' "$bytes" "$t"
+  done
+  echo '{"bench":"pipeline","ranks":2}'
+} >"$dir/calib.jsonl"
+if expect_ok "plan with a cluster file and --calibrate" "$meshtrain" plan --model small --cluster "$dir/vm.ini" \
+     --global-batch 16 --seq-len 64 --calibrate "$dir/calib.jsonl"; then
+  grep -q 'calibration: intra-node link 2 GB/s, 1 us (3 allreduce rows); 1 row(s) skipped' "$out" \
+    || { fail "--calibrate: fitted link not printed"; show; }
+  grep -q "^cluster vm: 1 node(s) x 2 device(s)" "$out" || { fail "cluster file: not used"; show; }
+fi
+
+# Under mpirun: one report, from rank 0.
+if expect_ok "plan under mpirun -np 2" np 2 "$meshtrain" plan --model tiny --global-batch 8 --cluster cpu-2core \
+     --seq-len 64; then
+  [ "$(grep -c '^best plan:' "$out")" -eq 1 ] || fail "plan under mpirun: not exactly one report"
+fi
+
+expect_error "unknown option" "unrecognised option '--frobnicate'" "$meshtrain" plan --global-batch 8 --frobnicate
+expect_error "missing --global-batch" "the option '--global-batch' is required" "$meshtrain" plan --model gpt2
+expect_error "unknown cluster" "unknown cluster preset 'dgx-z'" "$meshtrain" plan --global-batch 8 --cluster dgx-z
+expect_error "bad --set" "unknown cluster field 'speed'" "$meshtrain" plan --global-batch 8 --set speed=3
+expect_error "bad --layout" "--layout dp=3,tp=2: dp x tp x pp = 6, but the cluster has 8 devices" \
+  "$meshtrain" plan --global-batch 8 --layout dp=3,tp=2
+expect_error "layout tp not dividing heads" "--tp 8 does not divide the model's 12 attention heads" \
+  "$meshtrain" plan --model gpt2 --global-batch 8 --layout tp=8
+printf '{"bench":"coll","op":"allreduce","ranks":2\n' >"$dir/broken.jsonl"
+expect_error "malformed calibration line" "$dir/broken.jsonl:1: not a JSON line" \
+  "$meshtrain" plan --global-batch 8 --calibrate "$dir/broken.jsonl"
+expect_error "model that fits nowhere" "the model fits in no layout of 8 devices with 79.3 GiB each" \
+  "$meshtrain" plan --model gpt3-175b --cluster dgx-a100 --global-batch 8
+
+if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all checks passed"

@@ -1,0 +1,71 @@
+// The performance model of one meshtrain training step: given a model, a training shape, a layout
+// and a cluster, the memory each device needs and the time a step takes, split into what it is
+// spent on. It follows what ParallelTrainer::step does (train/parallel_trainer.cpp):
+//  - each stage runs its micro-batches through the schedule; a chunk's forward and backward are
+//    GEMM FLOPs / achieved rate plus its tensor-parallel allreduces, which block (exposed);
+//  - the pipeline's fill and drain come from simulating the schedule itself (parallel/schedule.h
+//    simulate()) with the slowest stage's per-chunk costs, plus the point-to-point messages on
+//    the path through every stage boundary;
+//  - data-parallel buckets (ring or tree allreduce, or reduce-scatter + allgather for ZeRO-1) run
+//    under the last micro-batch's backward; what does not fit, and always the last bucket, is
+//    exposed; the allgather runs under the optimizer likewise;
+//  - the tied embedding's sum and broadcast between first and last stage, the norm's allreduce,
+//    and the optimizer (memory bound: AdamW's 28 bytes per updated parameter, plus zeroing and
+//    the norm's pass over the gradients);
+//  - with bf16 compute, every chunk forward casts the stage's fp32 master into its bf16 copy.
+// On CPUs whose ranks share cores, a node cannot do more than cores_per_node ranks' work at once:
+// the step is at least the node's busy time divided by its cores (waits yield the core).
+// defines: TimeBreakdown, Prediction, predict_step, describe
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "perf/cluster.h"
+#include "perf/memory_model.h"
+#include "perf/model_shape.h"
+
+namespace mt::perf {
+
+// Seconds per optimizer step; the parts add up to the step.
+struct TimeBreakdown {
+  double compute = 0;         // GEMMs (and bf16 casts) of all micro-batches on the slowest stage
+  double tp_comm = 0;         // tensor-parallel allreduces, all exposed
+  double pp_comm = 0;         // point-to-point messages on the critical path
+  double bubble = 0;          // pipeline fill and drain
+  double dp_exposed = 0;      // data-parallel reduction (and ZeRO-1 allgather) not hidden
+  double embedding_sync = 0;  // tied embedding: allreduce and broadcast between first and last stage
+  double norm = 0;            // the world allreduce of the gradient norm and loss
+  double optimizer = 0;       // AdamW update, gradient zeroing and norm pass
+  double core_wait = 0;       // shared cores: waiting for a core (ranks > cores)
+  double dp_total = 0;        // all data-parallel communication, hidden or not (not part of the sum)
+  double sum() const {
+    return compute + tp_comm + pp_comm + bubble + dp_exposed + embedding_sync + norm + optimizer + core_wait;
+  }
+};
+
+struct Prediction {
+  Layout layout;
+  int micro_batches = 0;           // M per pipeline
+  std::vector<int> chunk_layers;   // per global chunk
+  MemoryBreakdown memory;
+  double memory_capacity = 0;      // bytes per device
+  bool fits = true;
+  TimeBreakdown time;
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double model_flops_per_step = 0;  // GptConfig::training_flops_per_token x tokens
+  double mfu = 0;                   // model FLOPs / step / (devices x peak)
+  bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false;
+};
+
+// Throws Error when the layout is invalid for the model and batch (parallel/layout_check.h's
+// message), or when it needs more devices than the cluster has. A layout that does not fit in
+// memory is still predicted, with fits = false.
+Prediction predict_step(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                        const Cluster& cluster);
+
+// Several lines: the layout, the time breakdown and the memory breakdown.
+std::string describe(const Prediction& prediction);
+
+}  // namespace mt::perf

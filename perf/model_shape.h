@@ -1,0 +1,73 @@
+// What the performance model knows about one training job before any device is touched: the
+// model's shape, the training shape (sequence, batch, precision) and a parallel layout, and what
+// follows from them by counting: layers per stage, parameters and FLOPs per rank. The counts
+// follow meshtrain's own code (models/gpt.cpp, train/parallel_trainer.cpp), not a textbook model.
+// defines: ModelShape, Precision, TrainingShape, Layout, describe, micro_batches, chunk_layers,
+//          ChunkWork, chunk_work, stage_parameters
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/gpt_config.h"
+#include "parallel/schedule_kind.h"
+
+namespace mt::perf {
+
+using ModelShape = GptConfig;
+
+enum class Precision { FP32, BF16 };  // the compute dtype of activations and GEMMs (--compute-dtype)
+
+struct TrainingShape {
+  int seq_len = 1024;
+  int global_batch = 8;  // sequences per optimizer step, whole job
+  Precision precision = Precision::FP32;  // meshtrain train's default (--compute-dtype)
+  // Full activation recomputation as Megatron-LM does it (keep only each layer's input, run the
+  // forward again in backward). meshtrain does NOT do this; it is here to predict published runs
+  // that did, and to say what it would buy.
+  bool recompute = false;
+  int act_bytes() const { return precision == Precision::BF16 ? 2 : 4; }
+};
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int virtual_stages = 1;  // v: model chunks per stage (interleaved)
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int zero = 0;            // 1: AdamW moments sharded over dp, reduce-scatter + allgather
+  int micro_batch = 1;     // sequences per forward pass
+  double bucket_mb = 25.0;
+  bool overlap = true;
+  int devices() const { return dp * tp * pp; }
+};
+
+// "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b"
+std::string describe(const Layout& layout);
+
+// global_batch / (dp x micro_batch): micro-batches per pipeline and step (M).
+int micro_batches(const TrainingShape& training, const Layout& layout);
+
+// Layers of each global chunk g = c * pp + s (v = 1: of each stage), as meshtrain places them:
+// balanced by forward FLOPs with the embedding on the first and the head on the last stage, or
+// layers / (pp v) each when interleaving.
+std::vector<int> chunk_layers(const ModelShape& model, int seq_len, const Layout& layout);
+
+// The work of one micro-batch through one model chunk on one tensor-parallel rank.
+struct ChunkWork {
+  int layers = 0;
+  bool embedding = false, head = false;
+  double forward_flops = 0;       // matrix FLOPs (backward does twice as many)
+  double layer_flops = 0;         // of which in the transformer layers (what recomputation repeats)
+  int tp_allreduces_forward = 0;  // of [b T, C] activations
+  int tp_allreduces_backward = 0;
+  int tp_small_allreduces = 0;    // of [b T] fp32 (the vocab-parallel loss statistics)
+};
+ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
+                     bool embedding, bool head);
+
+// Parameters a rank of pipeline stage `stage` holds (its tensor-parallel shard of its chunks; the
+// tied embedding on the first and on the last stage).
+std::int64_t stage_parameters(const ModelShape& model, const Layout& layout, const std::vector<int>& chunk_layers,
+                              int stage);
+
+}  // namespace mt::perf

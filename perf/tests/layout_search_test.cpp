@@ -1,0 +1,105 @@
+// The layout search: only layouts meshtrain would run, none that does not fit, fastest first, and
+// a model too large for the cluster rejected with the reason.
+#include <gtest/gtest.h>
+
+#include "perf/layout_search.h"
+
+namespace mt::perf {
+namespace {
+
+TEST(LayoutSearch, OnlyValidLayoutsThatFitFastestFirst) {
+  const ModelShape m = gpt_preset("gpt2-medium");  // 24 layers, 16 heads
+  TrainingShape t;
+  t.seq_len = 1024;
+  t.global_batch = 32;
+  t.precision = Precision::BF16;
+  const Cluster c = cluster_preset("dgx-a100");  // one node of 8
+  const SearchResult r = search_layouts(m, t, c);
+  ASSERT_FALSE(r.plans.empty());
+  EXPECT_EQ(r.considered, static_cast<int>(r.plans.size()) + r.rejected_for_memory);
+  bool saw_tp = false, saw_pp = false, saw_interleaved = false, saw_zero = false;
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    const Prediction& p = r.plans[i];
+    const Layout& l = p.layout;
+    SCOPED_TRACE(describe(l));
+    EXPECT_EQ(l.dp * l.tp * l.pp, 8);
+    EXPECT_EQ(m.heads % l.tp, 0);
+    EXPECT_LE(l.tp, c.devices_per_node);
+    EXPECT_LE(l.pp, m.layers);
+    EXPECT_EQ(t.global_batch % (l.dp * l.micro_batch), 0);
+    EXPECT_EQ(p.micro_batches, t.global_batch / (l.dp * l.micro_batch));
+    if (l.schedule == ScheduleKind::Interleaved) {
+      EXPECT_GE(l.virtual_stages, 2);
+      EXPECT_EQ(m.layers % (l.pp * l.virtual_stages), 0);
+      EXPECT_EQ(p.micro_batches % l.pp, 0);
+      saw_interleaved = true;
+    } else {
+      EXPECT_EQ(l.virtual_stages, 1);
+    }
+    if (l.schedule == ScheduleKind::OneFOneB) {
+      EXPECT_GE(p.micro_batches, l.pp);
+    }
+    if (l.zero == 1) {
+      EXPECT_GT(l.dp, 1);
+    }
+    EXPECT_TRUE(p.fits);
+    EXPECT_LE(p.memory.total(), p.memory_capacity);
+    if (i > 0) {
+      EXPECT_LE(r.plans[i - 1].step_s, p.step_s);
+    }
+    saw_tp |= l.tp > 1;
+    saw_pp |= l.pp > 1;
+    saw_zero |= l.zero == 1;
+  }
+  EXPECT_TRUE(saw_tp && saw_pp && saw_interleaved && saw_zero);
+}
+
+TEST(LayoutSearch, FixedMicroBatchIsKept) {
+  const ModelShape m = gpt_preset("gpt2");
+  TrainingShape t;
+  t.seq_len = 1024;
+  t.global_batch = 16;
+  t.precision = Precision::BF16;
+  SearchOptions o;
+  o.micro_batch = 2;
+  const SearchResult r = search_layouts(m, t, cluster_preset("dgx-a100"), o);
+  ASSERT_FALSE(r.plans.empty());
+  for (const Prediction& p : r.plans) EXPECT_EQ(p.layout.micro_batch, 2);
+}
+
+TEST(LayoutSearch, TensorParallelStaysInANodeUnlessAllowed) {
+  const ModelShape m = gpt_preset("gpt2");  // 12 heads: tp 1, 2, 3, 4, 6, 12
+  TrainingShape t;
+  t.seq_len = 256;
+  t.global_batch = 24;
+  t.precision = Precision::BF16;
+  Cluster c = cluster_preset("dgx-a100");
+  c.nodes = 3;
+  c.devices_per_node = 4;
+  const SearchResult inside = search_layouts(m, t, c);
+  for (const Prediction& p : inside.plans) EXPECT_LE(p.layout.tp, 4);
+  SearchOptions o;
+  o.allow_cross_node_tp = true;
+  const SearchResult any = search_layouts(m, t, c, o);
+  bool crossing = false;
+  for (const Prediction& p : any.plans) crossing |= p.layout.tp > 4 && p.tp_crosses_nodes;
+  EXPECT_TRUE(crossing);
+}
+
+TEST(LayoutSearch, RejectsAModelThatFitsNowhere) {
+  const ModelShape m = gpt_preset("gpt3-175b");
+  TrainingShape t;
+  t.seq_len = 2048;
+  t.global_batch = 8;
+  t.precision = Precision::BF16;
+  const SearchResult r = search_layouts(m, t, cluster_preset("dgx-a100"));  // 8 GPUs of 80 GB
+  EXPECT_TRUE(r.plans.empty());
+  EXPECT_GT(r.rejected_for_memory, 0);
+  EXPECT_EQ(r.rejected_for_memory, r.considered);
+  ASSERT_TRUE(r.smallest_rejected.has_value());
+  // 175B parameters x 16 bytes (fp32 master + gradients + AdamW) over 8 GPUs is 2.8 TB / 8 alone.
+  EXPECT_GT(r.smallest_rejected->memory.total(), 4 * r.smallest_rejected->memory_capacity);
+}
+
+}  // namespace
+}  // namespace mt::perf
