@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       }
     }
     return mt::run_guarded(argc, argv,
-                           [&](int, char**, const mt::MpiRuntime& mpi) { return c.with_mpi(rest, mpi); });
+                           [&](int, char**, const mt::MpiRuntime& mpi) { return c.with_mpi(rest, mpi); }, "meshbench");
   }
   std::fprintf(stderr, "meshbench: unknown command '%s' (see: meshbench --help)\n", args[0].c_str());
   return 2;

@@ -81,7 +81,7 @@ int overlap_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       ("json", po::value<std::string>()->default_value(""), "append one JSON line (bench \"overlap\") to this file");
   add_runtime_options(desc);
   auto vm = parse_command_line(
-      "overlap",
+      "meshbench overlap",
       "A data-parallel backward of a GPT over every rank (dp = ranks): the gradients are reduced in buckets "
       "(meshtrain's GradReducer). Measured four ways, each the mean over --steps of the slowest rank: "
       "compute (backward alone), communication (every bucket reduced, nothing computed), serial (backward, then "
@@ -157,8 +157,8 @@ int overlap_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     active = &overlapped;
     overlapped.begin();
     backward();
-    hidden_buckets = overlapped.buckets_completed_before_finish();
     overlapped.finish();
+    hidden_buckets = overlapped.buckets_completed_before_finish();
     ctx.synchronize();
     active = nullptr;
   });

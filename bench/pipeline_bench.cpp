@@ -105,7 +105,9 @@ std::vector<double> all_gather(double mine) {
   return all;
 }
 
-double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
+double mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
 
 struct RunSettings {
   double forward_s = 0;  // one micro-batch through the whole stage
@@ -257,10 +259,11 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
        "before the next computation)")
       ("steps", po::value<int>()->default_value(4), "timed steps per configuration")
       ("warmup", po::value<int>()->default_value(1), "untimed steps first")
-      ("json", po::value<std::string>()->default_value(""), "append one JSON line per configuration (bench \"pipeline\")");
+      ("json", po::value<std::string>()->default_value(""),
+       "append one JSON line per configuration (bench \"pipeline\")");
   add_runtime_options(desc);
   auto vm = parse_command_line(
-      "pipeline",
+      "meshbench pipeline",
       "Runs meshtrain's PipelineExecutor on a synthetic model: each forward of a micro-batch through a stage "
       "takes --forward-ms, each backward twice that, and every stage boundary carries a real tensor of "
       "--activation-bytes. For each configuration, the mean over --steps of the slowest rank's step; ideal = "
@@ -319,7 +322,8 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
       const unsigned cores = std::thread::hardware_concurrency();
       std::printf("gemm work: %d x %d sgemm calls of %.3g ms each (calibrated, mean over ranks); honest only "
                   "when ranks <= cores: here %d rank(s) x %d thread(s) on %u core(s)%s\n",
-                  TimedWork::kGemmSize, TimedWork::kGemmSize, 1e3 * gemm_call_s, s.placement.local_size, ctx.cpu_threads(), cores,
+                  TimedWork::kGemmSize, TimedWork::kGemmSize, 1e3 * gemm_call_s, s.placement.local_size,
+                  ctx.cpu_threads(), cores,
                   static_cast<unsigned>(s.placement.local_size * ctx.cpu_threads()) > cores
                       ? ": oversubscribed, the bubble mixes the schedule with CPU contention (use --work sleep)"
                       : "");
@@ -329,7 +333,8 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
                 "the measured compute, bubble = 1 - ideal / step\n",
                 rs.steps, rs.warmup);
     std::printf("theory: gpipe, 1f1b (p-1)/(m+p-1); interleaved ((p-1)/v)/(m+(p-1)/v) (idle (p-1)(t_f+t_b)/v "
-                "over m(t_f+t_b) of work plus that); sim = the schedule's simulate() bubble at unit cost, t_b = 2 t_f\n");
+                "over m(t_f+t_b) of work plus that); sim = the schedule's simulate() bubble at unit cost, "
+                "t_b = 2 t_f\n");
     std::fflush(stdout);
   }
 
@@ -350,7 +355,8 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   // 1F1B's measured bubble at each (p, m), for the interleaved rows to compare against.
   std::map<std::pair<int, int>, double> one_f_one_b;
   for (std::size_t i = 0; i < configs.size(); ++i)
-    if (configs[i].schedule.kind == ScheduleKind::OneFOneB) one_f_one_b[{configs[i].stages, configs[i].m()}] = results[i].bubble;
+    if (configs[i].schedule.kind == ScheduleKind::OneFOneB)
+      one_f_one_b[{configs[i].stages, configs[i].m()}] = results[i].bubble;
   const BenchJson json((*vm)["json"].as<std::string>());
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
@@ -359,7 +365,8 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
     table.add_row({std::to_string(c.stages), c.name(), std::to_string(c.v()), std::to_string(c.m()),
                    fmt("%.2f", 1e3 * r.step_s), fmt("%.2f", 1e3 * r.ideal_s), fmt("%.4f", r.bubble),
                    fmt("%.4f", r.theory), fmt("%.4f", r.simulated), r.theory > 0 ? fmt("%.3f", ratio) : "-",
-                   fmt("%.2f", 1e3 * (r.step_s - r.model_step_s)), fmt("%.2f", 1e3 * r.wait_s), fmt("%.2f", 1e3 * r.other_s),
+                   fmt("%.2f", 1e3 * (r.step_s - r.model_step_s)), fmt("%.2f", 1e3 * r.wait_s),
+                   fmt("%.2f", 1e3 * r.other_s),
                    std::to_string(r.peak_in_flight)});
     nlohmann::ordered_json row;
     row["bench"] = "pipeline";
@@ -408,7 +415,8 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   }
   std::printf("%s", table.render().c_str());
   std::printf("excess = step - the schedule simulated with the measured compute times and free messages "
-              "(transfers, wake-ups); wait = mean time blocked on receives; other = mean of a rank's own step - compute - wait (sends, posting, bookkeeping); peak act = most (chunk, micro-batch) "
+              "(transfers, wake-ups); wait = mean time blocked on receives; other = mean of a rank's own step - "
+              "compute - wait (sends, posting, bookkeeping); peak act = most (chunk, micro-batch) "
               "activations a stage holds (parallel/schedule.h peak_in_flight; a chunk's is 1/v of a stage's)\n");
 
   // The summary: interleaving (v = 2) against 1F1B, and the distance from the formula.

@@ -100,7 +100,8 @@ void SyntheticStage::check_head(const Tensor& t, int from_global, int micro, flo
   const bool ok = head[0] == static_cast<float>(from_global) && head[1] == static_cast<float>(micro) &&
                   head[2] == static_cast<float>(step_) && head[3] == kind;
   MT_CHECK(ok, "stage ", stage_, " chunk ", chunk, " micro-batch ", micro, " step ", step_, ": the ", what,
-           " received came from global chunk ", head[0], ", micro-batch ", head[1], ", step ", head[2], ", kind ", head[3],
+           " received came from global chunk ", head[0], ", micro-batch ", head[1], ", step ", head[2],
+           ", kind ", head[3],
            " (expected chunk ", from_global, ", micro-batch ", micro, ", step ", step_, ")");
 }
 

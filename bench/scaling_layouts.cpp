@@ -12,6 +12,7 @@ std::string ScalingPoint::name() const {
 }
 
 std::vector<ScalingPoint> parse_scaling_layouts(const std::string& text) {
+  if (!text.empty() && text.back() == ',') throw UsageError("--layouts '" + text + "' ends with a comma");
   std::vector<ScalingPoint> points;
   std::stringstream items(text);
   for (std::string item; std::getline(items, item, ',');) {

@@ -1,5 +1,7 @@
 #include "comm/mpi_runtime.h"
 
+#include <cstdlib>
+
 #include <cstdio>
 #include <utility>
 
@@ -17,6 +19,11 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
+    // Open MPI's libnbc runs MPI_Iallreduce (every allreduce of the MPI backend) as a reduce to one
+    // rank plus a broadcast whenever there are fewer than 4 ranks or the op is in place: each link
+    // then carries data one way at a time, half the bus bandwidth. Reduce-scatter + allgather
+    // (Rabenseifner; ring where count < ranks) uses both directions. A value the user set wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
     MT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     owns_mpi_ = true;
   } else {

@@ -8,6 +8,14 @@
 namespace po = boost::program_options;
 
 namespace mt {
+namespace {
+
+// "train" is meshtrain's; "meshbench coll" names its program itself.
+std::string program_and_command(const std::string& command) {
+  return command.find(' ') == std::string::npos ? "meshtrain " + command : command;
+}
+
+}  // namespace
 
 std::optional<po::variables_map> parse_command_line(const std::string& command, const std::string& summary,
                                                     po::options_description& desc,
@@ -18,7 +26,7 @@ std::optional<po::variables_map> parse_command_line(const std::string& command, 
     po::store(po::command_line_parser(args).options(desc).run(), vm);
     if (vm.count("help")) {
       if (rank == 0) {
-        std::cout << "usage: mpirun -np N meshtrain " << command << " [options]\n\n" << summary << "\n\n"
+        std::cout << "usage: mpirun -np N " << program_and_command(command) << " [options]\n\n" << summary << "\n\n"
                   << desc << std::flush;
       }
       return std::nullopt;
@@ -37,7 +45,7 @@ std::optional<po::variables_map> parse_command_line(const std::string& command, 
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw UsageError(std::string(e.what()) + " (see: meshtrain " + command + " --help)");
+    throw UsageError(std::string(e.what()) + " (see: " + program_and_command(command) + " --help)");
   }
   return vm;
 }

@@ -9,6 +9,7 @@
 
 namespace mt {
 
+// `command` is a meshtrain command ("train") or another program's, named in full ("meshbench coll").
 // A command that declares a `config` option also reads the ini file it names.
 // Returns nullopt when --help was asked for (rank 0 has printed the help).
 std::optional<boost::program_options::variables_map> parse_command_line(

@@ -12,6 +12,8 @@
 
 namespace mt {
 
-int run_guarded(int argc, char** argv, const std::function<int(int, char**, const MpiRuntime&)>& body);
+// `program` prefixes the error lines ("meshtrain: error: ...").
+int run_guarded(int argc, char** argv, const std::function<int(int, char**, const MpiRuntime&)>& body,
+                const char* program = "meshtrain");
 
 }  // namespace mt

@@ -43,13 +43,13 @@ void PipelineExecutor::send(const Schedule& schedule, const Action& a, PipelineS
     self_sends_[schedule.tag(stage, a)] = {data, {a.chunk, a.micro}};
     return;
   }
-  WorkPtr work = pp_.send_async(data, to.stage, {schedule.tag(stage, a)});
-  if (!options_.overlap) {
-    // Not waited for here: two neighbours sending to each other at once would both wait for a
-    // receive the other has not posted. Waited for before the next computation instead.
-    unfinished_sends_.push_back(work);
-  }
-  sends_[{a.chunk, a.micro}].push_back(std::move(work));
+  // Never waited for before the stage goes on, with overlap or without: a send may complete only
+  // once its receiver posted the receive (MPI's rendezvous for large messages), and in the
+  // interleaved schedule the receiver may first need this stage's next computation. Without
+  // overlap the receiver posts that receive only where the schedule puts it, so the transfer
+  // still runs while the receiver waits, not while it computes. The slot is released (and the
+  // send waited for) once it completed (release_finished).
+  sends_[{a.chunk, a.micro}].push_back(pp_.send_async(data, to.stage, {schedule.tag(stage, a)}));
 }
 
 void PipelineExecutor::release_finished(PipelineStageRunner& runner, bool wait_all) {
@@ -90,7 +90,6 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
   receives_.clear();
   self_sends_.clear();
   sends_.clear();
-  unfinished_sends_.clear();
   done_.clear();
   std::vector<std::size_t> compute_positions;
   for (std::size_t i = 0; i < actions.size(); ++i)
@@ -136,8 +135,6 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
       case ActionKind::Backward: {
         if (early_receives_) post_receives_for(next_compute + 1);
         ++next_compute;
-        for (const WorkPtr& w : unfinished_sends_) w->wait();  // without overlap: no transfer during compute
-        unfinished_sends_.clear();
         release_finished(runner, false);
         const auto start = std::chrono::steady_clock::now();
         if (a.kind == ActionKind::Forward) {

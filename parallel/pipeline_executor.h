@@ -7,8 +7,10 @@
 // With NCCL every op goes on one comm stream in schedule order (NCCL matches point-to-point
 // messages in issue order; a receive posted early would hold the stream ahead of this stage's own
 // sends), and the GPU overlaps the comm stream with compute. With overlap off each receive is
-// posted and waited for where the schedule puts it, and sends are waited for before the next
-// computation (not at once: neighbours sending to each other would each wait for the other's receive).
+// posted and waited for where the schedule puts it, so a transfer runs while its receiver waits,
+// not while it computes. Sends are never waited for before the stage goes on, with overlap or
+// without: a large message completes only once its receiver posted the receive, which in the
+// interleaved schedule may come after this stage's next computation (waiting would deadlock).
 // A stage sending to itself (one stage with virtual chunks) copies the tensor.
 // defines: PipelineStageRunner, ExecutorOptions, ExecutorStats, PipelineExecutor
 #pragma once
@@ -76,7 +78,6 @@ class PipelineExecutor {
   std::map<int, SelfSend> self_sends_;
   std::map<std::pair<int, int>, std::vector<WorkPtr>> sends_;
   std::vector<std::pair<int, int>> done_;
-  std::vector<WorkPtr> unfinished_sends_;  // without overlap: waited for before the next computation
 };
 
 }  // namespace mt

@@ -8,11 +8,12 @@
 
 // X(op) for every op of nn_functors.h.
 #define MT_NN_OPS(X)                                                                                \
-  X(EmbeddingForward) X(EmbeddingBackwardTokens) X(EmbeddingBackwardPositions) X(LayerNormForward)    \
-  X(LayerNormBackwardInput) X(LayerNormBackwardParams) X(BroadcastRows) X(ColumnSum) X(GeluForward)   \
-  X(GeluBackward) X(AttentionForward) X(AttentionBackward) X(CrossEntropyForward)                     \
-  X(CrossEntropyBackward) X(SoftmaxRow) X(VocabParallelMax) X(VocabParallelSumExp)                    \
-  X(VocabParallelTargetLogit) X(VocabParallelLoss)
+  X(EmbeddingForward) X(EmbeddingTokenOrder) X(EmbeddingBackwardTokens) X(EmbeddingBackwardPositions) \
+  X(LayerNormForward) X(LayerNormBackwardInput) X(LayerNormBackwardParams) X(BroadcastRows)           \
+  X(ColumnSum) X(GeluForward) X(GeluBackward) X(AttentionForward) X(AttentionBackwardDots)             \
+  X(AttentionBackwardSoftmax) X(AttentionBackwardQuery) X(AttentionBackwardKeyValue)                  \
+  X(CrossEntropyForward) X(CrossEntropyBackward) X(SoftmaxRow) X(VocabParallelMax)                    \
+  X(VocabParallelSumExp) X(VocabParallelTargetLogit) X(VocabParallelLoss)
 
 namespace mt::backend {
 

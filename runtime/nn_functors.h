@@ -6,8 +6,10 @@
 //
 // T is the activation type (float, or bf16: meant for CUDA, run on the CPU in tests); arithmetic is in float. Parameters, their
 // gradients, layernorm statistics, attention probabilities and losses are float.
-// defines: EmbeddingForward/Backward*, LayerNorm*, BroadcastRows, ColumnSum, Gelu*, Attention*,
-//          CrossEntropyForward/Backward, VocabParallel{Max,SumExp,TargetLogit,Loss}, SoftmaxRow, exp_f
+// defines: EmbeddingForward, EmbeddingTokenOrder, EmbeddingBackward*, LayerNorm*, BroadcastRows,
+//          ColumnSum, Gelu*, AttentionForward, AttentionBackward{Dots,Softmax,Query,KeyValue},
+//          CrossEntropyForward/Backward, VocabParallel{Max,SumExp,TargetLogit,Loss}, SoftmaxRow,
+//          exp_f, lane_sum, blocks_of
 #pragma once
 
 #include <cmath>
@@ -23,6 +25,13 @@ inline constexpr float kLayerNormEps = 1e-5f;
 inline constexpr std::int64_t kColumnBlock = 64;
 
 MT_HD std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+
+// The backward ops that sum over many rows (embedding, attention) give each unit `width` columns
+// (channels, or key positions), width 1 or kColumnBlock. The CPU takes kColumnBlock: a unit's
+// inner loop runs over contiguous memory and vectorizes. CUDA takes 1: width times more threads,
+// neighbouring threads reading neighbouring addresses. Each element is the same sum in the same
+// order either way, so the results agree bit for bit: the width decides who computes, not how.
+MT_HD std::int64_t blocks_of(std::int64_t n, std::int64_t width) { return (n + width - 1) / width; }
 
 MT_HD float float_from_bits(std::int32_t bits) {
 #if defined(__CUDA_ARCH__)
@@ -134,40 +143,78 @@ struct EmbeddingForward {
   }
 };
 
-// dwte[tokens[n] - vocab_begin, cols] += dout[n, cols] for n in order, over the tokens in the
-// rows [vocab_begin, vocab_begin + vocab_rows) that dwte holds (others are skipped); one unit per
-// block of columns, so rows with the same token never race.
+// The index of the token-row gradient (EmbeddingBackwardTokens): the positions [0, rows) sorted
+// stably by key(n) = tokens[n] - vocab_begin, where a token outside the rows [vocab_begin,
+// vocab_begin + vocab_rows) that the table holds (another slice's) takes the key vocab_rows and
+// so sorts last. One unit per position n: it counts the positions before it in that order (its
+// rank r) and writes order[r] = n, sorted_key[r] = key(n). Ranks are a permutation, so each slot
+// is written by one unit. O(rows^2) comparisons in all, with rows one micro-batch's tokens (B x
+// T): simpler than a parallel sort, and on a GPU a few microseconds.
+template <class T>  // unused: every op has an fp32 and a bf16 instantiation
+struct EmbeddingTokenOrder {
+  const std::int32_t* tokens;
+  std::int32_t* order;
+  std::int32_t* sorted_key;
+  std::int64_t rows, vocab_begin, vocab_rows;
+  MT_HD std::int64_t key(std::int64_t n) const {
+    const std::int64_t local = static_cast<std::int64_t>(tokens[n]) - vocab_begin;
+    return local >= 0 && local < vocab_rows ? local : vocab_rows;
+  }
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const std::int64_t k = key(n);
+    std::int64_t rank = 0;
+    for (std::int64_t m = 0; m < rows; ++m) {
+      const std::int64_t km = key(m);
+      rank += (km < k || (km == k && m < n)) ? 1 : 0;
+    }
+    order[rank] = static_cast<std::int32_t>(n);
+    sorted_key[rank] = static_cast<std::int32_t>(k);
+  }
+};
+
+// dwte[key, cols] += dout[n, cols] over the positions n holding that key, n increasing (the sums
+// of a plain loop over positions, in its order), for the keys of the rows dwte holds; other
+// tokens contribute nothing. Over EmbeddingTokenOrder's index: one unit per (sorted position s,
+// block of `width` columns). The unit at the first position of a key's run owns that row's block
+// and sums the run; the others return at once. So no two units write one element, and rows no
+// token hits are not touched.
 template <class T>
 struct EmbeddingBackwardTokens {
-  const std::int32_t* tokens;
+  const std::int32_t* order;
+  const std::int32_t* sorted_key;
   const T* dout;
   float* dwte;
-  std::int64_t rows, channels, vocab_begin, vocab_rows;
-  MT_HD std::int64_t count() const { return (channels + kColumnBlock - 1) / kColumnBlock; }
-  MT_HD void operator()(std::int64_t block) const {
-    const std::int64_t c0 = block * kColumnBlock, c1 = min64(c0 + kColumnBlock, channels);
-    for (std::int64_t n = 0; n < rows; ++n) {
-      const std::int64_t local = static_cast<std::int64_t>(tokens[n]) - vocab_begin;
-      if (local < 0 || local >= vocab_rows) continue;
-      float* dst = dwte + local * channels;
-      const T* src = dout + n * channels;
+  std::int64_t rows, channels, vocab_rows, width;
+  MT_HD std::int64_t count() const { return rows * blocks_of(channels, width); }
+  MT_HD void operator()(std::int64_t unit) const {
+    const std::int64_t blocks = blocks_of(channels, width);
+    const std::int64_t s = unit / blocks, c0 = (unit % blocks) * width, c1 = min64(c0 + width, channels);
+    const std::int32_t key = sorted_key[s];
+    if (key >= vocab_rows || (s > 0 && sorted_key[s - 1] == key)) return;
+    float* dst = dwte + static_cast<std::int64_t>(key) * channels;
+    for (std::int64_t r = s; r < rows && sorted_key[r] == key; ++r) {
+      const T* src = dout + static_cast<std::int64_t>(order[r]) * channels;
       for (std::int64_t c = c0; c < c1; ++c) dst[c] += widen(src[c]);
     }
   }
 };
 
-// dwpe[t, :] += sum over b of dout[b, t, :]; one unit per position.
+// dwpe[t, cols] += sum over b of dout[b, t, cols], b increasing; one unit per (position, block of
+// `width` columns).
 template <class T>
 struct EmbeddingBackwardPositions {
   const T* dout;
   float* dwpe;
-  std::int64_t batch, seq_len, channels;
-  MT_HD std::int64_t count() const { return seq_len; }
-  MT_HD void operator()(std::int64_t t) const {
+  std::int64_t batch, seq_len, channels, width;
+  MT_HD std::int64_t count() const { return seq_len * blocks_of(channels, width); }
+  MT_HD void operator()(std::int64_t unit) const {
+    const std::int64_t blocks = blocks_of(channels, width);
+    const std::int64_t t = unit / blocks, c0 = (unit % blocks) * width, c1 = min64(c0 + width, channels);
     float* dst = dwpe + t * channels;
     for (std::int64_t b = 0; b < batch; ++b) {
       const T* src = dout + (b * seq_len + t) * channels;
-      for (std::int64_t c = 0; c < channels; ++c) dst[c] += widen(src[c]);
+      for (std::int64_t c = c0; c < c1; ++c) dst[c] += widen(src[c]);
     }
   }
 };
@@ -362,56 +409,136 @@ struct AttentionForward {
   }
 };
 
-// One unit per (b, head): owns that head's channels of dq, dk and dv for every position, zeroes
-// them, then walks the query positions in order. `scratch` holds seq_len floats per unit.
+// Causal attention backward in four passes over a scratch dscore [B, heads, T, T] (att's shape).
+// dqkv is overwritten; each unit owns its outputs and sums over positions in increasing order.
+// With g_t = dout[b, t, head], q_t, k_t, v_t the head's parts of qkv[b, t], p = att[b, head]:
+//   AttentionBackwardDots      dscore[t, t2] = g_t . v_t2 (the gradient of p[t, t2]), t2 <= t;
+//                              one unit per (b, head, t, block of `width` key positions t2)
+//   AttentionBackwardSoftmax   through the softmax and the 1/sqrt(hs) scale, in place:
+//                              dscore[t, t2] = p[t, t2] (dscore[t, t2] - sum_j p[t, j] dscore[t, j])
+//                              * scale; one unit per (b, head, t)
+//   AttentionBackwardQuery     dq_t = sum over t2 <= t of dscore[t, t2] k_t2;
+//                              one unit per (b, head, t, block of `width` channels)
+//   AttentionBackwardKeyValue  dk_t2 = sum over t >= t2 of dscore[t, t2] q_t and
+//                              dv_t2 = sum over t >= t2 of p[t, t2] g_t;
+//                              one unit per (b, head, t2, block of `width` channels)
+// Entries of dscore above the diagonal are neither written nor read. The last two keep their
+// sums in arrays of compile-time width W (1 or kColumnBlock): a GPU thread's stay in registers.
 template <class T>
-struct AttentionBackward {
+struct AttentionBackwardDots {
+  const T* dout;
+  const T* qkv;
+  float* dscore;
+  std::int64_t batch, seq_len, channels, heads, width;
+  MT_HD std::int64_t count() const { return batch * heads * seq_len * blocks_of(seq_len, width); }
+  MT_HD void operator()(std::int64_t unit) const {
+    const std::int64_t blocks = blocks_of(seq_len, width);
+    const std::int64_t row = unit / blocks;  // (b * heads + h) * seq_len + t
+    const std::int64_t t = row % seq_len, h = (row / seq_len) % heads, b = row / (seq_len * heads);
+    const std::int64_t hs = channels / heads, C3 = 3 * channels;
+    const std::int64_t t0 = (unit % blocks) * width, t1 = min64(t0 + width, t + 1);
+    const T* g = dout + (b * seq_len + t) * channels + h * hs;
+    float* d = dscore + row * seq_len;
+    for (std::int64_t t2 = t0; t2 < t1; ++t2) {
+      const T* v = qkv + (b * seq_len + t2) * C3 + 2 * channels + h * hs;
+      d[t2] = lane_sum(hs, [g, v](std::int64_t i) { return widen(g[i]) * widen(v[i]); });
+    }
+  }
+};
+
+template <class T>  // unused: every op has an fp32 and a bf16 instantiation
+struct AttentionBackwardSoftmax {
+  const float* att;
+  float* dscore;
+  std::int64_t batch, seq_len, channels, heads;
+  MT_HD std::int64_t count() const { return batch * heads * seq_len; }
+  MT_HD void operator()(std::int64_t row) const {
+    const std::int64_t t = row % seq_len;
+    const float scale = 1.0f / ::sqrtf(static_cast<float>(channels / heads));
+    const float* p = att + row * seq_len;
+    float* d = dscore + row * seq_len;
+    const float weighted = lane_sum(t + 1, [p, d](std::int64_t j) { return p[j] * d[j]; });
+    for (std::int64_t t2 = 0; t2 <= t; ++t2) d[t2] = p[t2] * (d[t2] - weighted) * scale;
+  }
+};
+
+template <class T>
+struct AttentionBackwardQuery {
+  const T* qkv;
+  const float* dscore;
+  T* dqkv;
+  std::int64_t batch, seq_len, channels, heads, width;  // width 1 or kColumnBlock
+  MT_HD std::int64_t count() const { return batch * heads * seq_len * blocks_of(channels / heads, width); }
+  MT_HD void operator()(std::int64_t unit) const {
+    if (width == 1) {
+      block<1>(unit);
+    } else {
+      block<kColumnBlock>(unit);
+    }
+  }
+  template <std::int64_t W>
+  MT_HD void block(std::int64_t unit) const {
+    const std::int64_t hs = channels / heads, C3 = 3 * channels, blocks = blocks_of(hs, W);
+    const std::int64_t row = unit / blocks;  // (b * heads + h) * seq_len + t
+    const std::int64_t t = row % seq_len, h = (row / seq_len) % heads, b = row / (seq_len * heads);
+    const std::int64_t i0 = (unit % blocks) * W, n = min64(W, hs - i0);
+    const float* d = dscore + row * seq_len;
+    const T* k = qkv + b * seq_len * C3 + channels + h * hs + i0;
+    float acc[W];
+    for (std::int64_t j = 0; j < n; ++j) acc[j] = 0.0f;
+    for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+      const float ds = d[t2];
+      const T* kr = k + t2 * C3;
+      for (std::int64_t j = 0; j < n; ++j) acc[j] += ds * widen(kr[j]);
+    }
+    T* dq = dqkv + (b * seq_len + t) * C3 + h * hs + i0;
+    for (std::int64_t j = 0; j < n; ++j) dq[j] = narrow_to<T>(acc[j]);
+  }
+};
+
+template <class T>
+struct AttentionBackwardKeyValue {
   const T* dout;
   const T* qkv;
   const float* att;
+  const float* dscore;
   T* dqkv;
-  float* scratch;
-  std::int64_t batch, seq_len, channels, heads;
-  MT_HD std::int64_t count() const { return batch * heads; }
+  std::int64_t batch, seq_len, channels, heads, width;  // width 1 or kColumnBlock
+  MT_HD std::int64_t count() const { return batch * heads * seq_len * blocks_of(channels / heads, width); }
   MT_HD void operator()(std::int64_t unit) const {
-    const std::int64_t h = unit % heads, b = unit / heads;
-    const std::int64_t hs = channels / heads, C3 = 3 * channels;
-    const float scale = 1.0f / ::sqrtf(static_cast<float>(hs));
-    float* datt = scratch + unit * seq_len;
-    const T* base = qkv + b * seq_len * C3;
-    T* dbase = dqkv + b * seq_len * C3;
-    for (std::int64_t t = 0; t < seq_len; ++t)
-      for (std::int64_t part = 0; part < 3; ++part)
-        for (std::int64_t i = 0; i < hs; ++i) dbase[t * C3 + part * channels + h * hs + i] = narrow_to<T>(0.0f);
-    for (std::int64_t t = 0; t < seq_len; ++t) {
-      const float* a = att + ((b * heads + h) * seq_len + t) * seq_len;
-      const T* g = dout + (b * seq_len + t) * channels + h * hs;
-      // d(att[t2]) = dout . v[t2]; dv[t2] += att[t2] * dout.
-      float weighted = 0.0f;
-      for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-        const T* v = base + t2 * C3 + 2 * channels + h * hs;
-        T* dv = dbase + t2 * C3 + 2 * channels + h * hs;
-        float dot = 0.0f;
-        for (std::int64_t i = 0; i < hs; ++i) {
-          dot += widen(g[i]) * widen(v[i]);
-          dv[i] = narrow_to<T>(widen(dv[i]) + a[t2] * widen(g[i]));
-        }
-        datt[t2] = dot;
-        weighted += a[t2] * dot;
+    if (width == 1) {
+      block<1>(unit);
+    } else {
+      block<kColumnBlock>(unit);
+    }
+  }
+  template <std::int64_t W>
+  MT_HD void block(std::int64_t unit) const {
+    const std::int64_t hs = channels / heads, C3 = 3 * channels, blocks = blocks_of(hs, W);
+    const std::int64_t row = unit / blocks;  // (b * heads + h) * seq_len + t2
+    const std::int64_t t2 = row % seq_len, h = (row / seq_len) % heads, b = row / (seq_len * heads);
+    const std::int64_t i0 = (unit % blocks) * W, n = min64(W, hs - i0);
+    // Column t2 of the head's [T, T] matrices: entry t at [t * seq_len].
+    const std::int64_t column = (row - t2) * seq_len + t2;
+    const float* d = dscore + column;
+    const float* p = att + column;
+    const T* q = qkv + b * seq_len * C3 + h * hs + i0;
+    const T* g = dout + b * seq_len * channels + h * hs + i0;
+    float dk[W], dv[W];
+    for (std::int64_t j = 0; j < n; ++j) dk[j] = dv[j] = 0.0f;
+    for (std::int64_t t = t2; t < seq_len; ++t) {
+      const float ds = d[t * seq_len], pt = p[t * seq_len];
+      const T* qr = q + t * C3;
+      const T* gr = g + t * channels;
+      for (std::int64_t j = 0; j < n; ++j) {
+        dk[j] += ds * widen(qr[j]);
+        dv[j] += pt * widen(gr[j]);
       }
-      // Through the softmax: d(score[t2]) = att[t2] * (datt[t2] - sum_j att[j] datt[j]); then
-      // score = scale * q . k.
-      const T* q = base + t * C3 + h * hs;
-      T* dq = dbase + t * C3 + h * hs;
-      for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-        const float dscore = a[t2] * (datt[t2] - weighted) * scale;
-        const T* k = base + t2 * C3 + channels + h * hs;
-        T* dk = dbase + t2 * C3 + channels + h * hs;
-        for (std::int64_t i = 0; i < hs; ++i) {
-          dq[i] = narrow_to<T>(widen(dq[i]) + dscore * widen(k[i]));
-          dk[i] = narrow_to<T>(widen(dk[i]) + dscore * widen(q[i]));
-        }
-      }
+    }
+    T* out = dqkv + (b * seq_len + t2) * C3 + h * hs + i0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      out[channels + j] = narrow_to<T>(dk[j]);
+      out[2 * channels + j] = narrow_to<T>(dv[j]);
     }
   }
 };

@@ -65,6 +65,10 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data());
 }
 
+// Columns per unit of the ops that take a `width` (runtime/nn_functors.h): a vector's worth for a
+// CPU unit's inner loop, one per CUDA thread. The results are the same bits either way.
+std::int64_t unit_width(const DeviceContext& ctx) { return ctx.device().is_cpu() ? kColumnBlock : 1; }
+
 }  // namespace
 
 namespace {
@@ -108,14 +112,26 @@ void embedding_backward_rows(DeviceContext& ctx, const Tensor& tokens, const Ten
     MT_CHECK(dwpe->rank() == 2 && dwpe->dim(1) == C && T <= dwpe->dim(0), "embedding backward: dwpe ",
              dwpe->describe(), " for T=", T);
   }
+  const std::int64_t N = B * T, V = dwte.dim(0), width = unit_width(ctx);
+  // Positions and keys are int32 in the index.
+  MT_CHECK(N < std::numeric_limits<std::int32_t>::max() && V < std::numeric_limits<std::int32_t>::max(),
+           "embedding backward: ", N, " tokens or ", V, " table rows do not fit the int32 index");
+  // The positions sorted by token (row 0) and their keys (row 1), built on the device, so each
+  // table row is summed by one unit in position order without every unit scanning every token.
+  Tensor index = Tensor::empty({2, N}, DType::I32, ctx);
+  std::int32_t* order = ptr<std::int32_t>(index);
+  std::int32_t* sorted_key = order + N;
+  run<nn_math::EmbeddingTokenOrder>(ctx, dout.dtype(), [&](auto& op) {
+    op = {ptr<const std::int32_t>(tokens), order, sorted_key, N, vocab_begin, V};
+  });
   run<nn_math::EmbeddingBackwardTokens>(ctx, dout.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
-    op = {ptr<const std::int32_t>(tokens), ptr<const T_>(dout), ptr<float>(dwte), B * T, C, vocab_begin, dwte.dim(0)};
+    op = {order, sorted_key, ptr<const T_>(dout), ptr<float>(dwte), N, C, V, width};
   });
   if (dwpe == nullptr) return;
   run<nn_math::EmbeddingBackwardPositions>(ctx, dout.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
-    op = {ptr<const T_>(dout), ptr<float>(*dwpe), B, T, C};
+    op = {ptr<const T_>(dout), ptr<float>(*dwpe), B, T, C, width};
   });
 }
 }  // namespace
@@ -280,11 +296,24 @@ void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qk
   expect_numel(att, s.B * s.heads * s.T * s.T, "attention probabilities");
   expect_numel(dqkv, qkv.numel(), "qkv gradient");
   MT_CHECK(dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype(), "attention backward: mixed activation dtypes");
-  Tensor scratch = Tensor::empty({s.B * s.heads, s.T}, DType::F32, ctx);
-  run<nn_math::AttentionBackward>(ctx, qkv.dtype(), [&](auto& op) {
+  // The gradient of the attention scores, att's size; the passes are those of nn_functors.h.
+  Tensor dscore = Tensor::empty({s.B, s.heads, s.T, s.T}, DType::F32, ctx);
+  const std::int64_t width = unit_width(ctx);
+  run<nn_math::AttentionBackwardDots>(ctx, qkv.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.qkv)>>;
+    op = {ptr<const T_>(dout), ptr<const T_>(qkv), ptr<float>(dscore), s.B, s.T, s.C, s.heads, width};
+  });
+  run<nn_math::AttentionBackwardSoftmax>(ctx, qkv.dtype(), [&](auto& op) {
+    op = {ptr<const float>(att), ptr<float>(dscore), s.B, s.T, s.C, s.heads};
+  });
+  run<nn_math::AttentionBackwardQuery>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.dqkv)>;
-    op = {ptr<const T_>(dout), ptr<const T_>(qkv), ptr<const float>(att), ptr<T_>(dqkv), ptr<float>(scratch),
-          s.B, s.T, s.C, s.heads};
+    op = {ptr<const T_>(qkv), ptr<const float>(dscore), ptr<T_>(dqkv), s.B, s.T, s.C, s.heads, width};
+  });
+  run<nn_math::AttentionBackwardKeyValue>(ctx, qkv.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dqkv)>;
+    op = {ptr<const T_>(dout), ptr<const T_>(qkv), ptr<const float>(att), ptr<const float>(dscore), ptr<T_>(dqkv),
+          s.B, s.T, s.C, s.heads, width};
   });
 }
 

@@ -17,7 +17,9 @@ namespace mt::nn {
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]. tokens int32 [B, T], ids in [0, wte rows).
 void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out);
-// dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += sum over b of dout[b, t, :].
+// dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += sum over b of dout[b, t, :]. Each row of
+// dwte is summed over the positions holding its token in position order (b, then t), rows no
+// token hits are left as they are; dwpe sums over b in order.
 void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe);
 
 // The same over a slice of the vocabulary, for tensor parallelism: wte_slice [rows, C] holds the
@@ -59,7 +61,8 @@ void gelu_backward(DeviceContext& ctx, const Tensor& x, const Tensor& dout, Tens
 // owning channels [h*hs, (h+1)*hs) of each. out [B, T, C]; att [B, heads, T, T] keeps the softmax
 // probabilities (entries above the diagonal are zero) for backward.
 void attention_forward(DeviceContext& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& att);
-// dqkv = ... (overwritten, not accumulated).
+// dqkv = ... (overwritten, not accumulated; must not alias dout or qkv). Allocates a scratch of
+// att's size on the context's device for the gradient of the scores.
 void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads,
                         Tensor& dqkv);
 

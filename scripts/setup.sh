@@ -5,7 +5,7 @@ set -euo pipefail
 
 MESHTRAIN_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev libboost-program-options-dev
                     libgtest-dev libgmock-dev libopenblas-openmp-dev nlohmann-json3-dev libicu-dev libxxhash-dev gnuplot-nox
-                    slurmctld slurmd slurm-client
+                    slurmctld slurmd slurm-client jq
                     fortunes)
 
 meshtrain_missing_packages() {

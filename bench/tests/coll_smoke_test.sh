@@ -11,10 +11,11 @@ mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 run_timeout=240
 . "$here/../../launch/tests/cli_test_lib.sh"
+program=meshbench
 
 ops=(allreduce reduce_scatter allgather broadcast alltoall sendrecv)
 header="bytes count type oop_us oop_algbw oop_busbw ip_us ip_algbw ip_busbw mpi_us mpi_busbw ours/mpi"
-small=(--min-bytes 8 --max-bytes 64K --iters 3 --warmup 1 --rounds 2 --cpu-threads 1)
+small=(--min-bytes 8 --max-bytes 64K --iters 3 --warmup 1 --rounds 2 --cpu-threads 1 --device cpu)
 
 # The bus factor nccl-tests gives each op at N ranks.
 factor() {

@@ -11,9 +11,10 @@ meshbench=$1
 mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 run_timeout=180
+program=meshbench
 . "$here/../../launch/tests/cli_test_lib.sh"
 
-tiny=(--forward-ms 0.4 --steps 2 --warmup 1 --activation-bytes 4K --cpu-threads 1)
+tiny=(--forward-ms 0.4 --steps 2 --warmup 1 --activation-bytes 4K --cpu-threads 1 --device cpu)
 fields=(bench ranks hosts device backend pipelines stages schedule virtual_stages micro_batches work overlap forward_s
         backward_s activation_bytes steps warmup step_s step_min_s ideal_s bubble bubble_best_step theory simulated ratio within_10pct
         model_step_s excess_s receive_wait_s other_s forward_call_s backward_call_s one_way_s peak_in_flight held_slots_peak
@@ -116,6 +117,13 @@ if expect_ok "np 2 --no-overlap --work gemm" np 2 "$meshbench" pipeline "${tiny[
   check_json "--no-overlap json" "$dir/gemm.json" 3 2 false
   [ "$(jq -r '.work' "$dir/gemm.json" | sort -u)" = gemm ] || fail "--work gemm: JSON rows do not say gemm"
 fi
+
+# Regression: without overlap, an interleaved pipeline with messages above MPI's eager limit used to
+# deadlock (each stage waited for a send whose receive its neighbour posts only after its own next
+# computation). The communication timeout turns a hang into a failure.
+expect_ok "np 4 --no-overlap interleaved with 256 KiB messages (no deadlock)" np 4 "$meshbench" pipeline \
+  --forward-ms 0.4 --steps 1 --warmup 0 --cpu-threads 1 --device cpu --activation-bytes 256K --no-overlap \
+  --schedules interleaved --micro-batches 8 --virtual 2 --comm-timeout 20
 
 # Bad options: one error line from rank 0, exit 2 (a usage error), nothing run.
 extra_error_checks() { [ "$rc" -eq 2 ] || fail "$1: exit code $rc, expected 2 (usage error)"; }

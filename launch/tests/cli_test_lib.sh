@@ -1,6 +1,7 @@
 # Shared by the end-to-end tests of the meshtrain executable (sourced, after `set -u`): a scratch
 # directory removed on exit, and checks that print "ok"/"FAIL" lines and count the failures.
-# Optional before sourcing: run_timeout (seconds per command, default 120) and mpiexec (for "np").
+# Optional before sourcing: run_timeout (seconds per command, default 120), mpiexec (for "np") and
+# program (whose "PROGRAM: error:" lines expect_error looks for; default meshtrain).
 # A script may define extra_error_checks NAME to look further at an expected error's stderr.
 failures=0
 dir=$(mktemp -d)
@@ -37,12 +38,13 @@ expect_error() {
     fail "$name: exit code $rc, expected an error exit (124/137: hung and killed)"; show; return 1
   fi
   local lines
-  lines=$(grep -c '^meshtrain: error: ' "$err")
-  if [ "$lines" -ne 1 ]; then fail "$name: $lines 'meshtrain: error:' lines on stderr, expected 1"; show; return 1; fi
-  if ! grep '^meshtrain: error: ' "$err" | grep -q -E -- "$pattern"; then
+  local prefix="^${program:-meshtrain}: error: "
+  lines=$(grep -c "$prefix" "$err")
+  if [ "$lines" -ne 1 ]; then fail "$name: $lines '${program:-meshtrain}: error:' lines on stderr, expected 1"; show; return 1; fi
+  if ! grep "$prefix" "$err" | grep -q -E -- "$pattern"; then
     fail "$name: the error lacks /$pattern/"; show; return 1
   fi
-  echo "ok   $name (exit $rc): $(grep '^meshtrain: error: ' "$err")"
+  echo "ok   $name (exit $rc): $(grep "$prefix" "$err")"
   if declare -F extra_error_checks >/dev/null; then extra_error_checks "$name"; fi
   return 0
 }
