@@ -22,6 +22,11 @@ std::int64_t GptConfig::real_parameter_count() const {
   return parameter_count() - static_cast<std::int64_t>(vocab_rows() - vocab_size) * channels;
 }
 
+GptConfig::PartFlops GptConfig::forward_flops_by_part(int seq_len) const {
+  const double C = channels;
+  return {24.0 * C * C + 4.0 * seq_len * C, 2.0 * C * vocab_rows() + 10.0 * vocab_rows(), 2.0 * C};
+}
+
 double GptConfig::training_flops_per_token(int seq_len) const {
   // Matmul parameters: every block weight plus the LM head (the tied embedding, real rows only).
   const double C = channels, L = layers;

@@ -25,6 +25,13 @@ struct GptConfig {
   // Model FLOPs of one training step (forward + backward) per token: 6 x matmul parameters plus
   // attention (12 x layers x channels x T for causal self-attention counted in full, as PaLM).
   double training_flops_per_token(int seq_len) const;
+  // Forward FLOPs per token of one transformer layer (four matrix multiplies and attention), of the
+  // head (the logits and the loss over the vocabulary rows) and of the embedding's lookups; backward
+  // is twice each. What pipeline stages are balanced by (the trainer, and perf/ predicting it).
+  struct PartFlops {
+    double layer = 0, head = 0, embedding = 0;
+  };
+  PartFlops forward_flops_by_part(int seq_len) const;
   // Throws Error naming the first inconsistent field.
   void validate() const;
   std::string describe() const;  // "layers=12 heads=12 channels=768 max_seq_len=1024 vocab=50257(50304)"

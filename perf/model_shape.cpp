@@ -23,13 +23,9 @@ int micro_batches(const TrainingShape& training, const Layout& layout) {
 
 std::vector<int> chunk_layers(const ModelShape& model, int seq_len, const Layout& layout) {
   if (layout.virtual_stages > 1) return uniform_stage_layers(model.layers, layout.pp * layout.virtual_stages);
-  // The same costs as train/parallel_trainer.cpp's plan_stage_layers (forward FLOPs per token).
-  const double C = model.channels;
-  StageCosts costs;
-  costs.layer = 24.0 * C * C + 4.0 * seq_len * C;
-  costs.head = 2.0 * C * model.vocab_rows() + 10.0 * model.vocab_rows();
-  costs.embedding = 2.0 * C;
-  return balance_stages(model.layers, layout.pp, costs);
+  // The same costs as train/parallel_trainer.cpp's plan_stage_layers.
+  const GptConfig::PartFlops flops = model.forward_flops_by_part(seq_len);
+  return balance_stages(model.layers, layout.pp, StageCosts{flops.layer, flops.embedding, flops.head});
 }
 
 ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,

@@ -31,14 +31,9 @@ std::vector<int> plan_stage_layers(const GptConfig& config, const MeshShape& mes
     return uniform_stage_layers(config.layers, mesh.pp * parallel.virtual_stages);
   }
   if (!parallel.pp_layers.empty()) return parallel.pp_layers;
-  // Forward FLOPs per token (backward is twice that everywhere, so the ratios hold for a step):
-  // a layer's four matrix multiplies and attention; the head's logits; the embedding's lookups.
-  const double C = config.channels;
-  StageCosts costs;
-  costs.layer = 24.0 * C * C + 4.0 * seq_len * C;
-  costs.head = 2.0 * C * config.vocab_rows() + 10.0 * config.vocab_rows();
-  costs.embedding = 2.0 * C;
-  return balance_stages(config.layers, mesh.pp, costs);
+  // Forward FLOPs per token (backward is twice that everywhere, so the ratios hold for a step).
+  const GptConfig::PartFlops flops = config.forward_flops_by_part(seq_len);
+  return balance_stages(config.layers, mesh.pp, StageCosts{flops.layer, flops.embedding, flops.head});
 }
 
 GptPartition plan_partition(const GptConfig& config, const MeshShape& mesh, const MeshCoord& coord,
