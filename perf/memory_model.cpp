@@ -60,8 +60,11 @@ MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& tr
       const int head_slots = std::max(1, (m.in_flight + v - 1) / v);
       m.logits = head_slots * logits_bytes(model, training, layout);
     }
-    // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp.
-    m.workspace = 2.0 * N * C * a + 8.0 * N * C / tp * a + (layout.tp > 1 ? 3.0 * N * 4.0 : 0.0);
+    // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp;
+    // and attention backward's gradient of the scores, fp32 [B, H/tp, T, T], while it runs.
+    const double Bm = layout.micro_batch, Tm = training.seq_len, Hm = model.heads / layout.tp;
+    m.workspace = 2.0 * N * C * a + 8.0 * N * C / tp * a + (layout.tp > 1 ? 3.0 * N * 4.0 : 0.0) +
+                  Bm * Hm * Tm * Tm * 4.0;
     if (training.recompute) m.workspace += layer_bytes(model, training, layout);
     m.reserved = cluster.memory_reserved;
     if (s == 0 || m.total() > worst.total()) worst = m;

@@ -21,16 +21,17 @@
 namespace mt::nn_math {
 
 inline constexpr float kLayerNormEps = 1e-5f;
-// Columns per unit of the column-reducing ops: wide enough to vectorize on the CPU.
+// Columns per unit of the column-reducing ops on the CPU: wide enough to vectorize.
 inline constexpr std::int64_t kColumnBlock = 64;
 
 MT_HD std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
 
-// The backward ops that sum over many rows (embedding, attention) give each unit `width` columns
-// (channels, or key positions), width 1 or kColumnBlock. The CPU takes kColumnBlock: a unit's
-// inner loop runs over contiguous memory and vectorizes. CUDA takes 1: width times more threads,
-// neighbouring threads reading neighbouring addresses. Each element is the same sum in the same
-// order either way, so the results agree bit for bit: the width decides who computes, not how.
+// The backward ops that sum over many rows (embedding, attention, the column sums of parameter
+// gradients) give each unit `width` columns (channels, or key positions), width 1 or
+// kColumnBlock. The CPU takes kColumnBlock: a unit's inner loop runs over contiguous memory and
+// vectorizes. CUDA takes 1: width times more threads, neighbouring threads reading neighbouring
+// addresses. Each element is the same sum in the same order either way, so the results agree bit
+// for bit: the width decides who computes, not how.
 MT_HD std::int64_t blocks_of(std::int64_t n, std::int64_t width) { return (n + width - 1) / width; }
 
 MT_HD float float_from_bits(std::int32_t bits) {
@@ -149,7 +150,8 @@ struct EmbeddingForward {
 // so sorts last. One unit per position n: it counts the positions before it in that order (its
 // rank r) and writes order[r] = n, sorted_key[r] = key(n). Ranks are a permutation, so each slot
 // is written by one unit. O(rows^2) comparisons in all, with rows one micro-batch's tokens (B x
-// T): simpler than a parallel sort, and on a GPU a few microseconds.
+// T): simpler than a parallel sort, and cheap on a GPU. The CPU builds the same index by a stable
+// sort over key() (runtime/nn_kernels.cpp).
 template <class T>  // unused: every op has an fp32 and a bf16 instantiation
 struct EmbeddingTokenOrder {
   const std::int32_t* tokens;
@@ -282,7 +284,7 @@ struct LayerNormBackwardInput {
 };
 
 // dweight[c] += sum_n dout[n, c] * norm[n, c]; dbias[c] += sum_n dout[n, c]; one unit per block
-// of columns, rows summed in order.
+// of `width` columns, rows summed in order.
 template <class T>
 struct LayerNormBackwardParams {
   const T* dout;
@@ -291,10 +293,10 @@ struct LayerNormBackwardParams {
   const float* rstd;
   float* dweight;
   float* dbias;
-  std::int64_t rows, channels;
-  MT_HD std::int64_t count() const { return (channels + kColumnBlock - 1) / kColumnBlock; }
+  std::int64_t rows, channels, width;
+  MT_HD std::int64_t count() const { return blocks_of(channels, width); }
   MT_HD void operator()(std::int64_t block) const {
-    const std::int64_t c0 = block * kColumnBlock, c1 = min64(c0 + kColumnBlock, channels);
+    const std::int64_t c0 = block * width, c1 = min64(c0 + width, channels);
     for (std::int64_t n = 0; n < rows; ++n) {
       const T* g = dout + n * channels;
       const T* xr = x + n * channels;
@@ -320,15 +322,15 @@ struct BroadcastRows {
   }
 };
 
-// sum[j] += sum over rows of x[n, j]; one unit per block of columns, rows in order.
+// sum[j] += sum over rows of x[n, j]; one unit per block of `width` columns, rows in order.
 template <class T>
 struct ColumnSum {
   const T* x;
   float* sum;
-  std::int64_t rows, cols;
-  MT_HD std::int64_t count() const { return (cols + kColumnBlock - 1) / kColumnBlock; }
+  std::int64_t rows, cols, width;
+  MT_HD std::int64_t count() const { return blocks_of(cols, width); }
   MT_HD void operator()(std::int64_t block) const {
-    const std::int64_t j0 = block * kColumnBlock, j1 = min64(j0 + kColumnBlock, cols);
+    const std::int64_t j0 = block * width, j1 = min64(j0 + width, cols);
     for (std::int64_t n = 0; n < rows; ++n) {
       const T* xr = x + n * cols;
       for (std::int64_t j = j0; j < j1; ++j) sum[j] += widen(xr[j]);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 
 #include "runtime/nn_backend.h"
@@ -116,14 +117,24 @@ void embedding_backward_rows(DeviceContext& ctx, const Tensor& tokens, const Ten
   // Positions and keys are int32 in the index.
   MT_CHECK(N < std::numeric_limits<std::int32_t>::max() && V < std::numeric_limits<std::int32_t>::max(),
            "embedding backward: ", N, " tokens or ", V, " table rows do not fit the int32 index");
-  // The positions sorted by token (row 0) and their keys (row 1), built on the device, so each
-  // table row is summed by one unit in position order without every unit scanning every token.
+  // The positions sorted by token (row 0) and their keys (row 1), so each table row is summed by
+  // one unit in position order without every unit scanning every token. Built where the tokens
+  // are: on a GPU by EmbeddingTokenOrder's O(N^2) pass, on the CPU by a stable sort (O(N log N))
+  // with the same keys, which gives the same index.
   Tensor index = Tensor::empty({2, N}, DType::I32, ctx);
   std::int32_t* order = ptr<std::int32_t>(index);
   std::int32_t* sorted_key = order + N;
-  run<nn_math::EmbeddingTokenOrder>(ctx, dout.dtype(), [&](auto& op) {
-    op = {ptr<const std::int32_t>(tokens), order, sorted_key, N, vocab_begin, V};
-  });
+  if (ctx.device().is_cpu()) {
+    const nn_math::EmbeddingTokenOrder<float> keys{ptr<const std::int32_t>(tokens), order, sorted_key, N,
+                                                   vocab_begin, V};
+    std::iota(order, order + N, 0);
+    std::stable_sort(order, order + N, [&](std::int32_t a, std::int32_t b) { return keys.key(a) < keys.key(b); });
+    for (std::int64_t s = 0; s < N; ++s) sorted_key[s] = static_cast<std::int32_t>(keys.key(order[s]));
+  } else {
+    run<nn_math::EmbeddingTokenOrder>(ctx, dout.dtype(), [&](auto& op) {
+      op = {ptr<const std::int32_t>(tokens), order, sorted_key, N, vocab_begin, V};
+    });
+  }
   run<nn_math::EmbeddingBackwardTokens>(ctx, dout.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
     op = {order, sorted_key, ptr<const T_>(dout), ptr<float>(dwte), N, C, V, width};
@@ -209,7 +220,7 @@ void layernorm_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x,
   run<nn_math::LayerNormBackwardParams>(ctx, x.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.x)>>;
     op = {ptr<const T_>(dout), ptr<const T_>(x), ptr<const float>(mean), ptr<const float>(rstd), ptr<float>(dweight),
-          ptr<float>(dbias), N, C};
+          ptr<float>(dbias), N, C, unit_width(ctx)};
   });
 }
 
@@ -231,7 +242,7 @@ void bias_backward(DeviceContext& ctx, const Tensor& dout, Tensor& dbias) {
   MT_CHECK(cols > 0 && rows * cols == dout.numel(), "bias backward: ", dout.describe(), " is not rows of ", cols);
   run<nn_math::ColumnSum>(ctx, dout.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.x)>>;
-    op = {ptr<const T_>(dout), ptr<float>(dbias), rows, cols};
+    op = {ptr<const T_>(dout), ptr<float>(dbias), rows, cols, unit_width(ctx)};
   });
 }
 

@@ -108,11 +108,11 @@ if expect_ok "coll allreduce bf16 in place --check" np 2 "$meshbench" coll --op 
     echo "ok   bf16 rows, in-place columns only" || { fail "bf16 in-place rows"; show; }
 fi
 
-expect_error "unknown op" "unknown --op 'allsum'" np 2 "$meshbench" coll --op allsum
-expect_error "bad size" "--min-bytes: cannot read the size '12Q'" np 2 "$meshbench" coll --min-bytes 12Q
-expect_error "max below min" "--max-bytes \(1024\) is below --min-bytes" np 2 "$meshbench" coll --min-bytes 4K --max-bytes 1K
-expect_error "bad dtype" "--dtype must be fp32 or bf16" np 2 "$meshbench" coll --dtype int32
-expect_error "sendrecv alone" "--op sendrecv needs at least 2 ranks" np 1 "$meshbench" coll --op sendrecv
+expect_error "unknown op" "unknown --op 'allsum'" np 2 "$meshbench" coll --device cpu --op allsum
+expect_error "bad size" "--min-bytes: cannot read the size '12Q'" np 2 "$meshbench" coll --device cpu --min-bytes 12Q
+expect_error "max below min" "--max-bytes \(1024\) is below --min-bytes" np 2 "$meshbench" coll --device cpu --min-bytes 4K --max-bytes 1K
+expect_error "bad dtype" "--dtype must be fp32 or bf16" np 2 "$meshbench" coll --device cpu --dtype int32
+expect_error "sendrecv alone" "--op sendrecv needs at least 2 ranks" np 1 "$meshbench" coll --device cpu --op sendrecv
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -1,7 +1,8 @@
 // CUDA side of the transformer ops: one thread per unit of work of the shared functors
 // (runtime/nn_functors.h), so the GPU computes the same function as the CPU, unit by unit.
 // Simple and exact rather than fast: the forward and row ops run one thread per row; the backward
-// ops that sum over many rows (attention, embedding) run one thread per output column (width 1).
+// ops that sum over many rows (attention, embeddings, the column sums of parameter gradients) run
+// one thread per output column (width 1 in runtime/nn_functors.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
