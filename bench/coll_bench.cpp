@@ -16,6 +16,7 @@
 #include "bench/raw_mpi.h"
 #include "bench/raw_nccl.h"
 #include "launch/cli.h"
+#include "launch/command_line.h"
 #include "launch/options.h"
 #include "launch/session.h"
 #include "launch/table.h"
@@ -78,23 +79,6 @@ const char* kSummary =
     "out of place and in place, next to the raw library call on the same buffers in the same run: raw MPI\n"
     "on the MPI backend, raw NCCL on NCCL. The last column, ours/raw, is the ratio of bus bandwidths of\n"
     "the same placement (out of place where the op has it; broadcast: in place).";
-
-// Like launch/command_line.h, but naming meshbench.
-std::optional<po::variables_map> parse(po::options_description& desc, const std::vector<std::string>& args, int rank) {
-  desc.add_options()("help,h", "print this help and exit");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    if (vm.count("help")) {
-      if (rank == 0) std::cout << "usage: mpirun -np N meshbench coll [options]\n\n" << kSummary << "\n\n" << desc << std::flush;
-      return std::nullopt;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(std::string(e.what()) + " (see: meshbench coll --help)");
-  }
-  return vm;
-}
 
 std::size_t read_bytes(const po::variables_map& vm, const char* name) {
   try {
@@ -163,19 +147,13 @@ int scaled(int n, int floor, std::size_t bytes) {
   return std::min(n, std::max(floor, s));
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 nlohmann::ordered_json or_null(bool ran, double v) { return ran ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
 
 }  // namespace
 
 int coll_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   po::options_description desc = coll_options();
-  const auto parsed = parse(desc, args, mpi.world_rank());
+  const auto parsed = parse_command_line("meshbench coll", kSummary, desc, args, mpi.world_rank());
   if (!parsed) return 0;
   const po::variables_map& vm = *parsed;
   CollConfig config = read_config(vm, mpi.world_size());
@@ -263,16 +241,16 @@ int coll_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
           cells.insert(cells.end(), {"-", "-", "-"});
           continue;
         }
-        cells.push_back(fmt("%.1f", t.seconds * 1e6));
-        cells.push_back(fmt("%.3f", bytes / t.seconds / 1e9));
-        cells.push_back(fmt("%.3f", bytes / t.seconds * factor / 1e9));
+        cells.push_back(format_cell("%.1f", t.seconds * 1e6));
+        cells.push_back(format_cell("%.3f", bytes / t.seconds / 1e9));
+        cells.push_back(format_cell("%.3f", bytes / t.seconds * factor / 1e9));
       }
       // Bus bandwidths share the factor, so their ratio is the inverse ratio of the times.
       const CollTiming& mine = row.ours[static_cast<std::size_t>(row.raw_placement)];
       const double ratio = row.raw.seconds / mine.seconds;
-      cells.push_back(fmt("%.1f", row.raw.seconds * 1e6));
-      cells.push_back(fmt("%.3f", bytes / row.raw.seconds * factor / 1e9));
-      cells.push_back(fmt("%.2f", ratio));
+      cells.push_back(format_cell("%.1f", row.raw.seconds * 1e6));
+      cells.push_back(format_cell("%.3f", bytes / row.raw.seconds * factor / 1e9));
+      cells.push_back(format_cell("%.2f", ratio));
       j["raw"] = config.raw_nonblocking && !nccl ? rn + "-nonblocking" : rn;
       j["raw_placement"] = placement_name(row.raw_placement);
       j["raw_host_buffers"] = raw->host_memory_only() && !ctx.device().is_cpu();

@@ -25,12 +25,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 // Fixed pseudo-random tokens: the same on every rank (the data do not matter for the timing).
 std::vector<std::int32_t> tokens(std::size_t n, int vocab, std::uint32_t salt) {
   std::vector<std::int32_t> t(n);
@@ -179,12 +173,12 @@ int overlap_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
               zero ? "reduce-scatter (ZeRO-1)" : "allreduce");
   std::printf("each figure: mean of %d step(s) after %d warm-up, the slowest rank's time\n", steps, warmup);
   TextTable table({"measurement", "mean ms", "min ms", "what runs"});
-  table.add_row({"compute", fmt("%.1f", 1e3 * compute.mean_s), fmt("%.1f", 1e3 * compute.min_s), "backward alone"});
-  table.add_row({"communication", fmt("%.1f", 1e3 * comm.mean_s), fmt("%.1f", 1e3 * comm.min_s),
+  table.add_row({"compute", format_cell("%.1f", 1e3 * compute.mean_s), format_cell("%.1f", 1e3 * compute.min_s), "backward alone"});
+  table.add_row({"communication", format_cell("%.1f", 1e3 * comm.mean_s), format_cell("%.1f", 1e3 * comm.min_s),
                  "every bucket reduced, nothing computed"});
-  table.add_row({"serial", fmt("%.1f", 1e3 * serial_time.mean_s), fmt("%.1f", 1e3 * serial_time.min_s),
+  table.add_row({"serial", format_cell("%.1f", 1e3 * serial_time.mean_s), format_cell("%.1f", 1e3 * serial_time.min_s),
                  "backward, then the buckets (--no-overlap)"});
-  table.add_row({"overlapped", fmt("%.1f", 1e3 * overlap_time.mean_s), fmt("%.1f", 1e3 * overlap_time.min_s),
+  table.add_row({"overlapped", format_cell("%.1f", 1e3 * overlap_time.mean_s), format_cell("%.1f", 1e3 * overlap_time.min_s),
                  "buckets launched during backward"});
   std::printf("%s", table.render().c_str());
   std::printf("hidden %.1f ms of min(compute, communication) = %.1f ms: overlap efficiency %.2f; overlapped / "

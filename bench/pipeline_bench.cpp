@@ -34,12 +34,6 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr int kMaxTags = 32767;  // the MPI standard's least MPI_TAG_UB
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
   std::size_t start = 0;
@@ -363,10 +357,10 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
     const Result& r = results[i];
     const double ratio = r.theory > 0 ? r.bubble / r.theory : std::nan("");
     table.add_row({std::to_string(c.stages), c.name(), std::to_string(c.v()), std::to_string(c.m()),
-                   fmt("%.2f", 1e3 * r.step_s), fmt("%.2f", 1e3 * r.ideal_s), fmt("%.4f", r.bubble),
-                   fmt("%.4f", r.theory), fmt("%.4f", r.simulated), r.theory > 0 ? fmt("%.3f", ratio) : "-",
-                   fmt("%.2f", 1e3 * (r.step_s - r.model_step_s)), fmt("%.2f", 1e3 * r.wait_s),
-                   fmt("%.2f", 1e3 * r.other_s),
+                   format_cell("%.2f", 1e3 * r.step_s), format_cell("%.2f", 1e3 * r.ideal_s), format_cell("%.4f", r.bubble),
+                   format_cell("%.4f", r.theory), format_cell("%.4f", r.simulated), r.theory > 0 ? format_cell("%.3f", ratio) : "-",
+                   format_cell("%.2f", 1e3 * (r.step_s - r.model_step_s)), format_cell("%.2f", 1e3 * r.wait_s),
+                   format_cell("%.2f", 1e3 * r.other_s),
                    std::to_string(r.peak_in_flight)});
     nlohmann::ordered_json row;
     row["bench"] = "pipeline";
@@ -428,8 +422,8 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
     if (base == one_f_one_b.end() || base->second <= 0) continue;
     const double ratio = results[i].bubble / base->second;
     const double theory_ratio = results[i].theory / theory_bubble(c.stages, c.m(), 1);
-    vs.add_row({std::to_string(c.stages), std::to_string(c.m()), fmt("%.4f", base->second),
-                fmt("%.4f", results[i].bubble), fmt("%.3f", ratio), fmt("%.3f", theory_ratio),
+    vs.add_row({std::to_string(c.stages), std::to_string(c.m()), format_cell("%.4f", base->second),
+                format_cell("%.4f", results[i].bubble), format_cell("%.3f", ratio), format_cell("%.3f", theory_ratio),
                 ratio < 0.6 ? "yes" : "no"});
   }
   std::printf("\nsummary: interleaved (v=2) bubble / 1F1B bubble at the same (p, m); goal < 0.6 (theory ratio = "

@@ -28,12 +28,6 @@ namespace fs = std::filesystem;
 namespace mt {
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 std::vector<std::string> split_words(const std::string& text) {
   std::istringstream in(text);
   std::vector<std::string> words;
@@ -252,16 +246,16 @@ int scaling_bench(const std::vector<std::string>& args) {
       r.efficiency = m == "strong" ? (runs[base].step_s * n0) / (r.step_s * n) : runs[base].step_s / r.step_s;
       const int global = m == "strong" ? batch : batch * r.point.ranks();
       table.add_row({m, r.point.name(), std::to_string(r.point.ranks()), std::to_string(global),
-                     fmt("%.0f", 1e3 * r.step_s), fmt("%.0f", r.tokens_per_s), fmt("%.2f", r.efficiency),
-                     fmt("%.4f", r.loss), predict ? fmt("%.0f", 1e3 * r.predicted_s) : "-",
-                     predict ? fmt("%.2f", r.predicted_s / r.step_s) : "-"});
+                     format_cell("%.0f", 1e3 * r.step_s), format_cell("%.0f", r.tokens_per_s), format_cell("%.2f", r.efficiency),
+                     format_cell("%.4f", r.loss), predict ? format_cell("%.0f", 1e3 * r.predicted_s) : "-",
+                     predict ? format_cell("%.2f", r.predicted_s / r.step_s) : "-"});
       csv += m + "," + r.point.name() + "," + std::to_string(r.point.ranks()) + "," + std::to_string(r.point.dp) + "," +
              std::to_string(r.point.tp) + "," + std::to_string(r.point.pp) + "," + std::to_string(r.point.v) + "," +
-             std::to_string(global) + "," + std::to_string(micro) + "," + fmt("%.6f", r.step_s) + "," +
-             fmt("%.1f", r.tokens_per_s) + "," + fmt("%.4f", r.efficiency) + "," + fmt("%.6f", r.loss) + "," +
-             fmt("%.6f", r.predicted_s) + "\n";
-      dat += std::to_string(r.point.ranks()) + " " + fmt("%.4f", r.efficiency) + " \"" + r.point.name() + "\" " +
-             fmt("%.1f", r.tokens_per_s) + "\n";
+             std::to_string(global) + "," + std::to_string(micro) + "," + format_cell("%.6f", r.step_s) + "," +
+             format_cell("%.1f", r.tokens_per_s) + "," + format_cell("%.4f", r.efficiency) + "," + format_cell("%.6f", r.loss) + "," +
+             format_cell("%.6f", r.predicted_s) + "\n";
+      dat += std::to_string(r.point.ranks()) + " " + format_cell("%.4f", r.efficiency) + " \"" + r.point.name() + "\" " +
+             format_cell("%.1f", r.tokens_per_s) + "\n";
       nlohmann::ordered_json row;
       row["bench"] = "scaling";
       row["mode"] = m;

@@ -32,12 +32,6 @@ double peak_rss_bytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 struct Timing {
   double forward = 0, backward = 0, optimizer = 0;
   double total() const { return forward + backward + optimizer; }
@@ -144,10 +138,10 @@ int train_bench(const std::vector<std::string>& args) {
     const Timing t = run_steps(ctx, model, opt, B, T, warmup, steps);
     const double tokens = static_cast<double>(B) * T;
     const double flops = tokens * config.training_flops_per_token(T) / t.total();
-    table.add_row({name, fmt("%.1fM", static_cast<double>(config.real_parameter_count()) / 1e6), fmt("%.0f", tokens),
-                   fmt("%.0f", 1e3 * t.total()), fmt("%.0f", 1e3 * t.forward), fmt("%.0f", 1e3 * t.backward),
-                   fmt("%.0f", 1e3 * t.optimizer), fmt("%.0f", tokens / t.total()), fmt("%.1f", flops / 1e9),
-                   fmt("%.2f", flops / sgemm), fmt("%.2f GiB", peak_rss_bytes() / (1024.0 * 1024 * 1024))});
+    table.add_row({name, format_cell("%.1fM", static_cast<double>(config.real_parameter_count()) / 1e6), format_cell("%.0f", tokens),
+                   format_cell("%.0f", 1e3 * t.total()), format_cell("%.0f", 1e3 * t.forward), format_cell("%.0f", 1e3 * t.backward),
+                   format_cell("%.0f", 1e3 * t.optimizer), format_cell("%.0f", tokens / t.total()), format_cell("%.1f", flops / 1e9),
+                   format_cell("%.2f", flops / sgemm), format_cell("%.2f GiB", peak_rss_bytes() / (1024.0 * 1024 * 1024))});
     nlohmann::ordered_json row;
     row["bench"] = "train";
     row["device"] = gpu ? "cuda" : "cpu";

@@ -27,12 +27,6 @@ using namespace mt::perf;
 
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string fmt(const char* format, double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, value);
-  return buf;
-}
-
 int parse_int(const std::string& what, const std::string& text) {
   std::size_t used = 0;
   int v = 0;
@@ -133,17 +127,17 @@ ModelShape read_model(const po::variables_map& vm) {
 std::vector<std::string> plan_row(int rank, const Prediction& p) {
   const TimeBreakdown& t = p.time;
   const Layout& l = p.layout;
-  const auto share = [&](double s) { return fmt("%.3g", s); };
+  const auto share = [&](double s) { return format_cell("%.3g", s); };
   return {std::to_string(rank),
           std::to_string(l.dp) + "x" + std::to_string(l.tp) + "x" + std::to_string(l.pp),
           std::string(schedule_kind_name(l.schedule)) + (l.virtual_stages > 1 ? "/" + std::to_string(l.virtual_stages) : ""),
           std::to_string(l.zero),
           std::to_string(l.micro_batch),
           std::to_string(p.micro_batches),
-          fmt("%.2f", p.memory.total() / GiB),
-          fmt("%.4g", p.step_s),
-          fmt("%.4g", p.tokens_per_s),
-          fmt("%.3f", p.mfu),
+          format_cell("%.2f", p.memory.total() / GiB),
+          format_cell("%.4g", p.step_s),
+          format_cell("%.4g", p.tokens_per_s),
+          format_cell("%.3f", p.mfu),
           share(t.compute),
           share(t.tp_comm),
           share(t.pp_comm),
@@ -266,7 +260,7 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   if (result.plans.empty()) {
     const Prediction& s = *result.smallest_rejected;
     throw UsageError("the model fits in no layout of " + std::to_string(cluster.devices()) + " devices with " +
-                     fmt("%.1f", cluster.memory_bytes / GiB) + " GiB each: all " +
+                     format_cell("%.1f", cluster.memory_bytes / GiB) + " GiB each: all " +
                      std::to_string(result.rejected_for_memory) + " layouts need more; the smallest, " +
                      describe(s.layout) + ", needs " + describe(s.memory) +
                      " (try more devices: --nodes, or a smaller --micro-batch or model)");

@@ -1,9 +1,16 @@
 #include "launch/table.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 namespace mt {
+
+std::string format_cell(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
 
 std::string TextTable::render() const {
   std::vector<std::size_t> width(header_.size(), 0);

@@ -1,11 +1,14 @@
 // Plain-text tables with aligned columns, for what rank 0 prints.
-// defines: TextTable
+// defines: TextTable, format_cell
 #pragma once
 
 #include <string>
 #include <vector>
 
 namespace mt {
+
+// One number printed with a printf format ("%.2f"), for a table cell.
+std::string format_cell(const char* format, double value);
 
 class TextTable {
  public:
