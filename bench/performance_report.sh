@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every measurement behind docs/PERFORMANCE.md on this machine and leaves the tables (.txt),
 # JSON rows (.jsonl) and plots (.png) in OUT (default build/perf). Needs root for the parts across
-# hosts (network namespaces); without it they are skipped. Takes about 15 minutes on 2 cores.
+# hosts (network namespaces); without it they are skipped. Takes about 35 minutes on 2 cores (the
+# scaling runs are most of it; PARTS picks a subset).
 #
 #   bench/performance_report.sh [BUILD_DIR] [OUT]        default: build/default build/perf
 #   PARTS="coll overlap pipeline scaling plan" bench/performance_report.sh   (a subset)
