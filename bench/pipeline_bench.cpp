@@ -49,16 +49,10 @@ std::vector<std::string> split_list(const std::string& text) {
 std::vector<int> parse_positive_list(const std::string& option, const std::string& text) {
   std::vector<int> values;
   for (const std::string& item : split_list(text)) {
-    std::size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v < 1)
+    const std::optional<int> v = parse_whole_number(item);
+    if (!v || *v < 1)
       throw UsageError("--" + option + " takes positive integers separated by commas, not '" + text + "'");
-    values.push_back(v);
+    values.push_back(*v);
   }
   if (values.empty()) throw UsageError("--" + option + " is empty");
   return values;

@@ -1,8 +1,10 @@
 #include "bench/scaling_layouts.h"
 
+#include <optional>
 #include <sstream>
 
 #include "launch/cli.h"
+#include "launch/command_line.h"
 
 namespace mt {
 
@@ -20,15 +22,9 @@ std::vector<ScalingPoint> parse_scaling_layouts(const std::string& text) {
     std::stringstream parts(item);
     bool ok = !item.empty();
     for (std::string part; ok && std::getline(parts, part, 'x');) {
-      std::size_t used = 0;
-      int value = 0;
-      try {
-        value = std::stoi(part, &used);
-      } catch (const std::exception&) {
-        ok = false;
-      }
-      ok = ok && used == part.size() && value >= 1;
-      numbers.push_back(value);
+      const std::optional<int> value = parse_whole_number(part);
+      ok = value && *value >= 1;
+      numbers.push_back(value.value_or(0));
     }
     if (!ok || item.back() == 'x' || (numbers.size() != 3 && numbers.size() != 4))
       throw UsageError("--layouts: '" + item + "' is not DPxTPxPP or DPxTPxPPxV with positive integers");

@@ -17,6 +17,18 @@ std::string program_and_command(const std::string& command) {
 
 }  // namespace
 
+std::optional<int> parse_whole_number(const std::string& text) {
+  std::size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used == 0 || used != text.size()) return std::nullopt;
+  return value;
+}
+
 std::optional<po::variables_map> parse_command_line(const std::string& command, const std::string& summary,
                                                     po::options_description& desc,
                                                     const std::vector<std::string>& args, int rank) {

@@ -1,5 +1,5 @@
 // Parsing a command's options, with --help, and turning Boost's exceptions into UsageError.
-// defines: parse_command_line
+// defines: parse_command_line, parse_whole_number
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -8,6 +8,10 @@
 #include <vector>
 
 namespace mt {
+
+// The whole of `text` as an int ("12"; not "12x", "", or out of range), else nullopt: callers
+// word their own error.
+std::optional<int> parse_whole_number(const std::string& text);
 
 // `command` is a meshtrain command ("train") or another program's, named in full ("meshbench coll").
 // A command that declares a `config` option also reads the ini file it names.

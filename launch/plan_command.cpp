@@ -28,15 +28,9 @@ using namespace mt::perf;
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
 int parse_int(const std::string& what, const std::string& text) {
-  std::size_t used = 0;
-  int v = 0;
-  try {
-    v = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) throw UsageError(what + ": '" + text + "' is not a whole number");
-  return v;
+  const std::optional<int> v = parse_whole_number(text);
+  if (!v) throw UsageError(what + ": '" + text + "' is not a whole number");
+  return *v;
 }
 
 // "dp=2,tp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b"; dp defaults to what the cluster's devices leave.
