@@ -4,31 +4,10 @@
 #include <set>
 #include <sstream>
 
+#include "comm/desync_check.h"
+#include "comm/watchdog.h"
+
 namespace mt {
-
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
-}
-
-const char* collective_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::Allreduce: return "allreduce";
-    case CollectiveKind::ReduceScatter: return "reduce_scatter";
-    case CollectiveKind::Allgather: return "allgather";
-    case CollectiveKind::Broadcast: return "broadcast";
-    case CollectiveKind::Alltoall: return "alltoall";
-    case CollectiveKind::Send: return "send";
-    case CollectiveKind::Recv: return "recv";
-    case CollectiveKind::Barrier: return "barrier";
-  }
-  return "?";
-}
 
 bool CollectiveDesc::in_place() const {
   if (!input.defined() || !output.defined() || !input.same_storage(output)) return false;
@@ -47,17 +26,30 @@ std::size_t CollectiveDesc::bytes() const {
   return std::max(in, out);
 }
 
-std::string CollectiveDesc::describe() const {
-  std::ostringstream text;
-  text << collective_name(kind) << " #" << sequence;
+std::string CollectiveDesc::describe() const { return record().describe(); }
+
+OpRecord CollectiveDesc::record() const {
+  OpRecord r;
+  r.kind = kind;
+  r.sequence = sequence;
   const Tensor& t = input.defined() ? input : output;
-  if (t.defined()) text << ' ' << dtype_name(t.dtype()) << " x " << t.numel() << " (" << format_bytes(bytes()) << ')';
-  if (kind == CollectiveKind::Allreduce || kind == CollectiveKind::ReduceScatter) text << ' ' << reduce_op_name(op);
-  if (kind == CollectiveKind::Broadcast) text << " root " << root;
-  if (kind == CollectiveKind::Send) text << " to " << peer << " tag " << tag;
-  if (kind == CollectiveKind::Recv) text << " from " << peer << " tag " << tag;
-  text << " in a group of " << group_size;
-  return text.str();
+  r.has_data = t.defined();
+  if (r.has_data) {
+    r.dtype = t.dtype();
+    r.count = t.numel();
+  }
+  r.bytes = bytes();
+  r.op = op;
+  r.root = root;
+  r.peer = peer;
+  r.tag = tag;
+  r.group_size = group_size;
+  r.where = where;
+  return r;
+}
+
+std::chrono::milliseconds CommOptions::wait_limit() const {
+  return watchdog ? timeout + watchdog->reporting_time() : timeout;
 }
 
 Work::Work(CollectiveDesc desc, std::chrono::milliseconds default_timeout)
@@ -156,62 +148,85 @@ WorkPtr Communicator::submit(CollectiveDesc desc) {
   } else {
     desc.sequence = collective_sequence_++;
   }
-  return launch(std::move(desc));
+  if (options_.watchdog && !progress_) progress_ = options_.watchdog->join(label_, world_ranks());
+  if (options_.debug_collectives && !is_point_to_point(desc.kind)) check_in_step(desc);
+  WorkPtr work = launch(std::move(desc));
+  if (options_.watchdog) options_.watchdog->track(work, progress_);
+  return work;
+}
+
+void Communicator::check_in_step(const CollectiveDesc& desc) {
+  const CollectiveFingerprint mine = fingerprint_of(desc);
+  std::vector<CollectiveFingerprint> all(static_cast<std::size_t>(size_));
+  // The exchange is watched like an op: a member that never calls it is named by the watchdog.
+  auto exchange = std::make_shared<Work>(desc, options_.wait_limit());
+  if (options_.watchdog) options_.watchdog->track(exchange, progress_, true, "the desync check before ");
+  allgather_host_bytes(&mine, all.data(), sizeof mine);
+  exchange->complete();
+  const auto report = find_desync(all, world_ranks(), label_);
+  if (!report) return;
+  // Every member has the same report: the group's first member prints it.
+  if (options_.watchdog) options_.watchdog->end_job(*report, rank_ == 0);
+  MT_FAIL(*report);
 }
 
 namespace {
-CollectiveDesc make_desc(CollectiveKind kind, const Tensor& input, const Tensor& output) {
+CollectiveDesc make_desc(CollectiveKind kind, const Tensor& input, const Tensor& output, std::source_location where) {
   CollectiveDesc d;
   d.kind = kind;
   d.input = input;
   d.output = output;
+  d.where = where;
   return d;
 }
 }  // namespace
 
-WorkPtr Communicator::allreduce_async(const Tensor& input, const Tensor& output, AllreduceOptions opts) {
-  CollectiveDesc d = make_desc(CollectiveKind::Allreduce, input, output);
+WorkPtr Communicator::allreduce_async(const Tensor& input, const Tensor& output, AllreduceOptions opts, Here where) {
+  CollectiveDesc d = make_desc(CollectiveKind::Allreduce, input, output, where);
   d.op = opts.op;
   return submit(std::move(d));
 }
 
-WorkPtr Communicator::reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceScatterOptions opts) {
-  CollectiveDesc d = make_desc(CollectiveKind::ReduceScatter, input, output);
+WorkPtr Communicator::reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceScatterOptions opts,
+                                           Here where) {
+  CollectiveDesc d = make_desc(CollectiveKind::ReduceScatter, input, output, where);
   d.op = opts.op;
   return submit(std::move(d));
 }
 
-WorkPtr Communicator::allgather_async(const Tensor& input, const Tensor& output) {
-  return submit(make_desc(CollectiveKind::Allgather, input, output));
+WorkPtr Communicator::allgather_async(const Tensor& input, const Tensor& output, Here where) {
+  return submit(make_desc(CollectiveKind::Allgather, input, output, where));
 }
 
-WorkPtr Communicator::broadcast_async(const Tensor& tensor, BroadcastOptions opts) {
-  CollectiveDesc d = make_desc(CollectiveKind::Broadcast, tensor, tensor);
+WorkPtr Communicator::broadcast_async(const Tensor& tensor, BroadcastOptions opts, Here where) {
+  CollectiveDesc d = make_desc(CollectiveKind::Broadcast, tensor, tensor, where);
   d.root = opts.root;
   return submit(std::move(d));
 }
 
-WorkPtr Communicator::alltoall_async(const Tensor& input, const Tensor& output) {
-  return submit(make_desc(CollectiveKind::Alltoall, input, output));
+WorkPtr Communicator::alltoall_async(const Tensor& input, const Tensor& output, Here where) {
+  return submit(make_desc(CollectiveKind::Alltoall, input, output, where));
 }
 
-WorkPtr Communicator::send_async(const Tensor& tensor, int peer, PointToPointOptions opts) {
-  CollectiveDesc d = make_desc(CollectiveKind::Send, tensor, Tensor());
+WorkPtr Communicator::send_async(const Tensor& tensor, int peer, PointToPointOptions opts, Here where) {
+  CollectiveDesc d = make_desc(CollectiveKind::Send, tensor, Tensor(), where);
   d.peer = peer;
   d.tag = opts.tag;
   return submit(std::move(d));
 }
 
-WorkPtr Communicator::recv_async(const Tensor& tensor, int peer, PointToPointOptions opts) {
-  CollectiveDesc d = make_desc(CollectiveKind::Recv, Tensor(), tensor);
+WorkPtr Communicator::recv_async(const Tensor& tensor, int peer, PointToPointOptions opts, Here where) {
+  CollectiveDesc d = make_desc(CollectiveKind::Recv, Tensor(), tensor, where);
   d.peer = peer;
   d.tag = opts.tag;
   return submit(std::move(d));
 }
 
-WorkPtr Communicator::barrier_async() { return submit(make_desc(CollectiveKind::Barrier, Tensor(), Tensor())); }
+WorkPtr Communicator::barrier_async(Here where) {
+  return submit(make_desc(CollectiveKind::Barrier, Tensor(), Tensor(), where));
+}
 
-std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members) {
+std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members, std::string label) {
   std::set<int> unique(members.begin(), members.end());
   MT_CHECK(unique.size() == members.size(), "split: a member is listed twice");
   for (int m : members) MT_CHECK(m >= 0 && m < size_, "split: member ", m, " outside a group of ", size_);
@@ -220,7 +235,9 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& member
   if (members.empty()) return split_by_color(-1, 0, members);
   // The smallest member names the group: disjoint groups get distinct colors.
   const int color = *std::min_element(members.begin(), members.end());
-  return split_by_color(color, static_cast<int>(me - members.begin()), members);
+  auto group = split_by_color(color, static_cast<int>(me - members.begin()), members);
+  if (group) group->label_ = label.empty() ? label_ + "/split" : std::move(label);
+  return group;
 }
 
 }  // namespace mt

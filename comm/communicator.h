@@ -1,6 +1,8 @@
 // The one communicator interface every layer above uses; MPI and NCCL implement it.
 // Every operation has an async form returning a Work; the plain form waits for it.
-// defines: ReduceOp, CollectiveKind, CollectiveDesc, Work, WorkPtr, CommOptions, Communicator
+// Every op is numbered, registered with the job's watchdog (a deadline: --comm-timeout) and, with
+// --debug-collectives, checked against the other members' before it starts.
+// defines: CollectiveDesc, Work, WorkPtr, CommOptions, Communicator
 #pragma once
 
 #include <chrono>
@@ -9,18 +11,19 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <source_location>
 #include <string>
 #include <vector>
 
+#include "comm/op_record.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
 
 namespace mt {
 
-enum class ReduceOp : std::uint8_t { Sum, Avg, Max, Min };
-enum class CollectiveKind : std::uint8_t { Allreduce, ReduceScatter, Allgather, Broadcast, Alltoall, Send, Recv, Barrier };
-const char* reduce_op_name(ReduceOp op);
-const char* collective_name(CollectiveKind kind);
+class Watchdog;
+struct GroupProgress;
+using Here = std::source_location;
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::Sum;
@@ -47,13 +50,15 @@ struct CollectiveDesc {
   std::uint64_t sequence = 0;  // collectives and point-to-point ops are numbered separately
   int group_size = 1;
   int group_rank = 0;
+  std::source_location where;  // the caller of the Communicator method
 
   // In place: output is input; for reduce_scatter input holds output at this rank's block, for
   // allgather output holds input at this rank's block (the nccl-tests convention). After an in-place
   // reduce_scatter only this rank's block is defined: the other blocks of the input may be overwritten.
   bool in_place() const;
   std::size_t bytes() const;  // of the larger of input and output
-  std::string describe() const;  // "allreduce #12 fp32 x 1024 (4.0 KiB) sum"
+  std::string describe() const;  // "allreduce #12 fp32 x 1024 (4.0 KiB) sum in a group of 4"
+  OpRecord record() const;
 };
 
 // A started operation. Backends complete it from their own thread (MPI) or back it by an event (NCCL).
@@ -88,7 +93,15 @@ class Work {
 using WorkPtr = std::shared_ptr<Work>;
 
 struct CommOptions {
-  std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // default for Work::wait()
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // every op's deadline (--comm-timeout)
+  // Watches every op's deadline and ends the job with a report when one passes; shared by a
+  // communicator and everything split from it. Without one, Work::wait() throws TimeoutError.
+  std::shared_ptr<Watchdog> watchdog{};
+  bool debug_collectives = false;  // cross-check each collective's fingerprint first (--debug-collectives)
+
+  // How long Work::wait() blocks by default: with a watchdog, past the deadline by the time the
+  // watchdog needs to ask the peers and end the job, so that its report comes first.
+  std::chrono::milliseconds wait_limit() const;
 };
 
 // Submit from one thread per communicator: operations are numbered and started in submission
@@ -106,47 +119,71 @@ class Communicator {
   // Members in the numbering of the world communicator.
   virtual std::vector<int> world_ranks() const = 0;
 
-  WorkPtr allreduce_async(const Tensor& input, const Tensor& output, AllreduceOptions opts = {});
-  WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceScatterOptions opts = {});
-  WorkPtr allgather_async(const Tensor& input, const Tensor& output);
-  WorkPtr broadcast_async(const Tensor& tensor, BroadcastOptions opts = {});
-  WorkPtr alltoall_async(const Tensor& input, const Tensor& output);
-  WorkPtr send_async(const Tensor& tensor, int peer, PointToPointOptions opts = {});
-  WorkPtr recv_async(const Tensor& tensor, int peer, PointToPointOptions opts = {});
-  WorkPtr barrier_async();
+  // `where` (the caller's place, filled in by default) names the op in watchdog and desync reports.
+  WorkPtr allreduce_async(const Tensor& input, const Tensor& output, AllreduceOptions opts = {}, Here where = Here::current());
+  WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceScatterOptions opts = {},
+                               Here where = Here::current());
+  WorkPtr allgather_async(const Tensor& input, const Tensor& output, Here where = Here::current());
+  WorkPtr broadcast_async(const Tensor& tensor, BroadcastOptions opts = {}, Here where = Here::current());
+  WorkPtr alltoall_async(const Tensor& input, const Tensor& output, Here where = Here::current());
+  WorkPtr send_async(const Tensor& tensor, int peer, PointToPointOptions opts = {}, Here where = Here::current());
+  WorkPtr recv_async(const Tensor& tensor, int peer, PointToPointOptions opts = {}, Here where = Here::current());
+  WorkPtr barrier_async(Here where = Here::current());
 
-  void allreduce(const Tensor& tensor, AllreduceOptions opts = {}) { allreduce_async(tensor, tensor, opts)->wait(); }
-  void reduce_scatter(const Tensor& input, const Tensor& output, ReduceScatterOptions opts = {}) {
-    reduce_scatter_async(input, output, opts)->wait();
+  void allreduce(const Tensor& tensor, AllreduceOptions opts = {}, Here where = Here::current()) {
+    allreduce_async(tensor, tensor, opts, where)->wait();
   }
-  void allgather(const Tensor& input, const Tensor& output) { allgather_async(input, output)->wait(); }
-  void broadcast(const Tensor& tensor, BroadcastOptions opts = {}) { broadcast_async(tensor, opts)->wait(); }
-  void alltoall(const Tensor& input, const Tensor& output) { alltoall_async(input, output)->wait(); }
-  void send(const Tensor& tensor, int peer, PointToPointOptions opts = {}) { send_async(tensor, peer, opts)->wait(); }
-  void recv(const Tensor& tensor, int peer, PointToPointOptions opts = {}) { recv_async(tensor, peer, opts)->wait(); }
-  void barrier() { barrier_async()->wait(); }
+  void reduce_scatter(const Tensor& input, const Tensor& output, ReduceScatterOptions opts = {},
+                      Here where = Here::current()) {
+    reduce_scatter_async(input, output, opts, where)->wait();
+  }
+  void allgather(const Tensor& input, const Tensor& output, Here where = Here::current()) {
+    allgather_async(input, output, where)->wait();
+  }
+  void broadcast(const Tensor& tensor, BroadcastOptions opts = {}, Here where = Here::current()) {
+    broadcast_async(tensor, opts, where)->wait();
+  }
+  void alltoall(const Tensor& input, const Tensor& output, Here where = Here::current()) {
+    alltoall_async(input, output, where)->wait();
+  }
+  void send(const Tensor& tensor, int peer, PointToPointOptions opts = {}, Here where = Here::current()) {
+    send_async(tensor, peer, opts, where)->wait();
+  }
+  void recv(const Tensor& tensor, int peer, PointToPointOptions opts = {}, Here where = Here::current()) {
+    recv_async(tensor, peer, opts, where)->wait();
+  }
+  void barrier(Here where = Here::current()) { barrier_async(where)->wait(); }
 
   // Collective over this communicator. Each rank names the members (ranks of this communicator,
   // in the order they get in the new one) of the group it belongs to; groups must be disjoint and
   // every member must name the same list. A rank passing an empty list joins no group and gets
   // nullptr. A list that disagrees with another member's is an error on every member.
-  std::unique_ptr<Communicator> split(const std::vector<int>& members);
+  // `label` names the new group in reports ("dp", "tp"); by default "<this label>/split".
+  std::unique_ptr<Communicator> split(const std::vector<int>& members, std::string label = "");
+
+  const std::string& label() const { return label_; }  // "world" for the world communicator
 
   std::uint64_t collectives_issued() const { return collective_sequence_; }
 
  protected:
-  Communicator(int rank, int size, CommOptions options) : rank_(rank), size_(size), options_(options) {}
+  Communicator(int rank, int size, CommOptions options) : rank_(rank), size_(size), options_(std::move(options)) {}
   // The backend's half of every op: the descriptor is already validated and numbered.
   virtual WorkPtr launch(CollectiveDesc desc) = 0;
   // Like MPI_Comm_split: color < 0 joins no group; key orders the new ranks.
   virtual std::unique_ptr<Communicator> split_by_color(int color, int key, const std::vector<int>& members) = 0;
+  // Blocking allgather of `bytes` host bytes per member, outside the numbered ops (the desync
+  // check); called from the submitting thread.
+  virtual void allgather_host_bytes(const void* mine, void* all, std::size_t bytes) = 0;
 
  private:
   WorkPtr submit(CollectiveDesc desc);
+  void check_in_step(const CollectiveDesc& desc);
 
   int rank_;
   int size_;
   CommOptions options_;
+  std::string label_ = "world";
+  std::shared_ptr<GroupProgress> progress_;  // this group's entry in the watchdog, made on first use
   std::uint64_t collective_sequence_ = 0;
   std::uint64_t p2p_sequence_ = 0;
 };

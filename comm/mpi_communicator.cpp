@@ -122,13 +122,17 @@ std::unique_ptr<Communicator> MpiCommunicator::split_by_color(int color, int key
   return std::make_unique<MpiCommunicator>(std::move(group), engine_, options());
 }
 
+void MpiCommunicator::allgather_host_bytes(const void* mine, void* all, std::size_t bytes) {
+  MT_MPI_CHECK(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, control_.get()));
+}
+
 WorkPtr MpiCommunicator::launch(CollectiveDesc desc) {
   const Tensor& any = desc.input.defined() ? desc.input : desc.output;
   const DType dtype = any.defined() ? any.dtype() : DType::F32;
   // Created here, on the caller's thread, before the engine thread needs them.
   const MPI_Datatype type = mpi_datatype(dtype);
   const MPI_Op op = mpi_reduce_op(desc.op, dtype);
-  auto work = std::make_shared<Work>(desc, options().timeout);
+  auto work = std::make_shared<Work>(desc, options().wait_limit());
   auto view = std::make_shared<HostView>(stage(desc));
   const int size = this->size();
   const int rank = this->rank();

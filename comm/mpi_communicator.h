@@ -24,6 +24,7 @@ class MpiCommunicator final : public Communicator {
  protected:
   WorkPtr launch(CollectiveDesc desc) override;
   std::unique_ptr<Communicator> split_by_color(int color, int key, const std::vector<int>& members) override;
+  void allgather_host_bytes(const void* mine, void* all, std::size_t bytes) override;
 
  private:
   MpiComm control_;                // splits and checks, from the caller's thread

@@ -302,9 +302,13 @@ class NcclCommunicator final : public Communicator {
     Event done(device_);
     enqueue(desc);
     done.record(*stream_);
-    auto work = std::make_shared<NcclWork>(std::move(desc), options().timeout, nccl_, std::move(done));
+    auto work = std::make_shared<NcclWork>(std::move(desc), options().wait_limit(), nccl_, std::move(done));
     in_flight_.push_back(work);
     return work;
+  }
+
+  void allgather_host_bytes(const void* mine, void* all, std::size_t bytes) override {
+    MT_MPI_CHECK(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, mpi_.get()));
   }
 
   std::unique_ptr<Communicator> split_by_color(int color, int key, const std::vector<int>& members) override {

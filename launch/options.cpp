@@ -22,7 +22,12 @@ void add_runtime_options(po::options_description& desc) {
     ("comm-backend", po::value<std::string>()->default_value("auto"),
      "auto (NCCL when every rank has a GPU of its own, else MPI), mpi, or nccl")
     ("comm-timeout", po::value<double>()->default_value(600),
-     "seconds a rank waits for one communication before it reports what it waited for and fails");
+     "seconds any one communication may take: past it the watchdog reports what the rank waited for "
+     "(op, group, sequence number, bytes), which ranks had not arrived, and the last steps, then ends the job")
+    ("debug-collectives", po::bool_switch(),
+     "before every collective, check that all members of the group call the same one (op, sequence number, "
+     "count, dtype, root); on a mismatch, say which ranks called what and from where, and end the job. "
+     "Costs one small exchange per collective");
 }
 
 namespace {
@@ -40,6 +45,7 @@ RuntimeOptions read(const po::variables_map& vm) {
     MT_FAIL("--comm-timeout must be a number of seconds above 0 and at most a year, not ", seconds);
   }
   o.comm_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  o.debug_collectives = vm["debug-collectives"].as<bool>();
   return o;
 }
 }  // namespace

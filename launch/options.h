@@ -20,6 +20,7 @@ struct RuntimeOptions {
   int cpu_threads = 0;                   // 0: cores of the node / ranks on the node
   CommBackend comm_backend = CommBackend::Auto;
   std::chrono::milliseconds comm_timeout{std::chrono::minutes(10)};
+  bool debug_collectives = false;
 };
 
 void add_runtime_options(boost::program_options::options_description& desc);

@@ -22,7 +22,9 @@ Session open_session(const RuntimeOptions& options) {
   dev.cpu_threads = options.cpu_threads > 0 ? options.cpu_threads : default_cpu_threads(s.placement.local_size);
   s.context = std::make_unique<DeviceContext>(dev);
   s.backend = choose_backend(options.comm_backend, s.binding.device, s.binding.gpu_identity);
-  s.world = make_world_communicator(s.backend, *s.context, CommOptions{options.comm_timeout});
+  s.watchdog = std::make_shared<Watchdog>(Watchdog::Options{.timeout = options.comm_timeout});
+  s.world = make_world_communicator(s.backend, *s.context,
+                                    CommOptions{.timeout = options.comm_timeout, .watchdog = s.watchdog, .debug_collectives = options.debug_collectives});
   return s;
 }
 

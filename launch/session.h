@@ -9,6 +9,7 @@
 
 #include "comm/backend_selection.h"
 #include "comm/communicator.h"
+#include "comm/watchdog.h"
 #include "launch/binding.h"
 #include "launch/launch_env.h"
 #include "launch/options.h"
@@ -23,6 +24,7 @@ struct Session {
   Binding binding;
   std::unique_ptr<DeviceContext> context;
   BackendChoice backend;
+  std::shared_ptr<Watchdog> watchdog;  // every op's deadline; milestones go to watchdog->mark()
   std::unique_ptr<Communicator> world;
 };
 

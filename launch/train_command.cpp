@@ -455,3 +455,6 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
 }
 
 }  // namespace mt
+    session.watchdog->mark("began step " + std::to_string(trainer.steps_done() + 1) + " of " +
+                           std::to_string(settings.steps));
+      session.watchdog->mark("saving the checkpoint of step " + std::to_string(last.step));

@@ -18,10 +18,10 @@ ParallelGroups build_groups(Communicator& world, const Mesh& mesh) {
   ParallelGroups groups{.mesh = mesh,
                         .coord = mesh.coord_of(rank),
                         .world_rank = rank,
-                        .tp = world.split(mesh.tp_group(rank)),
-                        .dp = world.split(mesh.dp_group(rank)),
-                        .pp = world.split(mesh.pp_group(rank)),
-                        .embedding = world.split(mesh.embedding_group(rank))};  // middle stage: empty list, null
+                        .tp = world.split(mesh.tp_group(rank), "tp"),
+                        .dp = world.split(mesh.dp_group(rank), "dp"),
+                        .pp = world.split(mesh.pp_group(rank), "pp"),
+                        .embedding = world.split(mesh.embedding_group(rank), "embedding")};  // middle stage: empty list, null
   MT_CHECK(groups.tp && groups.dp && groups.pp, "a split returned no communicator for rank ", rank);
   return groups;
 }

@@ -24,7 +24,7 @@ DeviceContext& test_context() {
 }
 
 Communicator& test_world() {
-  if (!env().world) env().world = MpiCommunicator::world(CommOptions{std::chrono::seconds(120)});
+  if (!env().world) env().world = MpiCommunicator::world(CommOptions{.timeout = std::chrono::seconds(120)});
   return *env().world;
 }
 

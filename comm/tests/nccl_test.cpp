@@ -84,7 +84,7 @@ class Nccl : public ::testing::Test {
     const Device gpu = Device::cuda(setup_->local_rank);
     ctx_ = std::make_unique<DeviceContext>(DeviceOptions{gpu, 0, 1});
     comm_ = make_nccl_communicator(MpiComm::world().dup(), gpu, ctx_->stream().handle(),
-                                   CommOptions{std::chrono::seconds(120)});
+                                   CommOptions{.timeout = std::chrono::seconds(120)});
   }
   static void TearDownTestSuite() {
     comm_.reset();

@@ -1,26 +1,54 @@
 // A job in which one rank goes wrong while the others wait in a collective for it. Run by ctest:
 // the whole job must end promptly (the test's timeout), non-zero, with the cause named.
 //   fail:    the last rank throws; the others wait in a barrier it never joins.
-//   timeout: the last rank never joins; the others' barrier times out after 2 s, and the error
-//            unwinds past a communicator with the barrier still in flight (this must not hang).
+//   timeout: no watchdog; the last rank never joins; the others' barrier times out after 2 s, and
+//            the error unwinds past a communicator with the barrier still in flight (must not hang).
+//   skip:    with the watchdog (3 s): the last rank skips the second allreduce and sleeps; the
+//            watchdog of a waiting rank names it, the op and the group, and ends the job.
+//   desync:  with --debug-collectives: the last rank calls a barrier where the others call an
+//            allreduce; one report names who called what and from where, and the job ends.
 #include <chrono>
 #include <string>
 #include <thread>
 
 #include "comm/mpi_communicator.h"
+#include "comm/watchdog.h"
 #include "launch/guard.h"
+#include "runtime/context.h"
 
 int main(int argc, char** argv) {
   return mt::run_guarded(argc, argv, [](int argc_left, char** argv_left, const mt::MpiRuntime& mpi) -> int {
     const std::string mode = argc_left > 1 ? argv_left[1] : "fail";
-    auto world = mt::MpiCommunicator::world(mt::CommOptions{std::chrono::seconds(2)});
     const int last = mpi.world_size() - 1;
-    if (mpi.world_rank() == last) {
-      if (mode == "fail") MT_FAIL("deliberate failure on the last rank");
-      std::this_thread::sleep_for(std::chrono::seconds(120));  // ended by the others' abort
+    const bool me_last = mpi.world_rank() == last;
+    if (mode == "fail" || mode == "timeout") {
+      auto world = mt::MpiCommunicator::world(mt::CommOptions{.timeout = std::chrono::seconds(2)});
+      if (me_last) {
+        if (mode == "fail") MT_FAIL("deliberate failure on the last rank");
+        std::this_thread::sleep_for(std::chrono::seconds(120));  // ended by the others' abort
+        return 0;
+      }
+      world->barrier();  // waits for a rank that will never come
       return 0;
     }
-    world->barrier();  // waits for a rank that will never come
+    MT_CHECK(mode == "skip" || mode == "desync", "unknown mode ", mode);
+    auto watchdog = std::make_shared<mt::Watchdog>(mt::Watchdog::Options{.timeout = std::chrono::seconds(3)});
+    auto world = mt::MpiCommunicator::world(mt::CommOptions{
+        .timeout = std::chrono::seconds(3), .watchdog = watchdog, .debug_collectives = mode == "desync"});
+    mt::DeviceContext ctx(mt::DeviceOptions{});
+    mt::Tensor x = mt::Tensor::zeros({256}, mt::DType::F32, ctx);
+    watchdog->mark("began step 1 of 2");
+    world->allreduce(x);
+    watchdog->mark("began step 2 of 2");
+    if (me_last && mode == "skip") {
+      std::this_thread::sleep_for(std::chrono::seconds(120));  // ended by the others' watchdog
+      return 0;
+    }
+    if (me_last) {
+      world->barrier();
+    } else {
+      world->allreduce(x);
+    }
     return 0;
   });
 }
