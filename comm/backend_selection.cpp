@@ -51,7 +51,8 @@ BackendChoice choose_backend(CommBackend requested, Device device, const std::st
       choice = {CommBackend::Mpi, "--comm-backend mpi"};
       break;
     case CommBackend::Nccl:
-      if (!obstacle.empty()) MT_FAIL("--comm-backend nccl needs a GPU of its own on every rank, but ", obstacle);
+      // Every rank found `obstacle` in the same allgather: the same verdict everywhere, said once.
+      if (!obstacle.empty()) MT_FAIL_AS(JobError, "--comm-backend nccl needs a GPU of its own on every rank, but ", obstacle);
       choice = {CommBackend::Nccl, "--comm-backend nccl"};
       break;
     case CommBackend::Auto:

@@ -45,7 +45,7 @@ class Watchdog {
     std::chrono::milliseconds answer_wait{std::chrono::seconds(3)};  // for the peers' answers
     // Receives the report; by default it is printed on stderr and the job is aborted. A test may
     // keep it instead (the watchdog then stops watching).
-    std::function<void(const std::string& report)> on_expiry;
+    std::function<void(const std::string& report)> on_expiry{};
   };
 
   // Collective over MPI_COMM_WORLD (the question channel duplicates it).

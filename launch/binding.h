@@ -1,9 +1,12 @@
 // Rank to device binding. The local rank comes from MPI's shared-memory split (not from launcher
 // environment variables); GPU = local rank mod visible GPUs. More ranks on a node than GPUs only
-// with --virtual-devices; CPU ranks share the node's cores.
-// defines: DeviceRequest, NodePlacement, Binding, parse_device_request, bind_device, node_placement
+// with --virtual-devices; CPU ranks share the node's cores. A request that some rank cannot meet
+// becomes one error agreed by every rank (said once by rank 0), before any communicator exists.
+// defines: DeviceRequest, NodePlacement, Binding, parse_device_request, bind_device, node_placement,
+//          agree_before_communicators, bind_device_agreed
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,5 +40,16 @@ struct Binding {
 // request cannot be met.
 Binding bind_device(DeviceRequest request, bool virtual_devices, const NodePlacement& where,
                     const DeviceDiscovery& found);
+
+// agree_on_error (comm/agreement.h) over plain MPI, for errors raised before any Communicator
+// exists: collective over `comm`; when any rank brings a message, every rank throws the same
+// JobError with the lowest failing rank's message, prefixed "rank R: " (R in `comm`) unless all
+// failed alike, and followed by how many other ranks failed.
+void agree_before_communicators(MPI_Comm comm, const std::optional<std::string>& mine);
+
+// bind_device on every rank of `world`, then agree_before_communicators: a GPU missing on one host
+// ends every rank with one line from rank 0, not one line per rank and an MPI_Abort.
+Binding bind_device_agreed(MPI_Comm world, DeviceRequest request, bool virtual_devices, const NodePlacement& where,
+                           const DeviceDiscovery& found);
 
 }  // namespace mt

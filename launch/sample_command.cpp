@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "comm/agreement.h"
 #include "data/tokenizer/tokenizer.h"
 #include "launch/cli.h"
 #include "launch/command_line.h"
@@ -53,20 +54,29 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   DeviceContext& ctx = *session.context;
   const std::filesystem::path weights = vm["weights"].as<std::string>();
   // A directory is a checkpoint: its parameters, gathered whole from the shards of any layout.
+  // Every rank reads the same files, so a missing or bad one fails every rank alike: agreed, it is
+  // said once by rank 0.
   std::optional<FullState> checkpoint;
-  if (std::filesystem::is_directory(weights)) checkpoint = read_full_state(ckpt::resolve_checkpoint(weights.string(), ""), false);
-  const GptConfig config = checkpoint ? checkpoint->config : read_llmc_header(weights);
+  GptConfig config;
+  run_agreed(*session.world, ctx, [&] {
+    if (std::filesystem::is_directory(weights))
+      checkpoint = read_full_state(ckpt::resolve_checkpoint(weights.string(), ""), false);
+    config = checkpoint ? checkpoint->config : read_llmc_header(weights);
+  });
   if (tokenizer_vocab_size(name) != config.vocab_size)
     throw UsageError("the " + name + " tokenizer has " + std::to_string(tokenizer_vocab_size(name)) +
                      " tokens, the model in " + weights.string() + " " + std::to_string(config.vocab_size) +
                      " (use --tokenizer " + (config.vocab_size == 256 ? "bytes" : "gpt2") + ")");
-  const auto tokenizer = data::make_tokenizer(name, tokenizer_dir(vm));
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  run_agreed(*session.world, ctx, [&] { tokenizer = data::make_tokenizer(name, tokenizer_dir(vm)); });
   Gpt model(ctx, config);
-  if (checkpoint) {
-    load_full_parameters(model, ctx, checkpoint->params);
-  } else {
-    load_llmc_weights(model, ctx, weights);
-  }
+  run_agreed(*session.world, ctx, [&] {
+    if (checkpoint) {
+      load_full_parameters(model, ctx, checkpoint->params);
+    } else {
+      load_llmc_weights(model, ctx, weights);
+    }
+  });
 
   const std::string prompt = vm["prompt"].as<std::string>();
   std::vector<std::int32_t> tokens = tokenizer->encode(prompt);

@@ -9,7 +9,7 @@ Session open_session(const RuntimeOptions& options) {
   Session s;
   s.placement = node_placement(MPI_COMM_WORLD);
   const DeviceDiscovery found = discover_devices();
-  s.binding = bind_device(options.device, options.virtual_devices, s.placement, found);
+  s.binding = bind_device_agreed(MPI_COMM_WORLD, options.device, options.virtual_devices, s.placement, found);
   s.launch = read_launch_environment([](const char* name) { return std::getenv(name); });
   s.warnings = launch_warnings(s.launch, s.placement, s.binding.device.is_cuda(), static_cast<int>(found.gpus.size()),
                                options.virtual_devices);

@@ -18,7 +18,9 @@
 #include "models/gpt_weights.h"
 #include "parallel/groups.h"
 #include "parallel/layout_check.h"
+#include "parallel/schedule.h"
 #include "parallel/stage_partition.h"
+#include "perf/memory_model.h"
 #include "train/checkpointing.h"
 #include "train/parallel_trainer.h"
 #include "runtime/gemm_rate.h"
@@ -33,6 +35,8 @@ template <class T>
 T get(const po::variables_map& vm, const char* name) {
   return vm[name].as<T>();
 }
+
+}  // namespace
 
 po::options_description train_options() {
   po::options_description desc("options");
@@ -130,11 +134,6 @@ po::options_description train_options() {
   return desc;
 }
 
-struct LayoutChoice {
-  MeshShape mesh;
-  ParallelSettings parallel;
-};
-
 // The layout options, checked against the job and the model; every rank reaches the same verdict.
 LayoutChoice read_layout(const po::variables_map& vm, int world_size, const GptConfig& config,
                          const TrainSettings& settings) {
@@ -204,6 +203,44 @@ TrainSettings read_settings(const po::variables_map& vm) {
     throw UsageError(e.message());
   }
   return s;
+}
+
+namespace {
+
+// A cap below what the model needs would fail at the first allocation over it, on some ranks and deep
+// inside a step, where only MPI_Abort can free the ranks waiting for them. The cap and the model's
+// size are known on every rank before anything is allocated, and the estimate is arithmetic
+// (perf/memory_model.h, what the model and the schedule hold): a usage error, said once. The
+// estimate is a floor, not a bound: a cap a little above it can still run out during a step.
+void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, const TrainSettings& settings,
+                      const LayoutChoice& layout) {
+  if (cap == 0) return;
+  perf::Layout l;
+  l.dp = layout.mesh.dp;
+  l.tp = layout.mesh.tp;
+  l.pp = layout.mesh.pp;
+  l.virtual_stages = layout.parallel.virtual_stages;
+  l.schedule = layout.parallel.schedule;
+  l.zero = layout.parallel.zero;
+  l.micro_batch = settings.micro_batch;
+  perf::TrainingShape training;
+  training.seq_len = settings.seq_len;
+  training.global_batch = settings.global_batch;
+  training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
+  const std::vector<int> chunk_layers = plan_stage_layers(config, layout.mesh, layout.parallel, settings.seq_len);
+  const Schedule schedule = make_schedule(l.schedule, l.pp, perf::micro_batches(training, l), l.virtual_stages);
+  const perf::MemoryBreakdown m =
+      perf::estimate_memory(config, training, l, perf::Cluster{}, chunk_layers, peak_in_flight(schedule));
+  const auto need = m.total();
+  if (need <= static_cast<double>(cap)) return;
+  const auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
+  const std::string who = l.pp > 1 ? "a rank of pipeline stage " + std::to_string(m.stage) : std::string("a rank");
+  throw UsageError("--device-memory-limit " + bytes(static_cast<double>(cap)) + " is too small for this model: " + who +
+                   " needs about " + bytes(need) + ", " + bytes(need - static_cast<double>(cap)) +
+                   " more (parameters " + bytes(m.parameters) + ", gradients " + bytes(m.gradients) +
+                   ", AdamW moments " + bytes(m.optimizer) + ", activations " + bytes(m.activations + m.logits) +
+                   ", workspace " + bytes(m.workspace) +
+                   "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp");
 }
 
 // Validation is optional: a corpus prepared with --val-fraction 0 has none.
@@ -305,24 +342,43 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   if (resume && vm.count("init-weights"))
     throw UsageError("--resume and --init-weights exclude each other (a checkpoint holds the weights)");
   const LayoutChoice layout = read_layout(vm, mpi.world_size(), config, settings);
+  const RuntimeOptions runtime = read_runtime_options(vm);
+  check_memory_cap(runtime.device_memory_limit, config, compute, settings, layout);
 
-  Session session = open_session(read_runtime_options(vm));
+  Session session = open_session(runtime);
   DeviceContext& ctx = *session.context;
   const bool root = session.placement.world_rank == 0;
 
+  // Every rank opens every shard, so a missing directory or a bad shard fails every rank alike:
+  // agreed, it is said once, and no rank waits for one that has already gone. The token ids are
+  // checked here too (one pass at memory speed), not when a sequence holding a bad one is first read:
+  // that would be one rank, steps later, in the middle of a step.
   const std::filesystem::path data_dir = get<std::string>(vm, "data");
   const std::uint64_t seed = get<std::uint64_t>(vm, "seed");
-  data::DataLoader train = data::DataLoader::for_split(data_dir, "train", settings.seq_len, seed, config.vocab_size);
-  std::unique_ptr<data::DataLoader> val;
-  if (has_split(data_dir, "val"))
-    val = std::make_unique<data::DataLoader>(
-        data::DataLoader::for_split(data_dir, "val", settings.seq_len, seed, config.vocab_size));
+  std::unique_ptr<data::DataLoader> train_data, val;
+  run_agreed(*session.world, ctx, [&] {
+    train_data = std::make_unique<data::DataLoader>(
+        data::DataLoader::for_split(data_dir, "train", settings.seq_len, seed, config.vocab_size));
+    if (has_split(data_dir, "val"))
+      val = std::make_unique<data::DataLoader>(
+          data::DataLoader::for_split(data_dir, "val", settings.seq_len, seed, config.vocab_size));
+    for (const data::DataLoader* loader : {train_data.get(), val.get()})
+      if (loader != nullptr)
+        for (const data::ShardFile& shard : loader->shards()) shard.check_vocab(config.vocab_size);
+  });
+  data::DataLoader& train = *train_data;
 
   TrainSettings run = settings;
   if (vm.count("peak-tflops")) {
     run.peak_flops = get<double>(vm, "peak-tflops") * 1e12;
   } else if (ctx.device().is_cpu()) {
-    run.peak_flops = measure_gemm_flops(ctx);
+    // The rate is only for MFU: under a cap too small for the measurement's matrices, MFU goes
+    // unreported. Nothing is allocated yet, so every rank decides alike.
+    try {
+      run.peak_flops = measure_gemm_flops(ctx);
+    } catch (const OutOfMemoryError&) {
+      run.peak_flops = 0;
+    }
   }
   try {
     check_pipeline_backend(layout.parallel.schedule, layout.mesh.pp, comm_backend_name(session.backend.backend));
@@ -330,7 +386,14 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     throw UsageError(e.message());
   }
   ParallelGroups groups = build_groups(*session.world, Mesh(layout.mesh));
-  ParallelTrainer trainer(ctx, *session.world, groups, config, compute, train, val.get(), run, layout.parallel);
+  // No collective runs while the trainer is built: a rank that cannot build its part (out of memory
+  // under --device-memory-limit) agrees with the others instead of leaving them in the first step.
+  std::unique_ptr<ParallelTrainer> built;
+  run_agreed(*session.world, ctx, [&] {
+    built = std::make_unique<ParallelTrainer>(ctx, *session.world, groups, config, compute, train, val.get(), run,
+                                              layout.parallel);
+  });
+  ParallelTrainer& trainer = *built;
   Gpt& model = trainer.model();
   std::optional<ResumeReport> resumed;
   if (resume) {
@@ -341,7 +404,8 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       MT_FAIL_AS(JobError, "the checkpoint ", from.string(), " is at step ", resumed->step, ": --steps ", settings.steps,
                  " leaves nothing to train (--steps is the total to reach)");
   } else if (vm.count("init-weights")) {
-    load_llmc_weights(model, ctx, get<std::string>(vm, "init-weights"));
+    // Every rank reads the same file: another shape (or a file cut short) fails every rank alike.
+    run_agreed(*session.world, ctx, [&] { load_llmc_weights(model, ctx, get<std::string>(vm, "init-weights")); });
   } else {
     trainer.init(seed);
   }
@@ -408,6 +472,8 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   TimeBreakdown since_log;
   int steps_since_log = 0;
   while (trainer.steps_done() < settings.steps) {
+    session.watchdog->mark("began step " + std::to_string(trainer.steps_done() + 1) + " of " +
+                           std::to_string(settings.steps));
     last = trainer.step();
     if (last.step > first_step) elapsed_after_first += last.step_ms / 1e3;
     since_log += last.time;
@@ -432,6 +498,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       }
     }
     if (!checkpoint_dir.empty() && ((save_every > 0 && last.step % save_every == 0) || last.step == settings.steps)) {
+      session.watchdog->mark("saving the checkpoint of step " + std::to_string(last.step));
       const SaveResult saved = save_checkpoint(trainer, checkpoint_dir, keep, identity);
       if (root) {
         std::printf("saved checkpoint %s (%s bytes, %.1f s)", saved.dir.c_str(),
@@ -455,6 +522,3 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
 }
 
 }  // namespace mt
-    session.watchdog->mark("began step " + std::to_string(trainer.steps_done() + 1) + " of " +
-                           std::to_string(settings.steps));
-      session.watchdog->mark("saving the checkpoint of step " + std::to_string(last.step));

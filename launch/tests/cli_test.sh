@@ -48,7 +48,7 @@ check "absurd --comm-timeout refused" 2 "--comm-timeout must be a number of seco
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "skip GPU requested where none exists: this machine has a GPU"
 else
-  check "GPU requested where none exists" nonzero "\\[rank [0-9]+ host [^]]+\\]: --device cuda: no usable GPU" \
+  check "GPU requested where none exists" nonzero "^meshtrain: error: --device cuda: no usable GPU on host [^ ]+ " \
     "$mpiexec" -np 2 --oversubscribe "$meshtrain" devices --device cuda
 fi
 check "nccl requested on CPU ranks" nonzero "--comm-backend nccl needs a GPU of its own on every rank" \

@@ -61,3 +61,37 @@ prepare_corpus() {
   done >"$dir/corpus"
   expect_ok "prepare" "$meshtrain" prepare --tokenizer bytes --input "$dir/corpus" --output "$dir/data" --val-fraction 0.1
 }
+
+# expect_rank0_error NAME PATTERN NP COMMAND...: runs COMMAND under mpirun with NP ranks and output
+# tagged by rank; passes when the job ends within run_timeout with a non-zero exit that is neither
+# the timeout's (124/137: it hung) nor a crash's (134/139), and exactly one "PROGRAM: error:" line
+# came over all ranks, from rank 0, matching PATTERN (an extended regex). Neither Open MPI's
+# MPI_ABORT banner nor its notes of a core dump, a segfault or a signal may appear: every rank
+# ends on its own. Prints "ok   NAME (exit N, S.S s): THE ERROR LINE".
+expect_rank0_error() {
+  local name=$1 pattern=$2 np=$3
+  shift 3
+  local start=$EPOCHREALTIME
+  run "$mpiexec" -np "$np" --oversubscribe --tag-output "$@"
+  local seconds
+  seconds=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    fail "$name: exit code $rc after $seconds s, expected an error exit (124/137: hung and killed)"; show; return 1
+  fi
+  if [ "$rc" -eq 134 ] || [ "$rc" -eq 139 ]; then fail "$name: exit code $rc: a crash"; show; return 1; fi
+  local prefix="${program:-meshtrain}: error: " lines line
+  lines=$(cat "$out" "$err" | grep -c -F -- "$prefix")
+  if [ "$lines" -ne 1 ]; then fail "$name: $lines '$prefix' lines over all ranks, expected 1"; show; return 1; fi
+  line=$(cat "$out" "$err" | grep -F -- "$prefix")
+  case "$line" in
+    "[1,0]<stderr>:$prefix"*) ;;
+    *) fail "$name: the error line does not come from rank 0's stderr: $line"; show; return 1 ;;
+  esac
+  line=${line#"[1,0]<stderr>:"}
+  if ! printf '%s\n' "$line" | grep -q -E -- "$pattern"; then fail "$name: the error lacks /$pattern/: $line"; show; return 1; fi
+  if cat "$out" "$err" | grep -q -E "MPI_ABORT was invoked|core dumped|Segmentation|[Ss]ignal "; then
+    fail "$name: the job was aborted or crashed instead of every rank exiting"; show; return 1
+  fi
+  echo "ok   $name (exit $rc, $seconds s): $line"
+  return 0
+}
