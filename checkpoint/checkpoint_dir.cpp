@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -26,7 +27,7 @@ namespace {
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kLatestName = "latest";
 constexpr const char* kFaultVariable = "MESHTRAIN_FAULT_SAVE";
-constexpr std::array<const char*, 5> kFaultPoints = {"shard", "sidecar", "manifest", "rename", "latest"};
+constexpr std::array<const char*, 6> kFaultPoints = {"shard", "sidecar", "manifest", "rename", "latest", "prune"};
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
@@ -121,6 +122,10 @@ fs::path resolve_latest(const fs::path& root) {
   const std::optional<std::int64_t> step = latest_step(root);
   MT_REQUIRE(step, "--resume: ", latest.string(), " does not name a step_N directory");
   const fs::path dir = root / step_dir_name(*step);
+  // A commit replacing step_N died between moving the old one aside and renaming the new one in:
+  // the old one, which `latest` named, is still whole under its aside name.
+  const fs::path aside = root / ("." + step_dir_name(*step) + ".old");
+  if (!fs::exists(dir) && is_complete(aside)) return aside;
   MT_REQUIRE(is_complete(dir), "--resume: ", latest.string(), " names ", dir.string(),
              ", which is not a complete checkpoint (no ", kManifestName, ")");
   return dir;
@@ -237,7 +242,7 @@ std::vector<std::int64_t> list_checkpoints(const fs::path& root) {
   return steps;
 }
 
-std::vector<std::int64_t> prune_checkpoints(const fs::path& root, int keep) {
+std::vector<std::int64_t> prune_checkpoints(const fs::path& root, int keep, const std::optional<SaveFault>& fault) {
   const std::vector<std::int64_t> steps = list_checkpoints(root);
   const std::optional<std::int64_t> latest = latest_step(root);
   std::vector<std::int64_t> removed;
@@ -248,16 +253,26 @@ std::vector<std::int64_t> prune_checkpoints(const fs::path& root, int keep) {
     // Unlisted first: a crash in the middle of remove_all must not leave a manifest naming lost files.
     remove_or_fail(dir / kManifestName);
     fsync_dir(dir);
+    maybe_crash(fault, "prune", steps.back(), 0);
     remove_all_or_fail(dir);
     removed.push_back(steps[i]);
   }
-  auto is_older_partial = [&](const std::string& name) {
-    constexpr std::string_view kSuffix = ".partial";
-    if (steps.empty() || !name.starts_with('.') || !name.ends_with(kSuffix)) return false;
-    const auto step = parse_step_dir_name(std::string_view(name).substr(1, name.size() - 1 - kSuffix.size()));
-    return step && *step < steps.back();
+  // What killed processes leave behind (nothing here is ever read as a checkpoint, but it would
+  // stay forever): partial saves older than the newest checkpoint; step_N directories without a
+  // manifest below it (a prune that died in remove_all); .step_N.old (a commit that died before
+  // removing the checkpoint it replaced) once step_N is complete again or `latest` names another.
+  auto hidden_step = [](const std::string& name, std::string_view suffix) -> std::optional<std::int64_t> {
+    if (!name.starts_with('.') || !name.ends_with(suffix)) return std::nullopt;
+    return parse_step_dir_name(std::string_view(name).substr(1, name.size() - 1 - suffix.size()));
   };
-  for (const fs::path& partial : entries_named(root, is_older_partial)) remove_all_or_fail(partial);
+  auto is_debris = [&](const std::string& name) {
+    if (steps.empty()) return false;
+    if (const auto step = hidden_step(name, ".partial")) return *step < steps.back();
+    if (const auto step = hidden_step(name, ".old")) return is_complete(root / step_dir_name(*step)) || *step != latest;
+    const auto step = parse_step_dir_name(name);
+    return step && *step < steps.back() && !is_complete(root / name);
+  };
+  for (const fs::path& debris : entries_named(root, is_debris)) remove_all_or_fail(debris);
   return removed;
 }
 
@@ -298,8 +313,8 @@ std::optional<SaveFault> save_fault_from_env() {
   if (!value || !*value) return std::nullopt;
   const std::string text = value;
   auto malformed = [&](const std::string& why) {
-    MT_FAIL(kFaultVariable, "='", text, "': ", why, " (expected POINT[:STEP][@RANK], POINT one of shard, sidecar, ",
-            "manifest, rename, latest)");
+    MT_FAIL(kFaultVariable, "='", text, "': ", why, " (expected [kill-]POINT[:STEP][@RANK], POINT one of shard, ",
+            "sidecar, manifest, rename, latest, prune)");
   };
   auto number = [&](std::string_view digits, const char* what) {
     std::int64_t n = 0;
@@ -321,6 +336,9 @@ std::optional<SaveFault> save_fault_from_env() {
     fault.step = number(rest.substr(colon + 1), "step");
     rest = rest.substr(0, colon);
   }
+  constexpr std::string_view kKillPrefix = "kill-";
+  fault.kill = rest.starts_with(kKillPrefix);
+  if (fault.kill) rest.remove_prefix(kKillPrefix.size());
   fault.point = std::string(rest);
   if (std::find(kFaultPoints.begin(), kFaultPoints.end(), fault.point) == kFaultPoints.end()) {
     malformed("unknown point '" + fault.point + "'");
@@ -330,9 +348,14 @@ std::optional<SaveFault> save_fault_from_env() {
 
 void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank) {
   if (!fault || !fault->fires(here, save_step, my_rank)) return;
-  std::fprintf(stderr, "meshtrain: injected fault: rank %d crashes at '%s' of the save of step %lld (%s)\n", my_rank,
-               here.c_str(), static_cast<long long>(save_step), kFaultVariable);
+  std::fprintf(stderr, "meshtrain: injected fault: rank %d %s at '%s' of the save of step %lld (%s)\n", my_rank,
+               fault->kill ? "is killed (SIGKILL)" : "crashes", here.c_str(), static_cast<long long>(save_step),
+               kFaultVariable);
   std::fflush(stderr);
+  if (fault->kill) {
+    ::raise(SIGKILL);  // cannot be caught or ignored: the process ends here
+    std::abort();      // not reached
+  }
   std::_Exit(75);
 }
 

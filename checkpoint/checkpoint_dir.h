@@ -30,15 +30,19 @@ std::filesystem::path partial_dir(const std::filesystem::path& root, std::int64_
 std::string shard_file_name(int rank);                                            // "rank_00003.bin"
 std::string sidecar_name(int rank);                                               // "rank_00003.json"
 
-// Fault injection for tests: MESHTRAIN_FAULT_SAVE=POINT[:STEP][@RANK] makes that rank (default 0)
-// end abruptly (std::_Exit(75): no cleanup, as a crash) at POINT of the save of STEP (default: the
-// first save). Points, in save order: "shard" (its shard file half written), "sidecar" (shard done,
-// sidecar not written), "manifest" (rank 0: every rank done, manifest not written), "rename"
-// (manifest written, directory not renamed), "latest" (renamed, `latest` not moved).
+// Fault injection for tests: MESHTRAIN_FAULT_SAVE=[kill-]POINT[:STEP][@RANK] makes that rank
+// (default 0) end abruptly at POINT of the save of STEP (default: the first save): std::_Exit(75)
+// (no cleanup, as a crash), or with the "kill-" prefix a real SIGKILL, so the launcher sees a
+// process killed by a signal (as the OOM killer or a node failure would). Points, in save order:
+// "shard" (its shard file half written), "sidecar" (shard done, sidecar not written), "manifest"
+// (rank 0: every rank done, manifest not written), "rename" (manifest written, directory not
+// renamed), "latest" (renamed, `latest` not moved), "prune" (`latest` moved; an old checkpoint
+// being removed has lost its manifest, not yet its files; fires only when --keep removes one).
 struct SaveFault {
   std::string point;
   std::optional<std::int64_t> step;
   int rank = 0;
+  bool kill = false;  // raise(SIGKILL) instead of _Exit(75)
   // True when this rank must die at `here` during the save of `step`.
   bool fires(const std::string& here, std::int64_t save_step, int my_rank) const;
 };
@@ -46,6 +50,7 @@ struct SaveFault {
 // unknown point.
 std::optional<SaveFault> save_fault_from_env();
 // Ends the process as a crash would when `fault` fires here (prints one line to stderr first).
+// Never returns when it fires.
 void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank);
 
 // Rank 0, before any rank writes: creates ROOT (and parents) and an empty partial directory for
@@ -81,13 +86,18 @@ void set_latest(const std::filesystem::path& root, std::int64_t step);
 std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& root);
 
 // Rank 0: removes complete checkpoints beyond the newest `keep` (keep <= 0: none removed), never the
-// one `latest` names, and partial directories of steps below the newest complete one. Returns the
-// steps removed.
-std::vector<std::int64_t> prune_checkpoints(const std::filesystem::path& root, int keep);
+// one `latest` names, and what killed processes left: partial directories and step_N directories
+// without a manifest below the newest complete step, and .step_N.old once step_N is complete or
+// `latest` names another step.
+// Returns the steps of the complete checkpoints removed. `fault`: its "prune" point fires (with
+// the newest complete step as the save's step) in the middle of removing the first one.
+std::vector<std::int64_t> prune_checkpoints(const std::filesystem::path& root, int keep,
+                                            const std::optional<SaveFault>& fault = std::nullopt);
 
 // The checkpoint a --resume value names: "latest" (or "") -> the directory ROOT/latest names (ROOT
-// is `root`, the --checkpoint-dir); a path to a step_N directory -> itself; a path to a checkpoint
-// root (holding `latest`) -> its latest. Errors: no --checkpoint-dir for "latest"; ROOT has no
+// is `root`, the --checkpoint-dir; its .step_N.old when a commit replacing step_N died half-way);
+// a path to a step_N directory -> itself; a path to a checkpoint root (holding `latest`) -> its
+// latest. Errors: no --checkpoint-dir for "latest"; ROOT has no
 // `latest` (nothing saved yet); the path does not exist; the directory has no manifest.json (a
 // save that never finished, named as such).
 std::filesystem::path resolve_checkpoint(const std::string& spec, const std::filesystem::path& root);

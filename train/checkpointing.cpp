@@ -185,7 +185,7 @@ SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path
     ckpt::commit_checkpoint(root, manifest, fault);
     ckpt::maybe_crash(fault, "latest", step, rank);
     ckpt::set_latest(root, step);
-    result.pruned = ckpt::prune_checkpoints(root, keep);
+    result.pruned = ckpt::prune_checkpoints(root, keep, fault);
   });
   result.dir = root / ckpt::step_dir_name(step);
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();

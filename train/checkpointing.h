@@ -60,7 +60,7 @@ struct SaveResult {
 // Saves the trainer's state after its steps_done() steps as ROOT/step_N (checkpoint_dir.h's
 // protocol), keeping the newest `keep` checkpoints (0: all). Collective over the trainer's world;
 // any rank's failure is every rank's JobError, and leaves the previous checkpoint in force.
-// MESHTRAIN_FAULT_SAVE crashes a chosen rank at a chosen point (tests).
+// MESHTRAIN_FAULT_SAVE crashes or SIGKILLs a chosen rank at a chosen point (tests; checkpoint_dir.h).
 SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& root, int keep,
                            const RunIdentity& run);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>  // defines: setenv, unsetenv
 
+#include <csignal>  // defines: SIGKILL
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -209,6 +210,54 @@ TEST(CheckpointDir, PruneKeepsTheNewestAndLatest) {
   EXPECT_EQ(list_checkpoints(dir.path()), (std::vector<std::int64_t>{6, 10}));
 }
 
+TEST(CheckpointDir, PruneRemovesWhatKilledProcessesLeft) {
+  ScratchDir dir("ckpt");
+  for (std::int64_t step : {2, 4, 6}) save(dir.path(), step);
+  set_latest(dir.path(), 6);
+  // A prune killed inside remove_all: step 2 has lost its manifest and one shard.
+  fs::remove(dir / "step_00000002" / "manifest.json");
+  // A commit re-saving step 4, killed after renaming the new one in, before removing the old one.
+  fs::create_directory(dir / ".step_00000004.old");
+  touch(dir / ".step_00000004.old" / "manifest.json");
+  // One re-saving step 8, killed between moving the old one aside and renaming: not `latest`'s.
+  fs::create_directory(dir / ".step_00000008.old");
+  touch(dir / ".step_00000008.old" / "manifest.json");
+  EXPECT_TRUE(prune_checkpoints(dir.path(), 0).empty());
+  EXPECT_FALSE(fs::exists(dir / "step_00000002"));
+  EXPECT_FALSE(fs::exists(dir / ".step_00000004.old"));
+  EXPECT_FALSE(fs::exists(dir / ".step_00000008.old"));
+  EXPECT_EQ(list_checkpoints(dir.path()), (std::vector<std::int64_t>{4, 6}));
+}
+
+TEST(SaveFault, PruneFaultLeavesAnUnlistedDirectoryTheNextPruneRemoves) {
+  ScratchDir dir("ckpt");
+  for (std::int64_t step : {2, 4, 6}) save(dir.path(), step);
+  set_latest(dir.path(), 6);
+  const SaveFault fault{"prune", 6, 0, true};
+  EXPECT_EXIT(prune_checkpoints(dir.path(), 2, fault), ::testing::KilledBySignal(SIGKILL),
+              "rank 0 is killed \\(SIGKILL\\) at 'prune' of the save of step 6");
+  EXPECT_TRUE(fs::is_directory(dir / "step_00000002"));
+  EXPECT_FALSE(fs::exists(dir / "step_00000002" / "manifest.json"));
+  EXPECT_EQ(list_checkpoints(dir.path()), (std::vector<std::int64_t>{4, 6}));
+  EXPECT_TRUE(prune_checkpoints(dir.path(), 2).empty());
+  EXPECT_FALSE(fs::exists(dir / "step_00000002"));
+}
+
+TEST(ResolveCheckpoint, LatestWhoseReplacementWasKilledHalfWay) {
+  ScratchDir dir("ckpt");
+  save(dir.path(), 4);
+  set_latest(dir.path(), 4);
+  // Re-saving step 4: the old one moved aside, the process killed before the new one was renamed in.
+  fs::rename(dir / "step_00000004", dir / ".step_00000004.old");
+  prepare_partial(dir.path(), 4);
+  EXPECT_EQ(resolve_checkpoint("latest", dir.path()), dir / ".step_00000004.old");
+  EXPECT_TRUE(prune_checkpoints(dir.path(), 0).empty());  // `latest` still needs it
+  EXPECT_TRUE(fs::exists(dir / ".step_00000004.old" / "manifest.json"));
+  save(dir.path(), 4);  // the resumed run saves step 4 again, and the aside goes
+  EXPECT_FALSE(fs::exists(dir / ".step_00000004.old"));
+  EXPECT_EQ(resolve_checkpoint("latest", dir.path()), dir / "step_00000004");
+}
+
 TEST(ResolveCheckpoint, LatestOfTheCheckpointDir) {
   ScratchDir dir("ckpt");
   save(dir.path(), 4);
@@ -292,7 +341,33 @@ TEST(SaveFault, ParsesTheVariable) {
   EXPECT_EQ(f.rank, 2);
   f = parse("sidecar:4");
   EXPECT_EQ(f.step, 4);
+  EXPECT_FALSE(f.kill);
   EXPECT_EQ(parse("manifest").point, "manifest");
+}
+
+TEST(SaveFault, ParsesTheKillMode) {
+  auto parse = [](const char* value) {
+    const FaultVariable set(value);
+    return save_fault_from_env().value_or(SaveFault{});
+  };
+  SaveFault f = parse("kill-shard:4@1");
+  EXPECT_EQ(f.point, "shard");
+  EXPECT_EQ(f.step, 4);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_TRUE(f.kill);
+  EXPECT_TRUE(f.fires("shard", 4, 1));  // the same point as the _Exit mode: RankWriter cuts the file first
+  f = parse("kill-latest");
+  EXPECT_EQ(f.point, "latest");
+  EXPECT_EQ(f.step, std::nullopt);
+  EXPECT_EQ(f.rank, 0);
+  EXPECT_TRUE(f.kill);
+  auto message = [](const char* value) {
+    const FaultVariable set(value);
+    return error_of([] { save_fault_from_env(); });
+  };
+  EXPECT_TRUE(contains(message("kill-"), "MESHTRAIN_FAULT_SAVE='kill-': unknown point ''"));
+  EXPECT_TRUE(contains(message("kill-kill-shard"), "unknown point 'kill-shard'"));
+  EXPECT_TRUE(contains(message("crash-shard"), "unknown point 'crash-shard' (expected [kill-]POINT[:STEP][@RANK]"));
 }
 
 TEST(SaveFault, MalformedValuesAreNamed) {
@@ -301,7 +376,7 @@ TEST(SaveFault, MalformedValuesAreNamed) {
     return error_of([] { save_fault_from_env(); });
   };
   EXPECT_TRUE(
-      contains(message("boom"), "MESHTRAIN_FAULT_SAVE='boom': unknown point 'boom' (expected POINT[:STEP][@RANK]"));
+      contains(message("boom"), "MESHTRAIN_FAULT_SAVE='boom': unknown point 'boom' (expected [kill-]POINT[:STEP][@RANK]"));
   EXPECT_TRUE(contains(message("shard:x"), "MESHTRAIN_FAULT_SAVE='shard:x': step 'x' is not a number"));
   EXPECT_TRUE(contains(message("shard@"), "rank '' is not a number"));
   EXPECT_TRUE(contains(message("shard:-1"), "step '-1' is not a number"));
@@ -314,6 +389,14 @@ TEST(SaveFault, MaybeCrashEndsTheProcessOnlyWhereItFires) {
   maybe_crash(fault, "sidecar", 4, 1);
   EXPECT_EXIT(maybe_crash(fault, "shard", 4, 1), ::testing::ExitedWithCode(75),
               "meshtrain: injected fault: rank 1 crashes at 'shard' of the save of step 4 \\(MESHTRAIN_FAULT_SAVE\\)");
+}
+
+TEST(SaveFault, KillModeRaisesSigkill) {
+  const std::optional<SaveFault> fault = SaveFault{"latest", 8, 2, true};
+  maybe_crash(fault, "latest", 4, 2);
+  maybe_crash(fault, "rename", 8, 2);
+  EXPECT_EXIT(maybe_crash(fault, "latest", 8, 2), ::testing::KilledBySignal(SIGKILL),
+              "rank 2 is killed \\(SIGKILL\\) at 'latest' of the save of step 8");
 }
 
 TEST(SaveFault, RenameFaultLeavesOnlyAPartialDirectory) {
