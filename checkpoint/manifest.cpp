@@ -169,9 +169,13 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
 
   for_each_object(top, "tensors", where, [&](const Fields& t, const std::string& path) {
     TensorEntry entry{t.string("name"), t.shape("shape")};
+    // Its bytes must fit in int64: sizes, slices and offsets of it are then computed without overflow.
+    std::int64_t bytes = sizeof(float);
     for (std::int64_t extent : entry.shape) {
       MT_REQUIRE(extent >= 0, where, ": ", path, " (tensor ", entry.name, ") has a negative extent in its shape ",
                  format_shape(entry.shape));
+      MT_REQUIRE(!__builtin_mul_overflow(bytes, extent, &bytes), where, ": ", path, " (tensor ", entry.name,
+                 ") has the shape ", format_shape(entry.shape), ", more than 2^63 bytes");
     }
     m.tensors.push_back(std::move(entry));
   });
@@ -208,9 +212,12 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
     const FileEntry* file = m.find_file(entry.file);
     MT_REQUIRE(file, where, ": ", path, " names file '", entry.file, "', which 'files' does not list");
     validate_slice(tensor->shape, entry.slice, where + ": " + path + " (tensor " + entry.tensor + ")");
-    const std::int64_t end = entry.byte_offset + entry.slice.numel() * std::int64_t{sizeof(float)};
-    MT_REQUIRE(end <= file->bytes, where, ": ", path, " (tensor ", entry.tensor, ") lies at bytes [", entry.byte_offset,
-               ", ", end, ") of ", file->name, ", beyond its ", file->bytes, " bytes");
+    std::int64_t end = 0;
+    const bool overflow = __builtin_mul_overflow(entry.slice.numel(), std::int64_t{sizeof(float)}, &end) ||
+                          __builtin_add_overflow(entry.byte_offset, end, &end);
+    MT_REQUIRE(!overflow && end <= file->bytes, where, ": ", path, " (tensor ", entry.tensor, ") lies at bytes [",
+               entry.byte_offset, ", ", overflow ? std::string("beyond 2^63") : std::to_string(end), ") of ", file->name,
+               ", beyond its ", file->bytes, " bytes");
     m.pieces.push_back(std::move(entry));
   });
   return m;

@@ -145,8 +145,11 @@ std::int64_t Slice::boxes_numel() const {
 Slice Slice::whole(const Shape& shape) { return Slice{{Box{Shape(shape.size(), 0), shape}}, 0, shape_numel(shape)}; }
 
 void validate_slice(const Shape& tensor_shape, const Slice& slice, const std::string& what) {
+  std::int64_t elements = 1;
   for (std::int64_t extent : tensor_shape) {
     MT_REQUIRE(extent >= 0, what, ": the tensor's shape ", format_index(tensor_shape), " has a negative extent");
+    MT_REQUIRE(!__builtin_mul_overflow(elements, extent, &elements), what, ": the tensor's shape ",
+               format_index(tensor_shape), " has more elements than an int64 counts");
   }
   for (std::size_t b = 0; b < slice.boxes.size(); ++b) {
     const Box& box = slice.boxes[b];
@@ -159,7 +162,12 @@ void validate_slice(const Shape& tensor_shape, const Slice& slice, const std::st
                  ") does not lie inside the tensor ", format_index(tensor_shape), " along dimension ", d);
     }
   }
-  const std::int64_t total = slice.boxes_numel();
+  // Each box lies inside the tensor, so its numel() fits; their sum is checked (a manifest may list many).
+  std::int64_t total = 0;
+  for (const Box& box : slice.boxes) {
+    MT_REQUIRE(!__builtin_add_overflow(total, box.numel(), &total), what, ": its ", slice.boxes.size(),
+               " boxes hold more elements than an int64 counts");
+  }
   MT_REQUIRE(0 <= slice.begin && slice.begin <= slice.end && slice.end <= total, what, ": range [", slice.begin, ", ",
              slice.end, ") is not within the ", total, " elements of its boxes");
 }

@@ -1,5 +1,6 @@
 #include "models/gpt_config.h"
 
+#include <limits>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -39,6 +40,10 @@ void GptConfig::validate() const {
   MT_REQUIRE(heads >= 1, "model: heads must be at least 1, got ", heads);
   MT_REQUIRE(channels >= 1 && channels % heads == 0, "model: channels (", channels,
            ") must be a positive multiple of heads (", heads, ")");
+  // The MLP is 4 x channels wide, and layouts count that width in an int (`--channels 1000000000`
+  // overflowed it; found with launch/tests/fuzz_config_file.cpp).
+  MT_REQUIRE(channels <= std::numeric_limits<int>::max() / 4, "model: channels (", channels, ") is too large: at most ",
+             std::numeric_limits<int>::max() / 4);
   MT_REQUIRE(max_seq_len >= 1, "model: max_seq_len must be at least 1, got ", max_seq_len);
   MT_REQUIRE(vocab_size >= 1, "model: vocab_size must be at least 1, got ", vocab_size);
   MT_REQUIRE(padded_vocab == 0 || padded_vocab >= vocab_size, "model: padded_vocab (", padded_vocab,

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -192,6 +194,25 @@ TEST(ManifestParse, PieceBeyondItsFile) {
   doc["files"][1]["bytes"] = 64 + 4 * 7;
   EXPECT_EQ(parse_error(doc),
             kWhere + ": pieces[3] (tensor param/w) lies at bytes [64, 96) of rank_00001.bin, beyond its 92 bytes");
+}
+
+// Found with fuzz_manifest.cpp: sizes near 2^63 overflowed (undefined behaviour) instead of being refused.
+TEST(ManifestParse, SizesBeyondInt64) {
+  json doc = sample_json();
+  doc["tensors"][0]["shape"] = {std::int64_t{1} << 62, 4};
+  EXPECT_EQ(parse_error(doc),
+            kWhere + ": tensors[0] (tensor param/b) has the shape [4611686018427387904,4], more than 2^63 bytes");
+  doc = sample_json();
+  doc["pieces"][2]["byte_offset"] = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(parse_error(doc), kWhere + ": pieces[2] (tensor param/scale) lies at bytes [9223372036854775807, "
+                                       "beyond 2^63) of rank_00000.bin, beyond its 164 bytes");
+  // Eight boxes of the whole of a 2^60-element tensor: their sum overflows.
+  doc = sample_json();
+  doc["tensors"][0]["shape"] = {std::int64_t{1} << 60};
+  doc["pieces"][1]["boxes"] = json::array();
+  for (int b = 0; b < 8; ++b) doc["pieces"][1]["boxes"].push_back({{"offset", {0}}, {"shape", {std::int64_t{1} << 60}}});
+  EXPECT_TRUE(contains(parse_error(doc), ": pieces[1] (tensor param/b): its 8 boxes hold more elements than an int64 counts"))
+      << parse_error(doc);
 }
 
 TEST(ManifestParse, DuplicateNames) {

@@ -251,6 +251,33 @@ TEST(TensorIo, ElementsNoPieceHoldsAreNamed) {
   expect_reads(reader, "param/w", boxes({Box{{0, 0}, {5, 8}}}, 0, 36));  // up to [4, 3]
 }
 
+// Found with fuzz_manifest.cpp: read_whole allocated whatever size the manifest claimed (a tensor of
+// 10^12 elements: 4 TB) before finding that no piece holds it or that its file is too short.
+TEST(TensorIo, ClaimedSizeIsNotAllocatedBeforeItIsVerified) {
+  ScratchDir dir("tensor_io");
+  const fs::path step_dir = save(dir / "ckpt", 4);
+  const std::int64_t huge = 1'000'000'000'000;
+  Manifest manifest = read_manifest(step_dir);
+  for (TensorEntry& t : manifest.tensors) {
+    if (t.name == "param/b") t.shape = {huge};
+  }
+  {
+    CheckpointReader reader(step_dir, manifest);
+    EXPECT_EQ(error_of([&] { reader.read_whole("param/b"); }),
+              "checkpoint " + step_dir.string() + ": tensor param/b [1000000000000]: no source holds element [8]");
+  }
+  // A piece that claims all of it, in a file that claims to be big enough: the file's real size says no.
+  for (PieceEntry& p : manifest.pieces) {
+    if (p.tensor == "param/b") p.slice = Slice::whole({huge});
+  }
+  for (FileEntry& f : manifest.files) {
+    if (f.name == "rank_00000.bin") f.bytes = 64 + 4 * huge;
+  }
+  CheckpointReader reader(step_dir, manifest);
+  EXPECT_TRUE(contains(error_of([&] { reader.read_whole("param/b"); }),
+                       "shard file " + (step_dir / "rank_00000.bin").string() + " is "));
+}
+
 TEST(TensorIo, ReadChecksItsArguments) {
   ScratchDir dir("tensor_io");
   const fs::path step_dir = save(dir / "ckpt", 4);
