@@ -351,8 +351,8 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
 
   // Every rank opens every shard, so a missing directory or a bad shard fails every rank alike:
   // agreed, it is said once, and no rank waits for one that has already gone. The token ids are
-  // checked here too (one pass at memory speed), not when a sequence holding a bad one is first read:
-  // that would be one rank, steps later, in the middle of a step.
+  // checked here too (one pass at memory speed over each rank's share), not when a sequence holding
+  // a bad one is first read: that would be one rank, steps later, in the middle of a step.
   const std::filesystem::path data_dir = get<std::string>(vm, "data");
   const std::uint64_t seed = get<std::uint64_t>(vm, "seed");
   std::unique_ptr<data::DataLoader> train_data, val;
@@ -362,9 +362,14 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     if (has_split(data_dir, "val"))
       val = std::make_unique<data::DataLoader>(
           data::DataLoader::for_split(data_dir, "val", settings.seq_len, seed, config.vocab_size));
+    // Each rank scans its share of the shards (every world-size-th), so start-up does not grow with
+    // the rank count; the agreement names the rank that found a bad one.
+    std::size_t index = 0;
     for (const data::DataLoader* loader : {train_data.get(), val.get()})
       if (loader != nullptr)
-        for (const data::ShardFile& shard : loader->shards()) shard.check_vocab(config.vocab_size);
+        for (const data::ShardFile& shard : loader->shards())
+          if (index++ % static_cast<std::size_t>(mpi.world_size()) == static_cast<std::size_t>(mpi.world_rank()))
+            shard.check_vocab(config.vocab_size);
   });
   data::DataLoader& train = *train_data;
 
