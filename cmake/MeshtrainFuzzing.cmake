@@ -36,7 +36,6 @@ function(meshtrain_add_fuzzer name)
   target_link_libraries(${name} PRIVATE ${F_LIBS} meshtrain_warnings)
   target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
-  add_dependencies(meshtrain_asan_set ${name})  # ./test builds the fuzzers with the asan set
 
   set(work ${CMAKE_BINARY_DIR}/fuzz/${name})
   set(seeds "")
