@@ -1,5 +1,5 @@
 # One bounded fuzzing run, for the ctest fuzz.NAME that meshtrain_add_fuzzer registers:
-#   cmake -DFUZZER=exe -DWORK=dir -DSEEDS="a;b" [-DWRITES_SEEDS=ON] [-DDICT=file] -DSECONDS=60 -DRSS_MB=2048
+#   cmake -DFUZZER=exe -DWORK=dir -DSEEDS="a;b" [-DWRITES_SEEDS=ON] [-DDICT=file] -DSECONDS=60 -DRSS_MB=2048 [-DSEED=1]
 #         -P run_fuzzer.cmake
 # WORK/seeds is rebuilt each run (committed seeds + those `FUZZER -write_seeds=DIR` writes with the
 # project's writers, tests/fuzz_support.h); WORK/corpus keeps what earlier
@@ -32,7 +32,11 @@ if(WRITES_SEEDS)
 endif()
 
 # New inputs go to the first directory (the scratch corpus); the seeds are read only.
-set(args -max_total_time=${SECONDS} -rss_limit_mb=${RSS_MB} -malloc_limit_mb=${RSS_MB} -timeout=10 -seed=1
+# A fixed seed by default; -DSEED=0 lets libFuzzer pick one (for longer hunts by hand).
+if(NOT DEFINED SEED)
+  set(SEED 1)
+endif()
+set(args -max_total_time=${SECONDS} -rss_limit_mb=${RSS_MB} -malloc_limit_mb=${RSS_MB} -timeout=10 -seed=${SEED}
          -print_final_stats=1 -artifact_prefix=${WORK}/artifacts/)
 if(DICT)
   list(APPEND args -dict=${DICT})

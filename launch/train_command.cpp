@@ -3,6 +3,7 @@
 #include "launch/train_command.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -146,10 +147,10 @@ LayoutChoice read_layout(const po::variables_map& vm, int world_size, const GptC
     MT_REQUIRE(c.mesh.dp >= 0, "--dp must be at least 1 (or 0 for ranks / (tp x pp)), got ", c.mesh.dp);
     MT_REQUIRE(c.mesh.tp >= 1 && c.mesh.pp >= 1, "--tp and --pp must be at least 1");
     if (c.mesh.dp == 0) {
-      MT_REQUIRE(world_size % (c.mesh.tp * c.mesh.pp) == 0, "--tp ", c.mesh.tp, " x --pp ", c.mesh.pp, " = ",
-                 c.mesh.tp * c.mesh.pp, " does not divide the job's ", world_size,
-                 " ranks (launch a multiple of it, or give --dp)");
-      c.mesh.dp = world_size / (c.mesh.tp * c.mesh.pp);
+      const std::int64_t tp_pp = std::int64_t{c.mesh.tp} * c.mesh.pp;
+      MT_REQUIRE(world_size % tp_pp == 0, "--tp ", c.mesh.tp, " x --pp ", c.mesh.pp, " = ", tp_pp,
+                 " does not divide the job's ", world_size, " ranks (launch a multiple of it, or give --dp)");
+      c.mesh.dp = static_cast<int>(world_size / tp_pp);
     }
     c.parallel.schedule = parse_schedule_kind(get<std::string>(vm, "schedule"));
     c.parallel.virtual_stages = get<int>(vm, "virtual-stages");

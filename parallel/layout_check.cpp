@@ -2,6 +2,7 @@
 // parallelism against the model's widths, then stages, batches and the schedule.
 #include "parallel/layout_check.h"
 
+#include <cstdint>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -54,12 +55,12 @@ void check_stage_split(const LayoutRequest& request, const LayoutLimits& limits)
       MT_REQUIRE(split[i] >= 1, "--pp-layers ", join(split), " gives stage ", i, " ", split[i],
                  " layers; every stage needs at least one");
     }
-    const int sum = std::accumulate(split.begin(), split.end(), 0);
+    const std::int64_t sum = std::accumulate(split.begin(), split.end(), std::int64_t{0});
     MT_REQUIRE(sum == limits.layers, "--pp-layers ", join(split), " sums to ", sum, " layers but the model has ",
                limits.layers);
   }
   if (request.schedule == ScheduleKind::Interleaved) {
-    const int chunks = pp * request.virtual_stages;
+    const std::int64_t chunks = std::int64_t{pp} * request.virtual_stages;
     MT_REQUIRE(limits.layers % chunks == 0, "--schedule interleaved with --pp ", pp, " x --virtual-stages ",
                request.virtual_stages, " = ", chunks, " model chunks needs the model's ", limits.layers,
                " layers divisible by ", chunks, " (every chunk takes the same number of layers)");
@@ -70,12 +71,12 @@ void check_batches(const LayoutRequest& request, const LayoutLimits& limits) {
   const int dp = request.mesh.dp;
   const int pp = request.mesh.pp;
   MT_REQUIRE(limits.micro_batch >= 1, "--micro-batch must be at least 1, got ", limits.micro_batch);
-  const int per_step = dp * limits.micro_batch;
+  const std::int64_t per_step = std::int64_t{dp} * limits.micro_batch;
   MT_REQUIRE(limits.global_batch >= per_step && limits.global_batch % per_step == 0, "--global-batch ",
              limits.global_batch, " must be a positive multiple of --dp ", dp, " x --micro-batch ", limits.micro_batch,
              " = ", per_step, " (each data-parallel rank takes global-batch/dp sequences in micro-batches of ",
              "--micro-batch)");
-  const int micro_batches = limits.global_batch / per_step;
+  const auto micro_batches = static_cast<int>(limits.global_batch / per_step);
   const char* schedule = schedule_kind_name(request.schedule);
   if (request.schedule != ScheduleKind::GPipe) {
     MT_REQUIRE(micro_batches >= pp, "--schedule ", schedule, " needs at least --pp ", pp,
@@ -105,10 +106,10 @@ void check_layout(const LayoutRequest& request, const LayoutLimits& limits) {
 }
 
 int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits) {
-  const int per_step = request.mesh.dp * limits.micro_batch;
+  const std::int64_t per_step = std::int64_t{request.mesh.dp} * limits.micro_batch;
   MT_CHECK(per_step > 0 && limits.global_batch % per_step == 0, "global batch ", limits.global_batch,
            " not split by dp x micro-batch ", per_step);
-  return limits.global_batch / per_step;
+  return static_cast<int>(limits.global_batch / per_step);
 }
 
 void check_pipeline_backend(ScheduleKind schedule, int pp, const std::string& backend) {

@@ -1,6 +1,8 @@
 // The mesh arithmetic: strides from the order string, groups by walking one coordinate.
 #include "parallel/mesh.h"
 
+#include <cstdint>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -32,6 +34,10 @@ Mesh::Mesh(MeshShape shape) : shape_(std::move(shape)) {
   MT_REQUIRE(shape_.dp >= 1, "--dp must be at least 1, got ", shape_.dp);
   MT_REQUIRE(shape_.tp >= 1, "--tp must be at least 1, got ", shape_.tp);
   MT_REQUIRE(shape_.pp >= 1, "--pp must be at least 1, got ", shape_.pp);
+  // MPI ranks are ints: a product beyond that is no job (and would overflow every stride below).
+  const std::int64_t ranks = std::int64_t{shape_.dp} * shape_.tp * shape_.pp;
+  MT_REQUIRE(ranks <= std::numeric_limits<int>::max(), "--dp ", shape_.dp, " x --tp ", shape_.tp, " x --pp ",
+             shape_.pp, " = ", ranks, " ranks, more than MPI can number");
   size_ = {shape_.tp, shape_.dp, shape_.pp};
 
   const std::vector<std::string> names = split_dashes(shape_.order);

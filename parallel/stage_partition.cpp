@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -116,7 +117,7 @@ std::vector<int> parse_stage_layers(std::string_view text, int layers, int stage
     MT_REQUIRE(split[i] >= 1, "--pp-layers '", text, "' gives stage ", i, " ", split[i],
                " layers; every stage needs at least one");
   }
-  const int sum = std::accumulate(split.begin(), split.end(), 0);
+  const std::int64_t sum = std::accumulate(split.begin(), split.end(), std::int64_t{0});
   MT_REQUIRE(sum == layers, "--pp-layers '", text, "' sums to ", sum, " layers but the model has ", layers);
   return split;
 }

@@ -12,7 +12,7 @@
 
 #include "launch/cli.h"            // defines: UsageError
 #include "launch/model_options.h"  // defines: read_model_config
-#include "launch/train_command.h"  // defines: train_options
+#include "launch/train_command.h"  // defines: train_options, read_settings, read_layout
 #include "tests/scratch_dir.h"     // defines: ScratchDir
 
 namespace mt {
@@ -74,6 +74,31 @@ TEST(ConfigFile, ChannelsTooLargeForTheMlpWidthAreRefused) {
   const po::variables_map vm = parse_train(dir, "tokenizer = bytes\nheads = 1\nchannels = 1000000000\n");
   EXPECT_EQ(usage_error_of([&] { read_model_config(vm, 256); }),
             "model: channels (1000000000) is too large: at most 536870911");
+}
+
+// Found by fuzz_config_file in CI: sizes whose products or sums pass INT_MAX were signed overflows
+// (undefined behaviour, caught by UBSan) in the layout checks; each is now a clear UsageError.
+TEST(ConfigFile, LayoutProductsAndSumsBeyondIntAreRefused) {
+  ScratchDir dir("command_line");
+  const auto layout_error = [&](const std::string& text) {
+    const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n" + text);
+    const GptConfig config = read_model_config(vm, 256);
+    return usage_error_of([&] { read_layout(vm, 8, config, read_settings(vm)); });
+  };
+  // --dp 0 (the default) divides the ranks by tp x pp.
+  EXPECT_EQ(layout_error("tp = 100000\npp = 100000\n"),
+            "--tp 100000 x --pp 100000 = 10000000000 does not divide the job's 8 ranks (launch a multiple of it, or "
+            "give --dp)");
+  EXPECT_EQ(layout_error("dp = 100000\ntp = 100000\npp = 3\n"),
+            "--dp 100000 x --tp 100000 x --pp 3 = 30000000000 ranks, more than MPI can number");
+  EXPECT_EQ(layout_error("dp = 4\npp = 2\nlayers = 4\npp-layers = 2147483647,2147483647\n"),
+            "--pp-layers '2147483647,2147483647' sums to 4294967294 layers but the model has 4");
+  EXPECT_EQ(layout_error("dp = 1\npp = 8\nlayers = 8\nschedule = interleaved\nvirtual-stages = 2147483647\n"),
+            "--schedule interleaved with --pp 8 x --virtual-stages 2147483647 = 17179869176 model chunks needs the "
+            "model's 8 layers divisible by 17179869176 (every chunk takes the same number of layers)");
+  EXPECT_EQ(layout_error("dp = 8\nmicro-batch = 2147483647\nglobal-batch = 2147483647\n"),
+            "--global-batch 2147483647 must be a positive multiple of --dp 8 x --micro-batch 2147483647 = 17179869176 (each "
+            "data-parallel rank takes global-batch/dp sequences in micro-batches of --micro-batch)");
 }
 
 }  // namespace
