@@ -36,7 +36,9 @@ double GptConfig::training_flops_per_token(int seq_len) const {
 }
 
 void GptConfig::validate() const {
-  MT_REQUIRE(layers >= 1, "model: layers must be at least 1, got ", layers);
+  // The deepest published transformers have a few hundred layers; far more is a typo, and pipeline
+  // stage balancing (parallel/stage_partition.cpp) is quadratic in the layer count.
+  MT_REQUIRE(layers >= 1 && layers <= kMaxLayers, "model: layers must be 1 to ", kMaxLayers, ", got ", layers);
   MT_REQUIRE(heads >= 1, "model: heads must be at least 1, got ", heads);
   MT_REQUIRE(channels >= 1 && channels % heads == 0, "model: channels (", channels,
            ") must be a positive multiple of heads (", heads, ")");
@@ -48,6 +50,12 @@ void GptConfig::validate() const {
   MT_REQUIRE(vocab_size >= 1, "model: vocab_size must be at least 1, got ", vocab_size);
   MT_REQUIRE(padded_vocab == 0 || padded_vocab >= vocab_size, "model: padded_vocab (", padded_vocab,
            ") is smaller than vocab_size (", vocab_size, ")");
+  // Counted in double first: parameter_count() is int64 arithmetic, which a shape like 2^29
+  // channels x 2^31 layers would overflow. 2^48 parameters is a thousand times GPT-3.
+  const double C = channels, L = layers;
+  const double parameters = L * (12.0 * C * C + 13.0 * C) + (static_cast<double>(vocab_rows()) + max_seq_len + 2.0) * C;
+  MT_REQUIRE(parameters < 0x1p48, "model: layers=", layers, " channels=", channels, " vocab=", vocab_rows(),
+             " max_seq_len=", max_seq_len, " is ", parameters, " parameters, more than meshtrain can count (2^48)");
 }
 
 std::string GptConfig::describe() const {

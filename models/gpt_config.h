@@ -9,6 +9,7 @@
 namespace mt {
 
 struct GptConfig {
+  static constexpr int kMaxLayers = 10000;
   int layers = 4;
   int heads = 4;
   int channels = 64;      // C; must be divisible by heads

@@ -76,6 +76,20 @@ TEST(ConfigFile, ChannelsTooLargeForTheMlpWidthAreRefused) {
             "model: channels (1000000000) is too large: at most 536870911");
 }
 
+// A shape whose parameter count does not fit the int64 arithmetic of GptConfig::parameter_count.
+TEST(ConfigFile, ModelsBeyondCountableParametersAreRefused) {
+  ScratchDir dir("command_line");
+  const po::variables_map vm = parse_train(dir, "tokenizer = bytes\nheads = 1\nchannels = 536870911\nlayers = 10000\n");
+  const std::string message = usage_error_of([&] { read_model_config(vm, 256); });
+  EXPECT_NE(message.find("model: layers=10000 channels=536870911 vocab=256 max_seq_len=64 is "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("parameters, more than meshtrain can count (2^48)"), std::string::npos) << message;
+  EXPECT_EQ(usage_error_of([&] { read_model_config(parse_train(dir, "tokenizer = bytes\nlayers = 2000000000\n"), 256); }),
+            "model: layers must be 1 to 10000, got 2000000000");
+  // gpt3-175b is well inside.
+  EXPECT_NO_THROW(read_model_config(parse_train(dir, "model = gpt3-175b\n"), 50257));
+}
+
 // Found by fuzz_config_file in CI: sizes whose products or sums pass INT_MAX were signed overflows
 // (undefined behaviour, caught by UBSan) in the layout checks; each is now a clear UsageError.
 TEST(ConfigFile, LayoutProductsAndSumsBeyondIntAreRefused) {
