@@ -1,5 +1,5 @@
 // The bit patterns of floats, for tests that demand bitwise equality (memcmp-like, NaN-safe).
-// defines: bits
+// defines: bits, same_bits
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,11 @@ inline std::vector<std::uint32_t> bits(const Tensor& t) {
   std::vector<std::uint32_t> out(v.size());
   std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
   return out;
+}
+
+// Equal sizes and equal bits, element by element.
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace mt::testing

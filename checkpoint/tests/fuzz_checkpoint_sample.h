@@ -2,16 +2,21 @@
 // by the real save path (RankWriter, assemble_manifest, commit_checkpoint, set_latest) for two
 // ranks: row-split, column-split, multi-box and ZeRO-range pieces, a replicated tensor, a scalar.
 // Deterministic, so the seeds and each fuzzer's own copy have the same bytes and checksums.
-// defines: write_sample_checkpoint
+// Also the start every checkpoint fuzzer shares: seeds from one copy, inputs written over another.
+// defines: write_sample_checkpoint, read_bytes, start_sample_fuzzer
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, assemble_manifest, commit_checkpoint, set_latest
 #include "checkpoint/tensor_io.h"       // defines: RankWriter
+#include "tests/fuzz_support.h"         // defines: fuzz_dir, handle_write_seeds
 
 namespace mt::ckpt::fuzz {
 
@@ -60,6 +65,26 @@ inline std::filesystem::path write_sample_checkpoint(const std::filesystem::path
   const std::filesystem::path dir = commit_checkpoint(root, manifest);
   set_latest(root, kSampleStep);
   return dir;
+}
+
+// The bytes of `file`: a file of the sample, as a seed or as the saved original to compare with.
+inline std::string read_bytes(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Writes seeds into `dir` from the step directory `sample` of a sample checkpoint of their own.
+using SampleSeedWriter = std::function<void(const std::filesystem::path& dir, const std::filesystem::path& sample)>;
+
+// The whole of a checkpoint fuzzer's LLVMFuzzerInitialize but its own state: with -write_seeds=DIR
+// among the arguments, writes a sample, runs write_seeds(DIR, its step dir) and exits; otherwise
+// returns the step directory of the sample that the inputs are written over (in this process's
+// fuzz_dir, so parallel fuzzing jobs do not share it).
+inline std::filesystem::path start_sample_fuzzer(int* argc, char*** argv, const SampleSeedWriter& write_seeds) {
+  mt::fuzz::handle_write_seeds(argc, argv, [&](const std::filesystem::path& dir) {
+    write_seeds(dir, write_sample_checkpoint(mt::fuzz::fuzz_dir() / "seed_checkpoint"));
+  });
+  return write_sample_checkpoint(mt::fuzz::fuzz_dir() / "checkpoint");
 }
 
 }  // namespace mt::ckpt::fuzz

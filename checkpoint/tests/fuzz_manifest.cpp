@@ -8,37 +8,29 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "checkpoint/checkpoint_dir.h"  // defines: read_manifest, write_sidecar, partial_dir
 #include "checkpoint/tensor_io.h"       // defines: CheckpointReader, RankWriter
-#include "checkpoint/tests/fuzz_checkpoint_sample.h"
+#include "checkpoint/tests/fuzz_checkpoint_sample.h"  // defines: start_sample_fuzzer, read_bytes
 #include "tests/fuzz_support.h"
 
 namespace {
 namespace fs = std::filesystem;
 using namespace mt::ckpt;
 
-std::string read_all(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_seeds(const fs::path& dir) {
-  const fs::path root = mt::fuzz::fuzz_dir() / "seed_checkpoint";
-  const fs::path step_dir = fuzz::write_sample_checkpoint(root);
-  mt::fuzz::write_seed(dir, "manifest.json", read_all(step_dir / "manifest.json"));
+void write_seeds(const fs::path& dir, const fs::path& sample) {
+  mt::fuzz::write_seed(dir, "manifest.json", fuzz::read_bytes(sample / "manifest.json"));
   // A sidecar: one rank's part, as assemble_manifest parses it.
+  const fs::path root = sample.parent_path();
   const fs::path partial = partial_dir(root, 99);
   prepare_partial(root, 99);
   RankWriter writer(partial, 3, 99);
   writer.add("param/x", {2, 3}, {{Box{{1, 0}, {1, 3}}}, 1, 3}, std::vector<float>{1.0f, 2.0f});
   writer.finish();
-  mt::fuzz::write_seed(dir, "sidecar.json", read_all(partial / sidecar_name(3)));
+  mt::fuzz::write_seed(dir, "sidecar.json", fuzz::read_bytes(partial / sidecar_name(3)));
 }
 
 fs::path step_dir;  // of the sample checkpoint this process reads against
@@ -67,8 +59,7 @@ void read_everything(CheckpointReader& reader) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  mt::fuzz::handle_write_seeds(argc, argv, write_seeds);
-  step_dir = fuzz::write_sample_checkpoint(mt::fuzz::fuzz_dir() / "checkpoint");
+  step_dir = fuzz::start_sample_fuzzer(argc, argv, write_seeds);
   return 0;
 }
 

@@ -8,31 +8,24 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 
 #include "checkpoint/checkpoint_dir.h"  // defines: read_manifest, shard_file_name
 #include "checkpoint/tensor_io.h"       // defines: CheckpointReader
-#include "checkpoint/tests/fuzz_checkpoint_sample.h"
+#include "checkpoint/tests/fuzz_checkpoint_sample.h"  // defines: start_sample_fuzzer, read_bytes
 #include "tests/fuzz_support.h"
 
 namespace {
 namespace fs = std::filesystem;
 using namespace mt::ckpt;
 
-std::string read_all(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_seeds(const fs::path& dir) {
-  const fs::path step_dir = fuzz::write_sample_checkpoint(mt::fuzz::fuzz_dir() / "seed_checkpoint");
-  for (int rank : {0, 1}) mt::fuzz::write_seed(dir, shard_file_name(rank), read_all(step_dir / shard_file_name(rank)));
+void write_seeds(const fs::path& dir, const fs::path& sample) {
+  for (int rank : {0, 1}) {
+    mt::fuzz::write_seed(dir, shard_file_name(rank), fuzz::read_bytes(sample / shard_file_name(rank)));
+  }
 }
 
 fs::path step_dir;
@@ -54,10 +47,9 @@ std::size_t read_all_tensors(CheckpointReader& reader) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  mt::fuzz::handle_write_seeds(argc, argv, write_seeds);
-  step_dir = fuzz::write_sample_checkpoint(mt::fuzz::fuzz_dir() / "checkpoint");
+  step_dir = fuzz::start_sample_fuzzer(argc, argv, write_seeds);
   saved = read_manifest(step_dir);
-  original = read_all(step_dir / shard_file_name(0));
+  original = fuzz::read_bytes(step_dir / shard_file_name(0));
   return 0;
 }
 

@@ -19,15 +19,6 @@ extra_error_checks() {
   grep -q "MPI_ABORT was invoked" "$err" && { fail "$1: the job was aborted instead of every rank exiting"; show; }
   return 0
 }
-same_losses() {  # same_losses NAME A B FIRST LAST TOLERANCE
-  local name=$1
-  shift
-  if "$compare" "$@" >"$dir/compare" 2>&1; then
-    echo "ok   $name"
-  else
-    fail "$name"; cat "$dir/compare"
-  fi
-}
 
 # --- a corpus of generated sentences.
 prepare_corpus 11

@@ -1,7 +1,8 @@
 # Shared by the end-to-end tests of the meshtrain executable (sourced, after `set -u`): a scratch
 # directory removed on exit, and checks that print "ok"/"FAIL" lines and count the failures.
-# Optional before sourcing: run_timeout (seconds per command, default 120), mpiexec (for "np") and
-# program (whose "PROGRAM: error:" lines expect_error looks for; default meshtrain).
+# Optional before sourcing: run_timeout (seconds per command, default 120), mpiexec (for "np"),
+# program (whose "PROGRAM: error:" lines expect_error looks for; default meshtrain), meshtrain (for
+# prepare_corpus) and compare (compare_losses, for same_losses).
 # A script may define extra_error_checks NAME to look further at an expected error's stderr.
 failures=0
 dir=$(mktemp -d)
@@ -60,6 +61,19 @@ prepare_corpus() {
     printf '.\n%%\n'
   done >"$dir/corpus"
   expect_ok "prepare" "$meshtrain" prepare --tokenizer bytes --input "$dir/corpus" --output "$dir/data" --val-fraction 0.1
+}
+
+# same_losses NAME A B FIRST LAST TOLERANCE: the losses of steps FIRST..LAST in metrics files A and B
+# agree within TOLERANCE (relative; 0: bit for bit), by compare_losses; prints its report when not.
+# Needs $compare.
+same_losses() {
+  local name=$1
+  shift
+  if "$compare" "$@" >"$dir/compare" 2>&1; then
+    echo "ok   $name"
+  else
+    fail "$name"; cat "$dir/compare"
+  fi
 }
 
 # expect_rank0_error NAME PATTERN NP COMMAND...: runs COMMAND under mpirun with NP ranks and output

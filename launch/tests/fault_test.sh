@@ -15,42 +15,11 @@ mpiexec=$2
 compare=$3
 run_timeout=120
 . "$(dirname "$0")/cli_test_lib.sh"
+. "$(dirname "$0")/fault_test_lib.sh"
 
-bound=60   # seconds a killed job may take to end before it counts as hung
-steps=40   # about 40 ms each: the tests below kill a rank after step 2, the rest takes a second or two
-prepare_corpus 17
-train=("$meshtrain" train --device cpu --tokenizer bytes --data "$dir/data" --model tiny --seq-len 32 --global-batch 8
-       --micro-batch 2 --lr 3e-3 --warmup 2 --log-every 1 --eval-batches 1 --cpu-threads 1 --dp 2 --pp 2
-       --steps "$steps" --save-every 2)
+prepare_fault_training 17
+train=("$meshtrain" train --device cpu "${fault_train_args[@]}")
 
-# Marks this test's ranks, so the pid of one is found in /proc (whatever launched it).
-export MT_FAULT_TEST_TAG="fault-$$-$RANDOM"
-# The pid of the meshtrain process of this test whose environment sets VAR=VALUE (e.g.
-# OMPI_COMM_WORLD_RANK=2), or nothing.
-rank_pid() {
-  local f pid
-  for f in /proc/[0-9]*/environ; do
-    pid=${f#/proc/}
-    pid=${pid%/environ}
-    [ "/proc/$pid/exe" -ef "$meshtrain" ] || continue  # by the binary: it may re-execute as /proc/self/exe
-    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qx "MT_FAULT_TEST_TAG=$MT_FAULT_TEST_TAG" || continue  # gone: skip
-    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qx "$1" && { echo "$pid"; return; }
-  done
-}
-# wait_for SECONDS COMMAND...: polls COMMAND every 0.05 s until it succeeds; false after SECONDS.
-wait_for() {
-  local until=$(($(date +%s) + $1))
-  shift
-  until "$@"; do
-    [ "$(date +%s)" -lt "$until" ] || return 1
-    sleep 0.05
-  done
-}
-now() { date +%s.%N; }
-seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-same_losses() {  # same_losses NAME A B FIRST LAST
-  if "$compare" "$2" "$3" "$4" "$5" 0 >"$dir/compare" 2>&1; then echo "ok   $1"; else fail "$1"; cat "$dir/compare"; fi
-}
 # The job ended by a signal: non-zero (not the timeout: 124), and mpirun's report names the rank and
 # the signal. (Open MPI 4.1 prints "with PID 0" for a local rank: the pid is not checked.) mpirun
 # itself exits 137 (128 + 9) after a rank's SIGKILL.
@@ -75,7 +44,7 @@ check_resume() {
   grep -q "resumed from $ck/$latest: step $((first - 1))," "$out" &&
     echo "ok   $name: $(grep -o "resumed from [^:]*" "$out")" || { fail "$name: no resume line for $latest"; show; }
   same_losses "$name: steps $first-$steps bit for bit as the uninterrupted run" \
-    "$dir/m-ref.jsonl" "$dir/m-resumed.jsonl" "$first" "$steps"
+    "$dir/m-ref.jsonl" "$dir/m-resumed.jsonl" "$first" "$steps" 0
   local left entry
   left=$(cd "$ck" && ls -A | grep -v -E '^(step_[0-9]{8}|latest)$' | tr '\n' ' ')
   for entry in "$ck"/step_*; do [ -f "$entry/manifest.json" ] || left+="$(basename "$entry") (no manifest) "; done
@@ -106,7 +75,7 @@ end_job() {
 ck=$dir/c-mid
 start_job "$ck" --metrics "$dir/m-mid.jsonl"
 # The pid first (a scan of /proc takes a while), then the kill as soon as step 2 is saved.
-if wait_for 30 eval 'pid=$(rank_pid OMPI_COMM_WORLD_RANK=2); [ -n "$pid" ]' && wait_for 60 test -f "$ck/latest"; then
+if wait_for 30 eval 'pid=$(tagged_pid OMPI_COMM_WORLD_RANK=2); [ -n "$pid" ]' && wait_for 60 test -f "$ck/latest"; then
   kill -KILL "$pid"
   killed_at=$(now)
   end_job
@@ -122,7 +91,7 @@ fi
 # watchdog would take ten minutes, so a prompt end is mpirun's doing.
 ck=$dir/c-coll
 start_job "$ck" --comm-timeout 600
-if wait_for 30 eval 'pid=$(rank_pid OMPI_COMM_WORLD_RANK=1); [ -n "$pid" ]' && wait_for 60 test -f "$ck/latest"; then
+if wait_for 30 eval 'pid=$(tagged_pid OMPI_COMM_WORLD_RANK=1); [ -n "$pid" ]' && wait_for 60 test -f "$ck/latest"; then
   kill -STOP "$pid"
   sleep 2  # the other ranks reach a collective that needs rank 1 and wait there
   kill -KILL "$pid"

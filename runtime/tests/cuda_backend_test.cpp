@@ -28,11 +28,13 @@
 #include "runtime/stream.h"          // defines: Stream, Event
 #include "runtime/tensor.h"          // defines: Tensor
 #include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
+#include "tests/random_values.h"  // defines: random_values
 
 namespace mt {
 namespace {
 
 using i64 = std::int64_t;
+using testing::random_values;
 
 
 DeviceOptions cpu_options() { return DeviceOptions{Device::cpu(), 0, 2}; }
@@ -313,14 +315,6 @@ std::string describe(const GemmCase& g) {
   return out.str();
 }
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 // Runs one case on both devices through the raw GemmArgs API and compares every element of C,
 // and checks that the padding between rows and between matrices is left untouched.
 void check_gemm_case(const GemmCase& g, Pair& ctx) {
@@ -329,9 +323,9 @@ void check_gemm_case(const GemmCase& g, Pair& ctx) {
   const i64 b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
   const i64 lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
   const i64 stride_a = a_rows * lda + g.gap, stride_b = b_rows * ldb + g.gap, stride_c = g.m * ldc + g.gap;
-  const auto a = random_floats(static_cast<std::size_t>(std::max<i64>(stride_a * g.batch, 1)), 11);
-  const auto b = random_floats(static_cast<std::size_t>(std::max<i64>(stride_b * g.batch, 1)), 12);
-  const auto c0 = random_floats(static_cast<std::size_t>(std::max<i64>(stride_c * g.batch, 1)), 13);
+  const auto a = random_values(static_cast<std::size_t>(std::max<i64>(stride_a * g.batch, 1)), 11);
+  const auto b = random_values(static_cast<std::size_t>(std::max<i64>(stride_b * g.batch, 1)), 12);
+  const auto c0 = random_values(static_cast<std::size_t>(std::max<i64>(stride_c * g.batch, 1)), 13);
 
   std::vector<float> results[2];
   DeviceContext* contexts[2] = {&ctx.cpu, &ctx.gpu};
@@ -436,8 +430,8 @@ TEST(CudaGemm, MatmulBatchedOnTensorsMatchesCpu) {
   MT_SKIP_WITHOUT_GPU();
   Pair ctx;
   const i64 batch = 3, m = 12, k = 20, n = 9;
-  const auto a = random_floats(batch * k * m, 21);  // stored as [batch, k, m]: used transposed
-  const auto b = random_floats(batch * k * n, 22);
+  const auto a = random_values(batch * k * m, 21);  // stored as [batch, k, m]: used transposed
+  const auto b = random_values(batch * k * n, 22);
   std::vector<float> out[2];
   DeviceContext* contexts[2] = {&ctx.cpu, &ctx.gpu};
   for (int side = 0; side < 2; ++side) {
@@ -461,11 +455,11 @@ TEST(CudaGemm, Bf16MatchesCpuFp32OnTheSameValues) {
   const i64 m = 24, k = 40, n = 16;
   std::vector<bf16> a, b;
   std::vector<float> a32, b32;
-  for (float x : random_floats(m * k, 31)) {
+  for (float x : random_values(m * k, 31)) {
     a.push_back(bf16::from_float(x));
     a32.push_back(a.back().to_float());
   }
-  for (float x : random_floats(k * n, 32)) {
+  for (float x : random_values(k * n, 32)) {
     b.push_back(bf16::from_float(x));
     b32.push_back(b.back().to_float());
   }

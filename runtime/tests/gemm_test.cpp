@@ -15,6 +15,7 @@
 #include "runtime/error.h"    // defines: Error
 #include "runtime/gemm.h"     // defines: GemmArgs, gemm, matmul, matmul_batched
 #include "runtime/tensor.h"   // defines: Tensor
+#include "tests/random_values.h"  // defines: random_values
 #include "tests/test_helpers.h"
 
 namespace mt {
@@ -22,18 +23,11 @@ namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::random_values;
 
 using i64 = std::int64_t;
 
 DeviceOptions cpu_options() { return DeviceOptions{Device::cpu(), 0, 2}; }
-
-std::vector<float> random_values(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // One GEMM as stored in memory: op(A) is m x k, op(B) is k x n, all row-major with row strides.
 struct Operands {

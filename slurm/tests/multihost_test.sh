@@ -35,21 +35,13 @@ expect_ok "devices across three hosts" "${across_hosts[@]}" devices &&
   { grep -q "8 rank(s) on 3 host(s)" "$out" && echo "ok   devices shows 3 hosts" || { fail "devices does not show 3 hosts"; show; }; }
 expect_ok "train 2x2x2 across three hosts" "${across_hosts[@]}" "${train[@]}" --metrics "$dir/hosts.jsonl"
 expect_ok "train 2x2x2 on one host" np 8 "$meshtrain" "${train[@]}" --metrics "$dir/one.jsonl"
-if "$compare" "$dir/one.jsonl" "$dir/hosts.jsonl" 1 6 0 >"$dir/compare" 2>&1; then
-  echo "ok   losses across hosts equal the single-host run's, bit for bit"
-else
-  fail "losses differ"; cat "$dir/compare"
-fi
+same_losses "losses across hosts equal the single-host run's, bit for bit" "$dir/one.jsonl" "$dir/hosts.jsonl" 1 6 0
 
 "$here/local_hosts.sh" down "$prefix" 3
 expect_ok "three hosts up, links capped to 100 Mbit/s" "$here/local_hosts.sh" up "$prefix" 3 100mbit ||
   { echo "$failures failure(s)"; exit 1; }
 expect_ok "train 2x2x2 across capped links" "${across_hosts[@]}" "${train[@]}" --metrics "$dir/capped.jsonl"
-if "$compare" "$dir/one.jsonl" "$dir/capped.jsonl" 1 6 0 >"$dir/compare" 2>&1; then
-  echo "ok   and the same losses"
-else
-  fail "losses differ over capped links"; cat "$dir/compare"
-fi
+same_losses "over capped links: the same losses" "$dir/one.jsonl" "$dir/capped.jsonl" 1 6 0
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

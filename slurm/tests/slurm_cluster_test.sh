@@ -7,38 +7,22 @@
 # packages (./test installs them); without them it skips (exit 77) saying why.
 # Usage: slurm_cluster_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
 set -u
-meshtrain=$1
-mpiexec=$2
-compare=$3
-here=$(cd "$(dirname "$0")/.." && pwd)
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: slurmd needs root"; exit 77; }
-for tool in slurmctld slurmd sbatch; do
-  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (apt-get install slurmctld slurmd slurm-client)"; exit 77; }
-done
 run_timeout=180
-. "$here/../launch/tests/cli_test_lib.sh"
-cluster=$dir/cluster
-cleanup() { "$here/local_cluster.sh" down "$cluster"; rm -rf "$dir"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM  # ctest's timeout: the EXIT trap still stops the daemons
+. "$(dirname "$0")/slurm_test_lib.sh"
 
 prepare_corpus 5
 train=(--tokenizer bytes --data "$dir/data" --model tiny --seq-len 32 --global-batch 8 --micro-batch 2 --steps 6
        --dp 2 --pp 2 --log-every 2 --eval-batches 1 --cpu-threads 1)
 
-expect_ok "cluster up" "$here/local_cluster.sh" up "$cluster" 1 || { echo "$failures failure(s)"; exit 1; }
-export SLURM_CONF=$cluster/slurm.conf
+cluster_up "cluster up" 1
 # -O (overcommit): 4 tasks on a node of 2 cores; -W waits for the job and returns its exit code.
 expect_ok "sbatch slurm/train.sbatch, 4 tasks" env MESHTRAIN="$meshtrain" \
   sbatch -W -N1 -n4 -O -o "$dir/job.out" "$here/train.sbatch" "${train[@]}" --metrics "$dir/slurm.jsonl"
 grep -q "^final validation loss" "$dir/job.out" 2>/dev/null && echo "ok   the job trained to the end" ||
   { fail "the job did not finish training"; cat "$dir/job.out"; }
 expect_ok "the same under mpirun" np 4 "$meshtrain" train "${train[@]}" --metrics "$dir/mpirun.jsonl"
-if "$compare" "$dir/slurm.jsonl" "$dir/mpirun.jsonl" 1 6 0 >"$dir/compare" 2>&1; then
-  echo "ok   losses under sbatch/srun equal those under mpirun, bit for bit"
-else
-  fail "losses differ"; cat "$dir/compare"
-fi
+same_losses "losses under sbatch/srun equal those under mpirun, bit for bit" \
+  "$dir/slurm.jsonl" "$dir/mpirun.jsonl" 1 6 0
 expect_ok "meshtrain devices under srun" env MESHTRAIN="$meshtrain" \
   sbatch -W -N1 -n4 -O -o "$dir/devices.out" --wrap "srun --mpi=pmix $meshtrain devices"
 grep -q "launched by srun (SLURM), PMIx in SLURM job" "$dir/devices.out" && echo "ok   devices names the launcher" ||
@@ -46,18 +30,15 @@ grep -q "launched by srun (SLURM), PMIx in SLURM job" "$dir/devices.out" && echo
 grep -q "^warning:" "$dir/devices.out" && { fail "devices warns under a consistent launch"; cat "$dir/devices.out"; }
 
 # Two nodes, each a host of its own (network namespace, hostname, slurmd): 2 tasks on each.
-"$here/local_cluster.sh" down "$cluster"
-expect_ok "two-node cluster up" "$here/local_cluster.sh" up "$cluster" 2 || { echo "$failures failure(s)"; exit 1; }
+cluster_down
+cluster_up "two-node cluster up" 2
 in_n1=(ip netns exec "$(cat "$cluster/netns")-n1" env MESHTRAIN="$meshtrain" OMPI_MCA_btl=tcp,vader,self
        OMPI_MCA_btl_tcp_if_include=10.99.0.0/24 OMPI_MCA_oob_tcp_if_include=10.99.0.0/24)
 expect_ok "sbatch slurm/train.sbatch on 2 nodes x 2 tasks" "${in_n1[@]}" \
   sbatch -W -N2 -n4 --ntasks-per-node=2 -o "$dir/job2.out" "$here/train.sbatch" "${train[@]}" --metrics "$dir/slurm2.jsonl"
 grep -q "^  rank 3: " "$dir/job2.out" 2>/dev/null || { fail "the 2-node job did not start 4 ranks"; cat "$dir/job2.out"; }
-if "$compare" "$dir/slurm2.jsonl" "$dir/mpirun.jsonl" 1 6 0 >"$dir/compare" 2>&1; then
-  echo "ok   2 nodes: losses equal those under mpirun on one host, bit for bit"
-else
-  fail "2 nodes: losses differ"; cat "$dir/compare"
-fi
+same_losses "2 nodes: losses equal those under mpirun on one host, bit for bit" \
+  "$dir/slurm2.jsonl" "$dir/mpirun.jsonl" 1 6 0
 expect_ok "meshtrain devices on 2 nodes" "${in_n1[@]}" \
   sbatch -W -N2 -n4 --ntasks-per-node=2 -o "$dir/devices2.out" --wrap "srun --mpi=pmix $meshtrain devices"
 grep -q "4 rank(s) on 2 host(s)" "$dir/devices2.out" && echo "ok   devices shows 2 hosts" ||

@@ -11,51 +11,15 @@
 # without them it skips (exit 77). About 40 s.
 # Usage: slurm_fault_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
 set -u
-meshtrain=$1
-mpiexec=$2
-compare=$3
-here=$(cd "$(dirname "$0")/.." && pwd)
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: slurmd needs root"; exit 77; }
-for tool in slurmctld slurmd sbatch; do
-  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (apt-get install slurmctld slurmd slurm-client)"; exit 77; }
-done
 run_timeout=120
-. "$here/../launch/tests/cli_test_lib.sh"
-cluster=$dir/cluster
-cleanup() { "$here/local_cluster.sh" down "$cluster"; rm -rf "$dir"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM  # ctest's timeout: the EXIT trap still stops the daemons
+. "$(dirname "$0")/slurm_test_lib.sh"
+. "$here/../launch/tests/fault_test_lib.sh"
 
-bound=60  # seconds the killed job may take to end before it counts as hung
-steps=40  # tens of ms each: the kill after step 2's checkpoint comes well before the end
-prepare_corpus 19
-train=(--tokenizer bytes --data "$dir/data" --model tiny --seq-len 32 --global-batch 8 --micro-batch 2 --steps "$steps"
-       --dp 2 --pp 2 --lr 3e-3 --warmup 2 --log-every 1 --eval-batches 1 --cpu-threads 1 --save-every 2)
-export MT_FAULT_TEST_TAG="slurm-fault-$$-$RANDOM"  # marks this test's tasks (sbatch exports the environment)
-# The pid of this test's meshtrain task whose environment sets VAR=VALUE, or nothing.
-task_pid() {
-  local f pid
-  for f in /proc/[0-9]*/environ; do
-    pid=${f#/proc/}
-    pid=${pid%/environ}
-    [ "/proc/$pid/exe" -ef "$meshtrain" ] || continue  # by the binary: it may re-execute as /proc/self/exe
-    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qx "MT_FAULT_TEST_TAG=$MT_FAULT_TEST_TAG" || continue  # gone: skip
-    { tr '\0' '\n' <"$f"; } 2>/dev/null | grep -qx "$1" && { echo "$pid"; return; }
-  done
-}
-wait_for() {  # wait_for SECONDS COMMAND...: polls every 0.05 s until COMMAND succeeds
-  local until=$(($(date +%s) + $1))
-  shift
-  until "$@"; do
-    [ "$(date +%s)" -lt "$until" ] || return 1
-    sleep 0.05
-  done
-}
+prepare_fault_training 19
 
-expect_ok "uninterrupted run under mpirun" np 4 "$meshtrain" train "${train[@]}" --checkpoint-dir "$dir/c-ref" \
-  --metrics "$dir/m-ref.jsonl"
-expect_ok "cluster up" "$here/local_cluster.sh" up "$cluster" 1 || { echo "$failures failure(s)"; exit 1; }
-export SLURM_CONF=$cluster/slurm.conf
+expect_ok "uninterrupted run under mpirun" np 4 "$meshtrain" train "${fault_train_args[@]}" \
+  --checkpoint-dir "$dir/c-ref" --metrics "$dir/m-ref.jsonl"
+cluster_up "cluster up" 1
 
 grep -q -E "^exec srun .*--kill-on-bad-exit=1" "$here/train.sbatch" &&
   echo "ok   train.sbatch runs srun with --kill-on-bad-exit=1" ||
@@ -67,24 +31,23 @@ grep -q -E "^exec srun .*--kill-on-bad-exit=1" "$here/train.sbatch" &&
 # the job and returns its exit code; it polls the controller, so it returns later than the tasks end.
 kill_rank2() {
   local name=$1 script=$2 var=$3 report=$4 ck=$5 job pid killed_at gone took
-  MESHTRAIN="$meshtrain" timeout "$bound" sbatch -W -N1 -n4 -O -o "$dir/job.out" "$script" "${train[@]}" \
+  MESHTRAIN="$meshtrain" timeout "$bound" sbatch -W -N1 -n4 -O -o "$dir/job.out" "$script" "${fault_train_args[@]}" \
     --checkpoint-dir "$ck" >"$out" 2>"$err" &
   job=$!
-  if ! wait_for 60 eval 'pid=$(task_pid "$var=2"); [ -n "$pid" ]' || ! wait_for 60 test -f "$ck/latest"; then
+  if ! wait_for 60 eval 'pid=$(tagged_pid "$var=2"); [ -n "$pid" ]' || ! wait_for 60 test -f "$ck/latest"; then
     fail "$name: no task 2 or no checkpoint"; kill "$job" 2>/dev/null; wait "$job"; cat "$dir/job.out"; return 1
   fi
   kill -KILL "$pid"
-  killed_at=$(date +%s.%N)
-  since_kill() { awk -v a="$killed_at" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
-  if wait_for "$bound" eval '[ -z "$(task_pid MT_FAULT_TEST_TAG="$MT_FAULT_TEST_TAG")" ]'; then
-    gone=$(since_kill)
+  killed_at=$(now)
+  if wait_for "$bound" eval '[ -z "$(tagged_pid MT_FAULT_TEST_TAG="$MT_FAULT_TEST_TAG")" ]'; then
+    gone=$(seconds_since "$killed_at")
     echo "ok   $name: every task gone $gone s after the kill"
   else
     fail "$name: tasks still running $bound s after the kill"
   fi
   wait "$job"
   rc=$?
-  took=$(since_kill)
+  took=$(seconds_since "$killed_at")
   if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
     fail "$name: sbatch exit code $rc, expected the job to fail (124: it hung past $bound s)"; show; cat "$dir/job.out"
     return 1
@@ -108,16 +71,13 @@ latest=$(cat "$ck/latest" 2>/dev/null)
 if [ -f "$ck/$latest/manifest.json" ]; then
   first=$((10#${latest#step_} + 1))
   expect_ok "job 2: sbatch --resume" env MESHTRAIN="$meshtrain" \
-    sbatch -W -N1 -n4 -O -o "$dir/job2.out" "$here/train.sbatch" "${train[@]}" --checkpoint-dir "$ck" --resume \
-    --metrics "$dir/m-job2.jsonl"
+    sbatch -W -N1 -n4 -O -o "$dir/job2.out" "$here/train.sbatch" "${fault_train_args[@]}" --checkpoint-dir "$ck" \
+    --resume --metrics "$dir/m-job2.jsonl"
   grep -q "resumed from $ck/$latest: step $((first - 1))," "$dir/job2.out" &&
     echo "ok   job 2: $(grep -o "resumed from [^:]*" "$dir/job2.out")" ||
     { fail "job 2: no resume line for $latest"; cat "$dir/job2.out"; }
-  if "$compare" "$dir/m-ref.jsonl" "$dir/m-job2.jsonl" "$first" "$steps" 0 >"$dir/compare" 2>&1; then
-    echo "ok   job 2: steps $first-$steps bit for bit as the uninterrupted run"
-  else
-    fail "job 2: losses differ from the uninterrupted run"; cat "$dir/compare"
-  fi
+  same_losses "job 2: steps $first-$steps bit for bit as the uninterrupted run" \
+    "$dir/m-ref.jsonl" "$dir/m-job2.jsonl" "$first" "$steps" 0
 else
   fail "job 1 left no complete checkpoint in latest ('$latest')"
 fi

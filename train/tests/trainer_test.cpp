@@ -24,6 +24,7 @@
 #include "models/gpt_config.h"          // defines: GptConfig, gpt_preset
 #include "runtime/context.h"            // defines: DeviceContext, DeviceOptions
 #include "runtime/error.h"              // defines: Error
+#include "tests/float_bits.h"           // defines: same_bits
 #include "tests/scratch_dir.h"          // defines: ScratchDir
 #include "tests/test_helpers.h"         // defines: error_of, contains
 #include "train/optim/grad_norm.h"      // defines: sum_of_squares
@@ -37,6 +38,7 @@ using testing::contains;
 using testing::error_of;
 using testing::corpus;
 using testing::ScratchDir;
+using testing::same_bits;
 
 GptConfig tiny_config() {
   GptConfig c = gpt_preset("tiny");
@@ -88,10 +90,6 @@ std::vector<double> losses_of(const RunResult& r) {
   std::vector<double> out;
   for (const StepRecord& rec : r.records) out.push_back(rec.loss);
   return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -15,6 +15,8 @@
 #include "runtime/device.h"              // defines: discover_devices
 #include "runtime/error.h"               // defines: Error
 #include "runtime/tensor.h"              // defines: Tensor
+#include "tests/float_bits.h"            // defines: same_bits
+#include "tests/random_values.h"         // defines: random_values
 #include "tests/test_helpers.h"          // defines: error_of, contains
 #include "train/optim/adamw.h"           // defines: AdamW, ParamSlot
 #include "train/optim/adamw_backend.h"   // defines: backend::adamw_cuda
@@ -26,20 +28,9 @@ namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::random_values;
+using testing::same_bits;
 using i64 = std::int64_t;
-
-
-std::vector<float> random_values(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Runs the same steps on one device: slots "w" [n0] with decay and "b" [n1] without, both views
 // into one flat parameter buffer and one flat gradient buffer. Returns params, m and v.

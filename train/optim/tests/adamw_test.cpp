@@ -15,6 +15,8 @@
 #include "runtime/context.h"       // defines: DeviceContext, DeviceOptions
 #include "runtime/error.h"         // defines: Error
 #include "runtime/tensor.h"        // defines: Tensor
+#include "tests/float_bits.h"      // defines: same_bits
+#include "tests/random_values.h"   // defines: random_values
 #include "tests/test_helpers.h"    // defines: error_of, contains
 #include "train/optim/adamw.h"     // defines: AdamW, AdamWConfig, ParamSlot
 #include "train/optim/grad_norm.h"  // defines: clip_scale
@@ -24,21 +26,11 @@ namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::random_values;
+using testing::same_bits;
 using i64 = std::int64_t;
 
 DeviceOptions cpu_options(int threads = 2) { return DeviceOptions{Device::cpu(), 0, threads}; }
-
-std::vector<float> random_values(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 void set_values(Tensor& t, const std::vector<float>& values, DeviceContext& ctx) {
   t.copy_from_host(values.data(), values.size() * sizeof(float), ctx.stream());
