@@ -23,7 +23,9 @@ std::string program_and_command(const std::string& command) {
 // never ends (a config file line `tp = %value%` hung `meshtrain train`; found by
 // launch/tests/fuzz_config_file.cpp). Such text is refused before Boost sees it.
 void refuse_placeholders(std::string_view text, const std::string& where) {
-  for (const std::string_view token : {"%value%", "%option%", "%canonical_option%", "%original_token%", "%prefix%"}) {
+  // Every key Boost 1.74 substitutes (errors.hpp and the library's templates).
+  for (const std::string_view token :
+       {"%value%", "%option%", "%canonical_option%", "%original_token%", "%prefix%", "%invalid_line%"}) {
     if (text.find(token) != std::string_view::npos) {
       throw UsageError(where + " contains '" + std::string(token) +
                        "', which the option parser cannot quote in its messages: remove it");

@@ -61,6 +61,10 @@ TEST(ConfigFile, PlaceholderTextIsRefusedInsteadOfHanging) {
   EXPECT_EQ(usage_error_of([&] { parse_train(dir, "x%canonical_option% = 1\n"); }),
             "config file '" + file +
                 "' contains '%canonical_option%', which the option parser cannot quote in its messages: remove it");
+  // An invalid line quotes the line itself (found by a longer fuzz_config_file run).
+  EXPECT_EQ(usage_error_of([&] { parse_train(dir, "ch&%Aci%invalid_line%tion\n"); }),
+            "config file '" + file +
+                "' contains '%invalid_line%', which the option parser cannot quote in its messages: remove it");
   EXPECT_EQ(usage_error_of([&] { parse_train(dir, "", {"--tp=%value%"}); }),
             "the argument '--tp=%value%' contains '%value%', which the option parser cannot quote in its messages: "
             "remove it");
