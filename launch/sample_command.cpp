@@ -2,6 +2,7 @@
 // byte) tokenizer.
 #include "launch/sample_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -15,11 +16,34 @@
 #include "models/gpt_weights.h"
 #include "models/llmc/llmc_weights.h"
 #include "models/sampler.h"
+#include "perf/memory_model.h"
 #include "train/checkpoint_convert.h"
 
 namespace po = boost::program_options;
 
 namespace mt {
+namespace {
+
+// As `meshtrain train` does (launch/train_command.cpp check_memory_cap): a cap too small for the
+// model and the longest context a forward will see is a usage error up front, not an out-of-memory
+// abort in the middle of generating. The config comes from the weights, the same on every rank.
+void check_memory_cap(std::size_t cap, const GptConfig& config, std::size_t prompt_tokens, int new_tokens) {
+  if (cap == 0) return;
+  // The last forward sees the prompt and every new token but the last, at most the context.
+  const std::size_t longest = prompt_tokens + static_cast<std::size_t>(std::max(new_tokens, 1)) - 1;
+  const int window = static_cast<int>(std::min(longest, static_cast<std::size_t>(config.max_seq_len)));
+  const perf::MemoryBreakdown m = perf::estimate_sampling_memory(config, window);
+  const double need = new_tokens > 0 ? m.total() : m.parameters + m.gradients;
+  if (need <= static_cast<double>(cap)) return;
+  const auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
+  throw UsageError("--device-memory-limit " + bytes(static_cast<double>(cap)) + " is too small to sample from " +
+                   config.describe() + ": it needs up to " + bytes(need) + " (parameters " + bytes(m.parameters) +
+                   " and their gradient buffer " + bytes(m.gradients) + ", activations of " + std::to_string(window) +
+                   " tokens " + bytes(m.activations + m.logits + m.workspace + m.transient) +
+                   "); raise the cap, or shorten --prompt or --tokens");
+}
+
+}  // namespace
 
 int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   po::options_description desc("options");
@@ -50,7 +74,8 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   if (options.top_k < 0) throw UsageError("--top-k must be >= 0");
   const std::string name = tokenizer_name(vm);
 
-  Session session = open_session(read_runtime_options(vm));
+  const RuntimeOptions runtime = read_runtime_options(vm);
+  Session session = open_session(runtime);
   DeviceContext& ctx = *session.context;
   const std::filesystem::path weights = vm["weights"].as<std::string>();
   // A directory is a checkpoint: its parameters, gathered whole from the shards of any layout.
@@ -69,6 +94,10 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
                      " (use --tokenizer " + (config.vocab_size == 256 ? "bytes" : "gpt2") + ")");
   std::unique_ptr<data::Tokenizer> tokenizer;
   run_agreed(*session.world, ctx, [&] { tokenizer = data::make_tokenizer(name, tokenizer_dir(vm)); });
+  const std::string prompt = vm["prompt"].as<std::string>();
+  std::vector<std::int32_t> tokens = tokenizer->encode(prompt);
+  if (tokens.empty()) tokens.push_back(tokenizer->eot_token());
+  check_memory_cap(runtime.device_memory_limit, config, tokens.size(), options.tokens);
   Gpt model(ctx, config);
   run_agreed(*session.world, ctx, [&] {
     if (checkpoint) {
@@ -78,9 +107,6 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
     }
   });
 
-  const std::string prompt = vm["prompt"].as<std::string>();
-  std::vector<std::int32_t> tokens = tokenizer->encode(prompt);
-  if (tokens.empty()) tokens.push_back(tokenizer->eot_token());
   const bool root = session.placement.world_rank == 0;
   if (root) {
     std::fputs(prompt.c_str(), stdout);

@@ -2,6 +2,7 @@
 // (one rank included), through the ParallelTrainer.
 #include "launch/train_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -211,10 +212,13 @@ namespace {
 // A cap below what the model needs would fail at the first allocation over it, on some ranks and deep
 // inside a step, where only MPI_Abort can free the ranks waiting for them. The cap and the model's
 // size are known on every rank before anything is allocated, and the estimate is arithmetic
-// (perf/memory_model.h, what the model and the schedule hold): a usage error, said once. The
-// estimate is a floor, not a bound: a cap a little above it can still run out during a step.
+// (perf/memory_model.h): an upper bound on each rank's allocator peak, counted block by block from
+// what the model, the optimizer, the pipeline executor's slots (validation's included: it is
+// counted whether or not the data has a val split) and a step's temporary buffers hold. A cap at
+// the estimate runs; one below it is a usage error, said once. save_weights: --save-weights gathers
+// the whole model's fp32 parameters into one buffer on every rank after the last step.
 void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, const TrainSettings& settings,
-                      const LayoutChoice& layout) {
+                      const LayoutChoice& layout, bool save_weights = false) {
   if (cap == 0) return;
   perf::Layout l;
   l.dp = layout.mesh.dp;
@@ -224,23 +228,28 @@ void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, c
   l.schedule = layout.parallel.schedule;
   l.zero = layout.parallel.zero;
   l.micro_batch = settings.micro_batch;
+  l.bucket_mb = layout.parallel.bucket_mb;
   perf::TrainingShape training;
   training.seq_len = settings.seq_len;
   training.global_batch = settings.global_batch;
   training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
   const std::vector<int> chunk_layers = plan_stage_layers(config, layout.mesh, layout.parallel, settings.seq_len);
-  const Schedule schedule = make_schedule(l.schedule, l.pp, perf::micro_batches(training, l), l.virtual_stages);
-  const perf::MemoryBreakdown m =
-      perf::estimate_memory(config, training, l, perf::Cluster{}, chunk_layers, peak_in_flight(schedule));
+  const int micro = perf::micro_batches(training, l);
+  const Schedule schedule = make_schedule(l.schedule, l.pp, micro, l.virtual_stages);
+  const Schedule eval = make_forward_only_schedule(l.pp, micro, l.virtual_stages);
+  perf::MemoryBreakdown m = perf::estimate_memory(config, training, l, perf::Cluster{}, chunk_layers,
+                                                  perf::held_slots(schedule, &eval));
+  if (save_weights) m.transient = std::max(m.transient, 4.0 * static_cast<double>(config.parameter_count()) + 256.0);
   const auto need = m.total();
   if (need <= static_cast<double>(cap)) return;
   const auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
   const std::string who = l.pp > 1 ? "a rank of pipeline stage " + std::to_string(m.stage) : std::string("a rank");
   throw UsageError("--device-memory-limit " + bytes(static_cast<double>(cap)) + " is too small for this model: " + who +
-                   " needs about " + bytes(need) + ", " + bytes(need - static_cast<double>(cap)) +
+                   " needs up to " + bytes(need) + ", " + bytes(need - static_cast<double>(cap)) +
                    " more (parameters " + bytes(m.parameters) + ", gradients " + bytes(m.gradients) +
                    ", AdamW moments " + bytes(m.optimizer) + ", activations " + bytes(m.activations + m.logits) +
-                   ", workspace " + bytes(m.workspace) +
+                   " in " + std::to_string(m.in_flight) + " micro-batch slot(s), workspace " +
+                   bytes(m.workspace + m.transient) +
                    "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp");
 }
 
@@ -344,7 +353,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     throw UsageError("--resume and --init-weights exclude each other (a checkpoint holds the weights)");
   const LayoutChoice layout = read_layout(vm, mpi.world_size(), config, settings);
   const RuntimeOptions runtime = read_runtime_options(vm);
-  check_memory_cap(runtime.device_memory_limit, config, compute, settings, layout);
+  check_memory_cap(runtime.device_memory_limit, config, compute, settings, layout, vm.count("save-weights") > 0);
 
   Session session = open_session(runtime);
   DeviceContext& ctx = *session.context;

@@ -23,7 +23,7 @@ namespace {
 // take milliseconds to build.
 struct ScheduleFacts {
   double makespan = 0;  // in forward costs
-  std::vector<int> peak_in_flight;
+  std::vector<std::vector<int>> held_slots, held_slots_with_validation;  // perf/memory_model.h
 };
 
 const ScheduleFacts& schedule_facts(ScheduleKind kind, int stages, int micro, int v, double ratio) {
@@ -37,7 +37,9 @@ const ScheduleFacts& schedule_facts(ScheduleKind kind, int stages, int micro, in
   const Schedule schedule = make_schedule(kind, stages, micro, v);
   ScheduleFacts facts;
   facts.makespan = simulate(schedule, 1.0, static_cast<double>(r) / 16.0).makespan;
-  facts.peak_in_flight = peak_in_flight(schedule);
+  const Schedule eval = make_forward_only_schedule(stages, micro, v);
+  facts.held_slots = held_slots(schedule, nullptr);
+  facts.held_slots_with_validation = held_slots(schedule, &eval);
   return cache.emplace(key, std::move(facts)).first->second;
 }
 
@@ -210,7 +212,8 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
                               : layout.devices();
   p.mfu = p.model_flops_per_step / p.step_s / (hardware * cluster.peak_flops);
 
-  p.memory = estimate_memory(model, training, layout, cluster, p.chunk_layers, facts.peak_in_flight);
+  p.memory = estimate_memory(model, training, layout, cluster, p.chunk_layers,
+                             training.validation ? facts.held_slots_with_validation : facts.held_slots);
   // The ranks of a CPU node share its memory (and what the OS keeps): each gets its share.
   const double sharers = cluster.shared_cores ? dpn : 1;
   p.memory.reserved /= sharers;

@@ -1,75 +1,223 @@
 #include "perf/memory_model.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstdio>
+#include <map>
+#include <utility>
 
 namespace mt::perf {
+namespace {
+
+// runtime/allocator.cpp rounds every block up to 256 bytes.
+double block(double bytes) { return std::ceil(std::max(bytes, 1.0) / 256.0) * 256.0; }
+
+// A caching allocator may serve a request from a cached block up to twice its size (and counts
+// the whole block): what a step allocates and frees again is counted at that worst.
+constexpr double kCachedBlockFactor = 2.0;
+
+// One stage's computations in order, with what the executor does around them.
+struct Compute {
+  bool forward;
+  int micro, chunk;
+  bool receives_first = false;  // a receive comes directly before (its buffer is the slot's)
+  int send_peer = -1;           // the stage its send after goes to; -1: no send
+};
+
+std::vector<Compute> computes_of(const Schedule& schedule, int stage) {
+  std::vector<Compute> out;
+  const std::vector<Action>& list = schedule.actions.at(static_cast<std::size_t>(stage));
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    if (!is_compute(a.kind)) continue;
+    Compute c{a.kind == ActionKind::Forward, a.micro, a.chunk};
+    c.receives_first = i > 0 && is_receive(list[i - 1].kind);
+    if (i + 1 < list.size() && is_send(list[i + 1].kind)) c.send_peer = schedule.peer(stage, list[i + 1]).stage;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Raises held[chunk] to the most slots each chunk of `stage` holds while the executor runs
+// `schedule` (see held_slots in the header for the rules).
+void simulate(const Schedule& schedule, int stage, std::vector<int>& held) {
+  const std::vector<Compute> order = computes_of(schedule, stage);
+  const auto K = static_cast<long>(order.size());
+  std::map<std::pair<int, int>, long> index;  // (forward?, chunk, micro) -> position, for self-sends
+  for (long k = 0; k < K; ++k) {
+    const Compute& c = order[static_cast<std::size_t>(k)];
+    index[{c.forward ? c.chunk : -1 - c.chunk, c.micro}] = k;
+  }
+  std::map<std::pair<int, int>, long> live;  // (chunk, micro) -> release before this computation
+  const auto count = [&] {
+    std::vector<int> per_chunk(held.size(), 0);
+    for (const auto& [key, until] : live) ++per_chunk[static_cast<std::size_t>(key.first)];
+    for (std::size_t c = 0; c < held.size(); ++c) held[c] = std::max(held[c], per_chunk[c]);
+  };
+  for (long k = 0; k < K; ++k) {
+    const Compute& c = order[static_cast<std::size_t>(k)];
+    // The next forward's receive is posted (its slot taken) before this computation's releases.
+    if (k + 1 < K) {
+      const Compute& next = order[static_cast<std::size_t>(k + 1)];
+      if (next.forward && next.receives_first) live.emplace(std::make_pair(next.chunk, next.micro), LONG_MAX);
+    }
+    count();
+    std::erase_if(live, [k](const auto& entry) { return entry.second <= k; });
+    // Then the computation: a forward takes its slot (from the pool) if its receive did not.
+    if (c.forward) live.emplace(std::make_pair(c.chunk, c.micro), LONG_MAX);
+    count();
+    const bool last_use = !c.forward || schedule.forward_only;
+    if (!last_use) continue;
+    long release = k + 1;
+    if (c.send_peer == stage) {
+      // A send to itself (one stage, several chunks) is copied at the matching receive, which comes
+      // right before the next chunk's forward (or the previous chunk's backward).
+      const auto it = index.find({c.forward ? c.chunk + 1 : -1 - (c.chunk - 1), c.micro});
+      release = it == index.end() ? K : it->second + 1;
+    } else if (c.send_peer >= 0) {
+      // Validation: nothing waits for the next stage, which may not yet have posted the receive.
+      release = schedule.forward_only ? K : k + 2;
+    }
+    live[{c.chunk, c.micro}] = release;
+  }
+}
+
+// Elements of each parameter tensor a rank of `stage` holds (models/gpt_sharding.h).
+std::vector<double> stage_tensors(const ModelShape& model, const Layout& layout, const std::vector<int>& chunk_layers,
+                                  int stage) {
+  const double C = model.channels, tp = layout.tp;
+  const std::vector<double> layer{C, C, 3 * C * C / tp, 3 * C / tp, C * C / tp, C, C, C, 4 * C * C / tp, 4 * C / tp,
+                                  4 * C * C / tp, C};
+  std::vector<double> tensors;
+  const double wte = static_cast<double>(model.vocab_rows()) * C / tp;
+  if (stage == 0) tensors.insert(tensors.end(), {wte, static_cast<double>(model.max_seq_len) * C});
+  for (int c = 0; c < layout.virtual_stages; ++c)
+    for (int l = 0; l < chunk_layers.at(static_cast<std::size_t>(c * layout.pp + stage)); ++l)
+      tensors.insert(tensors.end(), layer.begin(), layer.end());
+  if (stage == layout.pp - 1) {
+    tensors.insert(tensors.end(), {C, C});
+    if (layout.pp > 1) tensors.push_back(wte);
+  }
+  return tensors;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> held_slots(const Schedule& train, const Schedule* eval) {
+  std::vector<std::vector<int>> held;
+  for (int s = 0; s < train.stages; ++s) {
+    std::vector<int> per_chunk(static_cast<std::size_t>(train.virtual_stages), 0);
+    simulate(train, s, per_chunk);
+    if (eval != nullptr) simulate(*eval, s, per_chunk);
+    held.push_back(std::move(per_chunk));
+  }
+  return held;
+}
 
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
   const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels, tp = layout.tp;
   const double a = training.act_bytes(), f32 = 4.0, H = model.heads / layout.tp;
   // ln1, res2, ln2 [N,C]; qkv 3C/tp, atty C/tp, fch and fch_gelu 4C/tp each; fp32 layernorm
   // statistics 4 x [N] and the attention probabilities [B, H/tp, T, T].
-  return 3.0 * N * C * a + 12.0 * N * C / tp * a + 4.0 * N * f32 + B * H * T * T * f32;
+  return 3.0 * block(N * C * a) + block(N * 3.0 * C / tp * a) + block(N * C / tp * a) +
+         2.0 * block(N * 4.0 * C / tp * a) + 4.0 * block(N * f32) + block(B * H * T * T * f32);
 }
 
-double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers, bool head) {
+double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
+                  bool embedding, bool head) {
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double a = training.act_bytes(), f32 = 4.0;
   // residual[0..layers] and each layer's activations (layer_bytes).
-  double bytes = (layers + 1) * N * C * a;
+  double bytes = (layers + 1) * block(N * C * a);
   // With recomputation only the layer inputs stay; one layer's activations are rebuilt at a time
-  // (counted in the workspace by estimate_memory).
+  // (counted in the workspace by estimate_stage_memory).
   if (!training.recompute) bytes += layers * layer_bytes(model, training, layout);
-  if (head) bytes += N * C * a + 4.0 * N * f32;  // lnf and its statistics, losses, log-sum-exps
-  bytes += N * C * a;                            // dres: the gradient flowing through the chunk
+  if (embedding) bytes += block(N * 4.0);  // the int32 tokens
+  // lnf, its statistics, the losses and log-sum-exps, the int32 targets.
+  if (head) bytes += block(N * C * a) + 5.0 * block(N * f32);
+  bytes += block(N * C * a);  // dres: the gradient flowing through the chunk
   return bytes;
 }
 
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
-  return static_cast<double>(layout.micro_batch) * training.seq_len * model.vocab_rows() / layout.tp *
-         training.act_bytes();
+  return block(static_cast<double>(layout.micro_batch) * training.seq_len * model.vocab_rows() / layout.tp *
+               training.act_bytes());
+}
+
+MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                                      const Cluster& cluster, const std::vector<int>& chunk_layers,
+                                      const std::vector<std::vector<int>>& slots, int s) {
+  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
+  const double a = training.act_bytes(), tp = layout.tp;
+  MemoryBreakdown m;
+  m.stage = s;
+  // The flat buffers, padded to a multiple of dp (models/parameter_store.h).
+  const std::vector<double> tensors = stage_tensors(model, layout, chunk_layers, s);
+  double numel = 0;
+  for (double t : tensors) numel += t;
+  numel = std::ceil(numel / layout.dp) * layout.dp;
+  m.parameters = block(numel * 4.0) + (training.precision == Precision::BF16 ? block(numel * 2.0) : 0.0);
+  m.gradients = block(numel * 4.0);
+  // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 per piece of one in this rank's
+  // share of a bucket (parallel/zero_optimizer.h): at most a piece per tensor and one more per bucket.
+  if (layout.zero == 1) {
+    const double bucket = std::max(1.0, std::floor(layout.bucket_mb * 1024.0 * 1024.0 / 4.0 / layout.dp)) * layout.dp;
+    const double pieces = static_cast<double>(tensors.size()) + std::ceil(numel / bucket);
+    m.optimizer = 2.0 * (numel / layout.dp * 4.0 + 256.0 * pieces);
+  } else {
+    for (double t : tensors) m.optimizer += 2.0 * block(t * 4.0);
+  }
+  // The slots each chunk keeps; the head chunk's slots also hold the logits.
+  const int v = layout.virtual_stages;
+  const std::vector<int>& held = slots.at(static_cast<std::size_t>(s));
+  for (int c = 0; c < v; ++c) {
+    const int g = c * layout.pp + s;
+    const bool embedding = g == 0, head = g == layout.pp * v - 1;
+    const int n = held.at(static_cast<std::size_t>(c));
+    m.in_flight += n;
+    m.activations += n * slot_bytes(model, training, layout, chunk_layers.at(static_cast<std::size_t>(g)), embedding, head);
+    if (head) m.logits = n * logits_bytes(model, training, layout);
+  }
+  // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp;
+  // with tp the vocab-parallel loss statistics, 3 x [N] fp32.
+  m.workspace = 2.0 * block(N * C * a) + block(N * C / tp * a) + block(N * 3.0 * C / tp * a) +
+                block(N * 4.0 * C / tp * a) + (layout.tp > 1 ? 3.0 * block(N * 4.0) : 0.0);
+  if (training.recompute) m.workspace += layer_bytes(model, training, layout);
+  // One at a time: attention backward's fp32 score gradient [B, H/tp, T, T], the embedding
+  // backward's int32 index [2, N], a micro-batch's new tokens before the old are freed, the step's
+  // few floats for the norm and loss.
+  const double Bm = layout.micro_batch, Tm = training.seq_len, Hm = model.heads / layout.tp;
+  const double biggest = std::max({block(Bm * Hm * Tm * Tm * 4.0), s == 0 ? block(2.0 * N * 4.0) : 0.0,
+                                   block(N * 4.0), 256.0});
+  m.transient = kCachedBlockFactor * biggest;
+  m.reserved = cluster.memory_reserved;
+  return m;
 }
 
 MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                                 const Cluster& cluster, const std::vector<int>& chunk_layers,
-                                const std::vector<int>& peak_in_flight) {
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
-  const double a = training.act_bytes(), tp = layout.tp;
+                                const std::vector<std::vector<int>>& slots) {
   MemoryBreakdown worst;
   for (int s = 0; s < layout.pp; ++s) {
-    MemoryBreakdown m;
-    m.stage = s;
-    const double params = static_cast<double>(stage_parameters(model, layout, chunk_layers, s));
-    m.parameters = params * (4.0 + (training.precision == Precision::BF16 ? 2.0 : 0.0));
-    m.gradients = params * 4.0;
-    m.optimizer = params * 8.0 / (layout.zero == 1 ? layout.dp : 1);
-    m.in_flight = peak_in_flight.at(static_cast<std::size_t>(s));
-    // A stage's chunks hold the same number of layers (interleaving) or it has one chunk, so the
-    // mean slot over its chunks times the slots in flight is what it holds at its peak.
-    double mean_slot = 0;
-    const int v = layout.virtual_stages;
-    for (int c = 0; c < v; ++c) {
-      const int g = c * layout.pp + s;
-      mean_slot += slot_bytes(model, training, layout, chunk_layers.at(static_cast<std::size_t>(g)),
-                              g == layout.pp * v - 1) / v;
-    }
-    m.activations = m.in_flight * mean_slot;
-    if (s == layout.pp - 1) {
-      // The head chunk's share of the slots in flight (all of them when v = 1).
-      const int head_slots = std::max(1, (m.in_flight + v - 1) / v);
-      m.logits = head_slots * logits_bytes(model, training, layout);
-    }
-    // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp;
-    // and attention backward's gradient of the scores, fp32 [B, H/tp, T, T], while it runs.
-    const double Bm = layout.micro_batch, Tm = training.seq_len, Hm = model.heads / layout.tp;
-    m.workspace = 2.0 * N * C * a + 8.0 * N * C / tp * a + (layout.tp > 1 ? 3.0 * N * 4.0 : 0.0) +
-                  Bm * Hm * Tm * Tm * 4.0;
-    if (training.recompute) m.workspace += layer_bytes(model, training, layout);
-    m.reserved = cluster.memory_reserved;
+    const MemoryBreakdown m = estimate_stage_memory(model, training, layout, cluster, chunk_layers, slots, s);
     if (s == 0 || m.total() > worst.total()) worst = m;
   }
   return worst;
+}
+
+MemoryBreakdown estimate_sampling_memory(const ModelShape& model, int window) {
+  TrainingShape training;
+  training.seq_len = window;
+  training.global_batch = 1;
+  training.validation = false;
+  Layout layout;  // one rank, micro-batch 1
+  const std::vector<int> layers{model.layers};
+  MemoryBreakdown m = estimate_stage_memory(model, training, layout, Cluster{}, layers, {{1}}, 0);
+  m.optimizer = 0;
+  // Softmax probabilities of the last position, [1, V] fp32, kept for the whole generation.
+  m.workspace += block(4.0 * model.vocab_size);
+  return m;
 }
 
 std::string describe(const MemoryBreakdown& m) {
@@ -77,10 +225,10 @@ std::string describe(const MemoryBreakdown& m) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%.2f GiB on stage %d = parameters %.2f + gradients %.2f + AdamW moments %.2f + activations %.2f "
-                "(%d slot%s in flight) + logits %.2f + workspace %.2f + reserved %.2f",
+                "(%d slot%s kept) + logits %.2f + workspace %.2f + temporary %.2f + reserved %.2f",
                 m.total() / GiB, m.stage, m.parameters / GiB, m.gradients / GiB, m.optimizer / GiB,
                 m.activations / GiB, m.in_flight, m.in_flight == 1 ? "" : "s", m.logits / GiB, m.workspace / GiB,
-                m.reserved / GiB);
+                m.transient / GiB, m.reserved / GiB);
   return buf;
 }
 

@@ -1,14 +1,19 @@
-// Memory per device of one layout, counted the way meshtrain allocates it: fp32 master
-// parameters and gradients in one flat buffer each (a bf16 copy of the parameters with bf16
-// compute), AdamW's two fp32 moments (sharded over dp with ZeRO-1), and one activation slot per
-// (micro-batch, chunk) the schedule holds at once (models/gpt.cpp's Slot: no recomputation, the
-// attention probabilities kept in fp32), plus the scratch buffers every chunk shares.
-// defines: MemoryBreakdown, layer_bytes, slot_bytes, logits_bytes, estimate_memory, describe
+// Memory per device of one layout: an upper bound on the allocator's peak (runtime/allocator.h),
+// counted the way meshtrain allocates, block by block: fp32 master parameters and gradients in one
+// flat buffer each (plus a bf16 copy with bf16 compute), AdamW's two fp32 moments per parameter
+// tensor (per owned piece with ZeRO-1), the activation slots each model chunk keeps (models/gpt.cpp
+// pools a released slot for later micro-batches, so a chunk keeps the most it ever had in flight,
+// in training or in validation), the scratch every chunk shares, and the buffers a step allocates
+// and frees. Every block is rounded up to the allocator's 256 bytes; the step's temporary buffers
+// count twice, the most a caching allocator (CUDA) hands out for a request.
+// defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, logits_bytes, estimate_stage_memory,
+//          estimate_memory, estimate_sampling_memory, describe
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "parallel/schedule.h"
 #include "perf/cluster.h"
 #include "perf/model_shape.h"
 
@@ -19,27 +24,48 @@ struct MemoryBreakdown {
   double parameters = 0;   // fp32 master, plus the bf16 copy the GEMMs read with bf16 compute
   double gradients = 0;    // fp32
   double optimizer = 0;    // AdamW m and v in fp32 (ZeRO-1: this rank's 1/dp of them)
-  double activations = 0;  // what forward keeps for backward, in_flight slots of this stage's chunks
-  int in_flight = 0;       // peak (micro-batch, chunk) slots held at once (parallel/schedule.h)
-  double logits = 0;       // [b T, Vp/tp] logits of the head chunk's slots in flight
+  double activations = 0;  // what forward keeps for backward, in the slots the stage's chunks keep
+  int in_flight = 0;       // slots the stage's chunks keep (held_slots), summed over its chunks
+  double logits = 0;       // [b T, Vp/tp] logits of the head chunk's slots
   double workspace = 0;    // scratch shared by every chunk
+  double transient = 0;    // what a step allocates and frees again (attention backward's score gradient, ...)
   double reserved = 0;     // the cluster's memory_reserved
-  double total() const { return parameters + gradients + optimizer + activations + logits + workspace + reserved; }
+  double total() const {
+    return parameters + gradients + optimizer + activations + logits + workspace + transient + reserved;
+  }
 };
 
-// What one layer keeps for backward for one micro-batch.
+// Per stage and local chunk: how many activation slots the chunk keeps, as the pipeline executor
+// (parallel/pipeline_executor.h) runs `train` and then, if given, `eval` (the forward-only
+// schedule of validation). The executor holds a slot longer than the schedule's forwards and
+// backwards say: it takes the slot of the next forward to post its receive early, it releases a
+// slot only once the slot's send completed (a completion it only tests, so a training slot is
+// counted for one computation more), and in validation, where no backward holds a stage back, a
+// stage that sends may forward every micro-batch before the next stage receives the first.
+std::vector<std::vector<int>> held_slots(const Schedule& train, const Schedule* eval);
+
+// What one layer keeps for backward for one micro-batch, in 256-byte blocks.
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 // One slot's bytes (models/gpt.cpp Gpt::acquire) for a chunk of `layers` layers, without the logits.
-double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers, bool head);
+double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
+                  bool embedding, bool head);
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 
-// The stage needing the most memory. chunk_layers: per global chunk (perf/model_shape.h);
-// peak_in_flight: per stage (parallel/schedule.h).
+// One pipeline stage. chunk_layers: per global chunk (perf/model_shape.h); slots: held_slots().
+MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                                      const Cluster& cluster, const std::vector<int>& chunk_layers,
+                                      const std::vector<std::vector<int>>& slots, int stage);
+// The stage needing the most memory.
 MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                                 const Cluster& cluster, const std::vector<int>& chunk_layers,
-                                const std::vector<int>& peak_in_flight);
+                                const std::vector<std::vector<int>>& slots);
 
-// "61.2 GiB = params 5.1 + grads 5.1 + AdamW 1.3 + activations 44.0 (16 micro-batches in flight) + ..."
+// `meshtrain sample`: one whole model (fp32 parameters, and the gradient buffer its store keeps),
+// one slot of a single sequence of `window` tokens with its logits, the scratch, and the [1, V]
+// probabilities; no optimizer. window: the longest context a forward sees.
+MemoryBreakdown estimate_sampling_memory(const ModelShape& model, int window);
+
+// "61.2 GiB on stage 0 = parameters 5.1 + gradients 5.1 + AdamW moments 1.3 + activations 44.0 (16 slots) + ..."
 std::string describe(const MemoryBreakdown& memory);
 
 }  // namespace mt::perf

@@ -27,6 +27,10 @@ struct TrainingShape {
   // forward again in backward). meshtrain does NOT do this; it is here to predict published runs
   // that did, and to say what it would buy.
   bool recompute = false;
+  // Count validation's activation slots too (perf/memory_model.h held_slots): meshtrain train
+  // evaluates after the last step whenever the data has a val split, and its forward-only schedule
+  // may keep more slots than training does. Off: the memory of training steps (meshtrain plan).
+  bool validation = false;
   int act_bytes() const { return precision == Precision::BF16 ? 2 : 4; }
 };
 

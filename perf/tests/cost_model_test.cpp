@@ -42,15 +42,18 @@ TEST(Memory, TinyModelByHand) {
   EXPECT_EQ(p.memory.gradients, 4 * params);
   EXPECT_EQ(p.memory.optimizer, 8 * params);
   // One slot: residuals 5 x [64, 64]; per layer ln1, res2, ln2 [64,64], qkv + atty + fch + fch_gelu
-  // 12 x [64, 64], 4 x [64] statistics, attention [2, 4, 32, 32]; head lnf [64,64] + 4 x [64];
-  // dres [64, 64]. All fp32.
+  // 12 x [64, 64], 4 x [64] statistics, attention [2, 4, 32, 32]; the int32 tokens [64]; head lnf
+  // [64,64] + 4 x [64] statistics and the int32 targets [64]; dres [64, 64]. All fp32, and every
+  // tensor a whole number of the allocator's 256-byte blocks.
   const double NC = 64 * 64 * 4.0;
   const double per_layer = 3 * NC + 12 * NC + 4 * 64 * 4.0 + 2 * 4 * 32 * 32 * 4.0;
   EXPECT_EQ(p.memory.in_flight, 1);
-  EXPECT_EQ(p.memory.activations, 5 * NC + 4 * per_layer + NC + 4 * 64 * 4.0 + NC);
+  EXPECT_EQ(p.memory.activations, 5 * NC + 4 * per_layer + 64 * 4.0 + NC + 5 * 64 * 4.0 + NC);
   EXPECT_EQ(p.memory.logits, 64 * 256 * 4.0);
-  // Scratch: 10 x [64, 64], plus attention backward's fp32 score gradients [2, 4, 32, 32].
-  EXPECT_EQ(p.memory.workspace, 10 * NC + 2 * 4 * 32 * 32 * 4.0);
+  // Scratch: 10 x [64, 64]; attention backward's fp32 score gradients [2, 4, 32, 32] while it runs,
+  // counted twice (a caching allocator may hand out a block twice the request).
+  EXPECT_EQ(p.memory.workspace, 10 * NC);
+  EXPECT_EQ(p.memory.transient, 2 * (2 * 4 * 32 * 32 * 4.0));
   EXPECT_EQ(p.memory.reserved, cluster_preset("cpu-2core").memory_reserved);
   EXPECT_TRUE(p.fits);
 }
@@ -85,7 +88,9 @@ TEST(Memory, Zero1ShardsTheMomentsOverDp) {
   const Prediction replicated = predict_step(m, t, l, c);
   l.zero = 1;
   const Prediction sharded = predict_step(m, t, l, c);
-  EXPECT_DOUBLE_EQ(sharded.memory.optimizer * 8, replicated.memory.optimizer);
+  // 1/8 of the moments, plus at most a 256-byte block per piece (a tensor's part in a bucket).
+  EXPECT_NEAR(sharded.memory.optimizer * 8, replicated.memory.optimizer, 0.01 * replicated.memory.optimizer);
+  EXPECT_GE(sharded.memory.optimizer * 8, replicated.memory.optimizer * 0.99);
   EXPECT_EQ(sharded.memory.parameters, replicated.memory.parameters);
   EXPECT_EQ(sharded.memory.gradients, replicated.memory.gradients);
   EXPECT_EQ(sharded.memory.activations, replicated.memory.activations);
@@ -98,6 +103,7 @@ TEST(Pipeline, OneFOneBBubbleIsPMinusOneOverMPlusPMinusOne) {
   TrainingShape t;
   t.seq_len = 128;
   t.precision = Precision::FP32;  // no bf16 casts: backward is exactly twice forward
+  t.validation = false;           // its forward-only schedule may hold more (held_slots)
   for (int P : {2, 4}) {
     for (int M : {4, 8, 12}) {
       t.global_batch = M;
