@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>  // defines: nlohmann::json, parse, parse_error
@@ -22,7 +23,7 @@ std::optional<double> number_field(const json& record, const char* key, const st
   const auto it = record.find(key);
   if (it == record.end() || it->is_null()) return std::nullopt;
   if (!it->is_number()) throw UsageError(at + "\"" + key + "\" is not a number: " + it->dump());
-  return it->get<double>();
+  return it->get<double>();  // finite: the parser rejects 1e999
 }
 
 // "dp2 tp2 pp2" from a header's "layout" object; empty when it has none.
@@ -33,7 +34,9 @@ std::string describe_layout(const json& run) {
   for (const char* axis : {"dp", "tp", "pp"}) {
     const auto size = layout->find(axis);
     if (size == layout->end() || !size->is_number_integer()) continue;
-    text += (text.empty() ? "" : " ") + std::string(axis) + std::to_string(size->get<std::int64_t>());
+    if (!text.empty()) text += ' ';
+    text += axis;
+    text += std::to_string(size->get<std::int64_t>());
   }
   return text;
 }
@@ -61,6 +64,12 @@ RunMetrics read_metrics(const std::filesystem::path& path) {
       const std::size_t reason = what.find("syntax error");
       throw UsageError(at + "not a JSON line (column " + std::to_string(e.byte) + ": " +
                        (reason == std::string::npos ? what : what.substr(reason)) + ")");
+    } catch (const json::exception& e) {
+      // out_of_range.406 "number overflow parsing '1e999'", not a parse_error: it escaped as an
+      // nlohmann exception (found with launch/tests/fuzz_metrics_file.cpp).
+      const std::string what = e.what();
+      const std::size_t text_at = what.find("] ");
+      throw UsageError(at + "not a JSON line (" + (text_at == std::string::npos ? what : what.substr(text_at + 2)) + ")");
     }
     if (!record.is_object()) throw UsageError(at + "not a JSON object: " + text.substr(0, 80));
     if (const auto header = record.find("run"); header != record.end()) {
@@ -73,7 +82,9 @@ RunMetrics read_metrics(const std::filesystem::path& path) {
     }
     const auto step = record.find("step");
     if (step == record.end()) continue;
-    if (!step->is_number_integer()) throw UsageError(at + "\"step\" is not an integer: " + step->dump());
+    // An unsigned JSON integer beyond int64 would wrap to a negative step.
+    if (!step->is_number_integer() || (step->is_number_unsigned() && step->get<std::uint64_t>() > INT64_MAX))
+      throw UsageError(at + "\"step\" is not an integer: " + step->dump());
     MetricsPoint point;
     point.loss = number_field(record, "loss", at);
     point.val_loss = number_field(record, "val_loss", at);

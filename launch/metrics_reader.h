@@ -28,7 +28,7 @@ struct RunMetrics {
 
 // Lines without "step" or "run" (e.g. {"timing": ...}) and blank lines are skipped. Throws
 // UsageError naming the file and line for an unreadable file, a line that is not a JSON object,
-// a step that is not an integer, a field that is not a number, and a file without step records.
+// a step that is not an int64 integer, a field that is not a number, and a file without step records.
 RunMetrics read_metrics(const std::filesystem::path& path);
 
 }  // namespace mt

@@ -48,6 +48,10 @@ void GptConfig::validate() const {
              std::numeric_limits<int>::max() / 4);
   MT_REQUIRE(max_seq_len >= 1, "model: max_seq_len must be at least 1, got ", max_seq_len);
   MT_REQUIRE(vocab_size >= 1, "model: vocab_size must be at least 1, got ", vocab_size);
+  // Padding rounds up to a multiple of 128 in int: vocab_size 2147483647 overflowed it (reproduced
+  // with checkpoint/tests/fuzz_full_state.cpp).
+  MT_REQUIRE(vocab_size <= std::numeric_limits<int>::max() - 127, "model: vocab_size (", vocab_size,
+             ") is too large: at most ", std::numeric_limits<int>::max() - 127);
   MT_REQUIRE(padded_vocab == 0 || padded_vocab >= vocab_size, "model: padded_vocab (", padded_vocab,
            ") is smaller than vocab_size (", vocab_size, ")");
   // Counted in double first: parameter_count() is int64 arithmetic, which a shape like 2^29

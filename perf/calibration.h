@@ -1,9 +1,11 @@
 // Fitting a cluster's numbers to measurements: JSON-lines files written by `meshbench --json`.
 // From collective rows (bench "coll", op "allreduce") the latency and bandwidth of each link kind
 // (hosts == 1: intra-node, hosts > 1: inter-node), by least squares of the ring's
-// time = alpha x 2(n-1) + (2(n-1)/n x bytes) / bandwidth. From training rows (bench "train") the
-// GEMM rate of one device and the fraction of it the model's forward and backward reach. Rows of
-// other benches are skipped; a malformed line is an error naming the file and line.
+// time = alpha x 2(n-1) + (2(n-1)/n x bytes) / bandwidth, the time being "time_s" or, as
+// `meshbench coll --json` writes it, the faster of "out_of_place_time_s" and "in_place_time_s".
+// From training rows (bench "train") the GEMM rate of one device and the fraction of it the
+// model's forward and backward reach. Rows of other benches are skipped; a malformed line is an
+// error naming the file and line.
 // defines: CollSample, TrainSample, CalibrationData, read_calibration, fit_link, Calibration,
 //          calibrate, apply_calibration, describe
 #pragma once
@@ -34,12 +36,14 @@ struct CalibrationData {
   std::vector<CollSample> intra, inter;  // allreduce rows by link kind
   std::vector<TrainSample> train;
   int skipped = 0;                       // rows of other benches or other collectives
+  std::vector<std::filesystem::path> files;  // read from, for calibrate's errors
 };
 
 // Reads and checks every line of every file (empty lines allowed).
 CalibrationData read_calibration(const std::vector<std::filesystem::path>& files);
 
-// Least squares over the samples; needs two distinct (steps, bytes) points, else throws Error.
+// Least squares over the samples; needs two distinct (steps, bytes) points, else throws Error
+// (calibrate's names the files).
 // A negative latency fit is refitted with latency 0.
 Link fit_link(const std::vector<CollSample>& samples);
 

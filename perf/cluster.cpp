@@ -1,8 +1,11 @@
 #include "perf/cluster.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -17,6 +20,9 @@ double Cluster::concurrent_ranks() const {
 void Cluster::validate() const {
   MT_REQUIRE(nodes >= 1, "cluster ", name, ": nodes must be at least 1, got ", nodes);
   MT_REQUIRE(devices_per_node >= 1, "cluster ", name, ": devices_per_node must be at least 1, got ", devices_per_node);
+  // devices() is an int product: nodes = devices_per_node = 65536 would overflow it.
+  MT_REQUIRE(std::int64_t{nodes} * devices_per_node <= kMaxDevices, "cluster ", name, ": ", nodes, " nodes x ",
+             devices_per_node, " devices is more than ", kMaxDevices, " devices");
   MT_REQUIRE(peak_flops > 0, "cluster ", name, ": peak_flops must be positive, got ", peak_flops);
   MT_REQUIRE(achieved_fraction > 0 && achieved_fraction <= 1, "cluster ", name,
              ": achieved_fraction must be in (0, 1], got ", achieved_fraction);
@@ -132,13 +138,16 @@ double parse_number(const std::string& key, const std::string& text) {
     used = 0;
   }
   MT_REQUIRE(used > 0 && used == text.size(), "cluster field ", key, ": '", text, "' is not a number");
+  // stod takes "inf", "nan" and 1e999: no machine has them, and validate's comparisons let inf pass.
+  MT_REQUIRE(std::isfinite(value), "cluster field ", key, ": '", text, "' is not a finite number");
   return value;
 }
 
 int parse_int(const std::string& key, const std::string& text) {
   const double v = parse_number(key, text);
-  MT_REQUIRE(v == static_cast<double>(static_cast<int>(v)), "cluster field ", key, ": '", text,
-             "' is not a whole number");
+  // Range first: casting a double beyond int is undefined behaviour (nodes = 1e10).
+  MT_REQUIRE(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max() && v == std::floor(v),
+             "cluster field ", key, ": '", text, "' is not a whole number that fits an int");
   return static_cast<int>(v);
 }
 

@@ -22,6 +22,7 @@ struct Link {
 };
 
 struct Cluster {
+  static constexpr int kMaxDevices = 1 << 24;  // validate's bound, far beyond any machine
   std::string name = "custom";
   int nodes = 1;
   int devices_per_node = 1;         // ranks per node (GPUs, or MPI ranks on a CPU machine)

@@ -2,8 +2,10 @@
 // link kinds kept apart, train rows, unknown benches skipped, malformed lines named; cluster files.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "perf/calibration.h"
 #include "perf/comm_model.h"
@@ -133,6 +135,74 @@ TEST(ClusterFile, CpuClusterSharesTheCores) {
   EXPECT_TRUE(c.shared_cores);
   EXPECT_EQ(c.concurrent_ranks(), 2);
   EXPECT_EQ(cpu_cluster(1).concurrent_ranks(), 1);
+}
+
+// Found reading the readers while writing fuzz_plan_files: numbers no machine has, ints cast from
+// doubles beyond int, device counts beyond int, and meshbench's own rows, which carry no "time_s".
+TEST(ClusterFile, NumbersBeyondIntOrInfinityAreErrorsNamingTheLine) {
+  for (const char* text : {"nodes = 1e10\n", "cores_per_node = -3e9\n", "peak_flops = inf\n", "memory_bytes = 1e999\n",
+                           "intra_latency = nan\n", "nodes = 65536\ndevices_per_node = 65536\n"}) {
+    const TempFile ini("edge", text);
+    try {
+      const Cluster c = read_cluster_file(ini.path());
+      FAIL() << "accepted " << text << " as " << describe(c);
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(ini.path().string()), std::string::npos) << e.message();
+    }
+  }
+  Cluster c;
+  c.nodes = 1 << 16;
+  c.devices_per_node = 1 << 16;
+  EXPECT_THROW(c.validate(), Error);
+}
+
+TEST(Calibration, NumbersBeyondIntOrInfinityAreErrorsNamingTheLine) {
+  const TempFile huge("huge", "{\"bench\":\"coll\",\"op\":\"allreduce\",\"ranks\":1e300,\"hosts\":1,\"bytes\":8,"
+                              "\"time_s\":1}\n");
+  EXPECT_NE(error_of({huge.path()}).find(":1: coll row: \"ranks\" must be a whole number in [1, 2147483647]"),
+            std::string::npos) << error_of({huge.path()});
+  const TempFile inf("inf", coll_row(2, 1, 8, 1e-6) + "{\"bench\":\"train\",\"gemm_flops_per_s\":1e999,\"mfu\":0.5,"
+                                                       "\"step_s\":1}\n");
+  EXPECT_NE(error_of({inf.path()}).find(inf.path().string() + ":2: not a JSON line"), std::string::npos)
+      << error_of({inf.path()});
+}
+
+TEST(Calibration, ReadsTheRowsMeshbenchWrites) {
+  // bench/coll_bench.cpp's fields: a time per placement, null for one that did not run.
+  const Link link{1.7e9, 0.4e-6};
+  const auto row = [](double bytes, double out_of_place, const std::string& in_place) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "{\"bench\":\"coll\",\"op\":\"allreduce\",\"ranks\":2,\"hosts\":1,\"bytes\":%.17g,"
+                  "\"out_of_place_time_s\":%.17g,\"in_place_time_s\":%s,\"raw_time_s\":1e-9}\n",
+                  bytes, out_of_place, in_place.c_str());
+    return std::string(buf);
+  };
+  const double t8 = ring_allreduce_s(2, 8, link), t4k = ring_allreduce_s(2, 4096, link);
+  char fast[64];
+  std::snprintf(fast, sizeof fast, "%.17g", t8);
+  const TempFile file("meshbench", row(8, 2 * t8, fast) + row(4096, t4k, "null"));
+  const CalibrationData data = read_calibration({file.path()});
+  ASSERT_EQ(data.intra.size(), 2u);
+  EXPECT_EQ(data.intra[0].time_s, t8);  // the faster placement
+  EXPECT_EQ(data.intra[1].time_s, t4k);  // the one that ran
+  const Link fitted = fit_link(data.intra);
+  EXPECT_NEAR(fitted.bandwidth, link.bandwidth, 1e-6 * link.bandwidth);
+
+  const TempFile none("none", "{\"bench\":\"coll\",\"op\":\"allreduce\",\"ranks\":2,\"hosts\":1,\"bytes\":8,"
+                              "\"out_of_place_time_s\":null,\"in_place_time_s\":null}\n");
+  EXPECT_NE(error_of({none.path()}).find(":1: coll row has no time: neither placement ran"), std::string::npos);
+}
+
+TEST(Calibration, AFitThatFailsNamesTheFiles) {
+  const TempFile one("onesize", coll_row(2, 1, 1e6, 1e-3) + coll_row(2, 1, 1e6, 1.1e-3));
+  try {
+    calibrate(read_calibration({one.path()}), cluster_preset("cpu-2core"));
+    FAIL() << "one size was fitted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("calibration " + one.path().string() + ": intra-node link: fitting a link needs"),
+              std::string::npos) << e.message();
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,34 @@ TEST(GptConfigJson, RoundTripsAndNamesWhatIsMissing) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("checkpoint x (model): no 'heads'"), std::string::npos) << e.message();
+  }
+}
+
+// Model fields a manifest can carry that get<int>() misread: a float beyond int (undefined
+// behaviour), an integer beyond int (wrapped: 4294967298 read as 2), a bool, and a vocabulary whose
+// padding overflows int (found through checkpoint/tests/fuzz_full_state.cpp).
+TEST(GptConfigJson, NumbersThatAreNotIntsAreErrors) {
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {1e300, "'layers' is not an integer"}, {4294967298ULL, "'layers' is out of range"},
+      {-4294967298LL, "'layers' is out of range"}, {true, "'layers' is not an integer"}};
+  for (const auto& [value, expected] : cases) {
+    nlohmann::json model = gpt_config_json(small_config());
+    model["layers"] = value;
+    try {
+      gpt_config_from_json(model, "checkpoint x (model)");
+      FAIL() << "layers " << value.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("checkpoint x (model): " + expected), std::string::npos) << e.message();
+    }
+  }
+  nlohmann::json model = gpt_config_json(small_config());
+  model["vocab_size"] = 2147483647;
+  model["padded_vocab"] = 0;
+  try {
+    gpt_config_from_json(model, "checkpoint x (model)");
+    FAIL() << "a vocabulary whose padding overflows int was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("vocab_size (2147483647) is too large"), std::string::npos) << e.message();
   }
 }
 
