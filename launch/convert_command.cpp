@@ -1,9 +1,7 @@
 #include "launch/convert_command.h"
 
-#include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "launch/cli.h"
@@ -94,19 +92,8 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   if (parallel.virtual_stages > 1) parallel.schedule = ScheduleKind::Interleaved;
   int seq_len = vm["seq-len"].as<int>();
   if (seq_len == 0) {
-    // From the manifest, which is outside bytes: a mistyped value is a clear error, not nlohmann's.
-    const auto saved = base.training.find("seq_len");
-    const bool fits = saved != base.training.end() && saved->is_number_integer() &&
-                      (saved->is_number_unsigned() ? saved->get<std::uint64_t>() <= std::numeric_limits<int>::max()
-                                                   : saved->get<std::int64_t>() >= 1 &&
-                                                         saved->get<std::int64_t>() <= std::numeric_limits<int>::max());
-    if (saved == base.training.end()) {
-      seq_len = 64;
-    } else if (fits && saved->get<std::int64_t>() >= 1) {
-      seq_len = saved->get<int>();
-    } else {
-      throw UsageError(source + ": its training.seq_len " + saved->dump() + " is not a positive int; give --seq-len");
-    }
+    seq_len = base.training.contains("seq_len") ? required_json_int(base.training, "seq_len", source + ": training") : 64;
+    if (seq_len < 1) throw UsageError(source + ": its training.seq_len is " + std::to_string(seq_len) + "; give --seq-len");
   }
   try {
     LayoutLimits limits;

@@ -89,20 +89,6 @@ void write_pieces(ParallelTrainer& trainer, ckpt::RankWriter& writer) {
   }
 }
 
-// An int field of the model: get<int>() would cast whatever number it finds (1e300: undefined
-// behaviour; 4294967298 wrapped to 2 and read another model; true read as 1). Reproduced with
-// checkpoint/tests/fuzz_full_state.cpp.
-int required_int(const nlohmann::json& json, const char* key, const std::string& where) {
-  MT_REQUIRE(json.contains(key), where, ": no '", key, "'");
-  const nlohmann::json& v = json.at(key);
-  MT_REQUIRE(v.is_number_integer(), where, ": '", key, "' is not an integer: ", v.dump());
-  const bool fits = v.is_number_unsigned() ? v.get<std::uint64_t>() <= std::numeric_limits<int>::max()
-                                           : v.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
-                                                 v.get<std::int64_t>() <= std::numeric_limits<int>::max();
-  MT_REQUIRE(fits, where, ": '", key, "' is out of range: ", v.dump());
-  return v.get<int>();
-}
-
 }  // namespace
 
 nlohmann::json layout_json(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel, int seq_len) {
@@ -124,15 +110,29 @@ nlohmann::json gpt_config_json(const GptConfig& config) {
           {"vocab_size", config.vocab_size},   {"padded_vocab", config.vocab_rows()}};
 }
 
+// An int field of a manifest: get<int>() would cast whatever number it finds (1e300: undefined
+// behaviour; 4294967298 wrapped to 2 and read another model; true read as 1). Reproduced with
+// checkpoint/tests/fuzz_full_state.cpp.
+int required_json_int(const nlohmann::json& json, const char* key, const std::string& where) {
+  MT_REQUIRE(json.contains(key), where, ": no '", key, "'");
+  const nlohmann::json& v = json.at(key);
+  MT_REQUIRE(v.is_number_integer(), where, ": '", key, "' is not an integer: ", v.dump());
+  const bool fits = v.is_number_unsigned() ? v.get<std::uint64_t>() <= std::numeric_limits<int>::max()
+                                           : v.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+                                                 v.get<std::int64_t>() <= std::numeric_limits<int>::max();
+  MT_REQUIRE(fits, where, ": '", key, "' is out of range: ", v.dump());
+  return v.get<int>();
+}
+
 GptConfig gpt_config_from_json(const nlohmann::json& json, const std::string& where) {
   MT_REQUIRE(json.is_object(), where, ": the model is not a JSON object");
   GptConfig c;
-  c.layers = required_int(json, "layers", where);
-  c.heads = required_int(json, "heads", where);
-  c.channels = required_int(json, "channels", where);
-  c.max_seq_len = required_int(json, "max_seq_len", where);
-  c.vocab_size = required_int(json, "vocab_size", where);
-  c.padded_vocab = required_int(json, "padded_vocab", where);
+  c.layers = required_json_int(json, "layers", where);
+  c.heads = required_json_int(json, "heads", where);
+  c.channels = required_json_int(json, "channels", where);
+  c.max_seq_len = required_json_int(json, "max_seq_len", where);
+  c.vocab_size = required_json_int(json, "vocab_size", where);
+  c.padded_vocab = required_json_int(json, "padded_vocab", where);
   try {
     c.validate();
   } catch (const Error& e) {

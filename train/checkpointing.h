@@ -12,7 +12,7 @@
 // data (sequences consumed, the loader's fingerprint), rng (the seed: training draws no random
 // numbers after initialization, and the data order is a pure function of seed and position).
 // defines: RunIdentity, SaveResult, ResumeReport, save_checkpoint, load_checkpoint,
-//          gpt_config_json, gpt_config_from_json, layout_json, shard_slice, param_tensor, adam_m_tensor,
+//          gpt_config_json, gpt_config_from_json, required_json_int, layout_json, shard_slice, param_tensor, adam_m_tensor,
 //          adam_v_tensor
 #pragma once
 
@@ -35,6 +35,8 @@ inline std::string adam_v_tensor(const std::string& name) { return "adam_v/" + n
 nlohmann::json gpt_config_json(const GptConfig& config);
 // Error (starting with `where`) for a missing or invalid field.
 GptConfig gpt_config_from_json(const nlohmann::json& json, const std::string& where);
+// json[key] as an int: an mt::Error naming `where` when it is missing, not an integer, or beyond int.
+int required_json_int(const nlohmann::json& json, const char* key, const std::string& where);
 
 // Elements [begin, end) of a tensor-parallel shard (in its local element order) as a slice of the
 // full tensor: one box per block along the split dimension, or one box of everything.
