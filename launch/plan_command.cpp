@@ -124,7 +124,7 @@ std::vector<std::string> plan_row(int rank, const Prediction& p) {
   const auto share = [&](double s) { return format_cell("%.3g", s); };
   return {std::to_string(rank),
           std::to_string(l.dp) + "x" + std::to_string(l.tp) + "x" + std::to_string(l.pp),
-          std::string(schedule_kind_name(l.schedule)) + (l.virtual_stages > 1 ? "/" + std::to_string(l.virtual_stages) : ""),
+          std::string(schedule_kind_name(l.schedule)) + (l.virtual_stages > 1 ? std::string("/").append(std::to_string(l.virtual_stages)) : ""),
           std::to_string(l.zero),
           std::to_string(l.micro_batch),
           std::to_string(p.micro_batches),

@@ -135,7 +135,12 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
       case ActionKind::Backward: {
         if (early_receives_) post_receives_for(next_compute + 1);
         ++next_compute;
-        release_finished(runner, false);
+        // In validation no backward holds a sending stage back: without a bound, the first stage
+        // would forward every micro-batch of the batch, each slot held until the next stage takes
+        // it. Waiting once `stages` slots are done bounds that, and cannot deadlock: the order of
+        // computations is the same on every stage, and what is waited for are receives of earlier
+        // computations, which depend only on computations earlier still (or earlier stages).
+        release_finished(runner, schedule.forward_only && done_.size() >= static_cast<std::size_t>(schedule.stages));
         const auto start = std::chrono::steady_clock::now();
         if (a.kind == ActionKind::Forward) {
           runner.forward(a.chunk, a.micro);

@@ -49,7 +49,10 @@ void simulate(const Schedule& schedule, int stage, std::vector<int>& held) {
     const Compute& c = order[static_cast<std::size_t>(k)];
     index[{c.forward ? c.chunk : -1 - c.chunk, c.micro}] = k;
   }
-  std::map<std::pair<int, int>, long> live;  // (chunk, micro) -> release before this computation
+  // (chunk, micro) -> release before this computation; kNotDone: its last use is still to come;
+  // kUntilWaited: validation's slot whose send the executor waits for only once `stages` are done.
+  constexpr long kNotDone = LONG_MAX, kUntilWaited = LONG_MAX - 1;
+  std::map<std::pair<int, int>, long> live;
   const auto count = [&] {
     std::vector<int> per_chunk(held.size(), 0);
     for (const auto& [key, until] : live) ++per_chunk[static_cast<std::size_t>(key.first)];
@@ -60,12 +63,16 @@ void simulate(const Schedule& schedule, int stage, std::vector<int>& held) {
     // The next forward's receive is posted (its slot taken) before this computation's releases.
     if (k + 1 < K) {
       const Compute& next = order[static_cast<std::size_t>(k + 1)];
-      if (next.forward && next.receives_first) live.emplace(std::make_pair(next.chunk, next.micro), LONG_MAX);
+      if (next.forward && next.receives_first) live.emplace(std::make_pair(next.chunk, next.micro), kNotDone);
     }
     count();
+    const auto done = std::count_if(live.begin(), live.end(), [](const auto& e) { return e.second != kNotDone; });
+    if (schedule.forward_only && done >= schedule.stages) {
+      for (auto& entry : live) entry.second = entry.second == kUntilWaited ? k : entry.second;
+    }
     std::erase_if(live, [k](const auto& entry) { return entry.second <= k; });
     // Then the computation: a forward takes its slot (from the pool) if its receive did not.
-    if (c.forward) live.emplace(std::make_pair(c.chunk, c.micro), LONG_MAX);
+    if (c.forward) live.emplace(std::make_pair(c.chunk, c.micro), kNotDone);
     count();
     const bool last_use = !c.forward || schedule.forward_only;
     if (!last_use) continue;
@@ -76,8 +83,8 @@ void simulate(const Schedule& schedule, int stage, std::vector<int>& held) {
       const auto it = index.find({c.forward ? c.chunk + 1 : -1 - (c.chunk - 1), c.micro});
       release = it == index.end() ? K : it->second + 1;
     } else if (c.send_peer >= 0) {
-      // Validation: nothing waits for the next stage, which may not yet have posted the receive.
-      release = schedule.forward_only ? K : k + 2;
+      // Validation: held until the executor waits for its sends, once `stages` slots are done.
+      release = schedule.forward_only ? kUntilWaited : k + 2;
     }
     live[{c.chunk, c.micro}] = release;
   }

@@ -41,7 +41,7 @@ struct MemoryBreakdown {
 // backwards say: it takes the slot of the next forward to post its receive early, it releases a
 // slot only once the slot's send completed (a completion it only tests, so a training slot is
 // counted for one computation more), and in validation, where no backward holds a stage back, a
-// stage that sends may forward every micro-batch before the next stage receives the first.
+// stage that sends keeps its done slots until `stages` of them are done, then waits for their sends.
 std::vector<std::vector<int>> held_slots(const Schedule& train, const Schedule* eval);
 
 // What one layer keeps for backward for one micro-batch, in 256-byte blocks.
