@@ -5,7 +5,7 @@
 # With MESHTRAIN_FUZZ=OFF meshtrain_add_fuzzer does nothing: the default build is unchanged.
 # defines: meshtrain_add_fuzzer, MESHTRAIN_FUZZ_SECONDS, MESHTRAIN_FUZZ_RSS_MB
 
-set(MESHTRAIN_FUZZ_SECONDS 60 CACHE STRING "Seconds each fuzz.NAME ctest run fuzzes (-max_total_time)")
+set(MESHTRAIN_FUZZ_SECONDS 45 CACHE STRING "Seconds each fuzz.NAME ctest run fuzzes (-max_total_time)")
 set(MESHTRAIN_FUZZ_RSS_MB 2048 CACHE STRING "Memory limit of one fuzzer process (-rss_limit_mb, -malloc_limit_mb)")
 
 if(MESHTRAIN_FUZZ)
