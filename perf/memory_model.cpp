@@ -4,7 +4,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <map>
+#include <numeric>
 #include <utility>
 
 namespace mt::perf {
@@ -90,25 +92,6 @@ void simulate(const Schedule& schedule, int stage, std::vector<int>& held) {
   }
 }
 
-// Elements of each parameter tensor a rank of `stage` holds (models/gpt_sharding.h).
-std::vector<double> stage_tensors(const ModelShape& model, const Layout& layout, const std::vector<int>& chunk_layers,
-                                  int stage) {
-  const double C = model.channels, tp = layout.tp;
-  const std::vector<double> layer{C, C, 3 * C * C / tp, 3 * C / tp, C * C / tp, C, C, C, 4 * C * C / tp, 4 * C / tp,
-                                  4 * C * C / tp, C};
-  std::vector<double> tensors;
-  const double wte = static_cast<double>(model.vocab_rows()) * C / tp;
-  if (stage == 0) tensors.insert(tensors.end(), {wte, static_cast<double>(model.max_seq_len) * C});
-  for (int c = 0; c < layout.virtual_stages; ++c)
-    for (int l = 0; l < chunk_layers.at(static_cast<std::size_t>(c * layout.pp + stage)); ++l)
-      tensors.insert(tensors.end(), layer.begin(), layer.end());
-  if (stage == layout.pp - 1) {
-    tensors.insert(tensors.end(), {C, C});
-    if (layout.pp > 1) tensors.push_back(wte);
-  }
-  return tensors;
-}
-
 }  // namespace
 
 std::vector<std::vector<int>> held_slots(const Schedule& train, const Schedule* eval) {
@@ -160,9 +143,8 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   MemoryBreakdown m;
   m.stage = s;
   // The flat buffers, padded to a multiple of dp (models/parameter_store.h).
-  const std::vector<double> tensors = stage_tensors(model, layout, chunk_layers, s);
-  double numel = 0;
-  for (double t : tensors) numel += t;
+  const std::vector<std::int64_t> tensors = stage_parameter_tensors(model, layout, chunk_layers, s);
+  double numel = static_cast<double>(std::accumulate(tensors.begin(), tensors.end(), std::int64_t{0}));
   numel = std::ceil(numel / layout.dp) * layout.dp;
   m.parameters = block(numel * 4.0) + (training.precision == Precision::BF16 ? block(numel * 2.0) : 0.0);
   m.gradients = block(numel * 4.0);
@@ -173,7 +155,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     const double pieces = static_cast<double>(tensors.size()) + std::ceil(numel / bucket);
     m.optimizer = 2.0 * (numel / layout.dp * 4.0 + 256.0 * pieces);
   } else {
-    for (double t : tensors) m.optimizer += 2.0 * block(t * 4.0);
+    for (const std::int64_t t : tensors) m.optimizer += 2.0 * block(static_cast<double>(t) * 4.0);
   }
   // The slots each chunk keeps; the head chunk's slots also hold the logits.
   const int v = layout.virtual_stages;

@@ -1,5 +1,7 @@
 #include "perf/model_shape.h"
 
+#include <iterator>
+#include <numeric>
 #include <sstream>
 
 #include "parallel/stage_partition.h"
@@ -51,19 +53,30 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
   return w;
 }
 
-std::int64_t stage_parameters(const ModelShape& model, const Layout& layout, const std::vector<int>& layers,
-                              int stage) {
+std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const Layout& layout,
+                                                  const std::vector<int>& chunk_layers, int stage) {
   const std::int64_t C = model.channels, tp = layout.tp;
   // Column-parallel QKV and MLP-up with their biases split; row-parallel projections split by
   // input with replicated biases; layernorms replicated (models/gpt_sharding.h).
-  const std::int64_t per_layer =
-      2 * C + (3 * C * C + 3 * C) / tp + (C * C) / tp + C + 2 * C + (4 * C * C + 4 * C) / tp + (4 * C * C) / tp + C;
-  std::int64_t count = 0;
-  for (int c = 0; c < layout.virtual_stages; ++c) count += per_layer * layers.at(static_cast<std::size_t>(c * layout.pp + stage));
+  const std::int64_t layer[] = {C, C, 3 * C * C / tp, 3 * C / tp, C * C / tp, C, C, C, 4 * C * C / tp, 4 * C / tp,
+                                4 * C * C / tp, C};
+  std::vector<std::int64_t> tensors;
   const std::int64_t wte = static_cast<std::int64_t>(model.vocab_rows()) * C / tp;
-  if (stage == 0) count += wte + static_cast<std::int64_t>(model.max_seq_len) * C;
-  if (stage == layout.pp - 1) count += (layout.pp > 1 ? wte : 0) + 2 * C;
-  return count;
+  if (stage == 0) tensors.insert(tensors.end(), {wte, static_cast<std::int64_t>(model.max_seq_len) * C});
+  for (int c = 0; c < layout.virtual_stages; ++c)
+    for (int l = 0; l < chunk_layers.at(static_cast<std::size_t>(c * layout.pp + stage)); ++l)
+      tensors.insert(tensors.end(), std::begin(layer), std::end(layer));
+  if (stage == layout.pp - 1) {
+    tensors.insert(tensors.end(), {C, C});
+    if (layout.pp > 1) tensors.push_back(wte);
+  }
+  return tensors;
+}
+
+std::int64_t stage_parameters(const ModelShape& model, const Layout& layout, const std::vector<int>& chunk_layers,
+                              int stage) {
+  const std::vector<std::int64_t> tensors = stage_parameter_tensors(model, layout, chunk_layers, stage);
+  return std::accumulate(tensors.begin(), tensors.end(), std::int64_t{0});
 }
 
 }  // namespace mt::perf

@@ -3,7 +3,7 @@
 // follows from them by counting: layers per stage, parameters and FLOPs per rank. The counts
 // follow meshtrain's own code (models/gpt.cpp, train/parallel_trainer.cpp), not a textbook model.
 // defines: ModelShape, Precision, TrainingShape, Layout, describe, micro_batches, chunk_layers,
-//          ChunkWork, chunk_work, stage_parameters
+//          ChunkWork, chunk_work, stage_parameter_tensors, stage_parameters
 #pragma once
 
 #include <cstdint>
@@ -69,8 +69,10 @@ struct ChunkWork {
 ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                      bool embedding, bool head);
 
-// Parameters a rank of pipeline stage `stage` holds (its tensor-parallel shard of its chunks; the
-// tied embedding on the first and on the last stage).
+// Elements of each parameter tensor a rank of pipeline stage `stage` holds (its tensor-parallel
+// shard of its chunks; the tied embedding on the first and on the last stage), and their sum.
+std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const Layout& layout,
+                                                  const std::vector<int>& chunk_layers, int stage);
 std::int64_t stage_parameters(const ModelShape& model, const Layout& layout, const std::vector<int>& chunk_layers,
                               int stage);
 
