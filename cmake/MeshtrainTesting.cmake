@@ -86,3 +86,22 @@ function(meshtrain_add_mpi_test name)
     _meshtrain_asan_member(${name} ${name}.np${np})
   endforeach()
 endfunction()
+
+# meshtrain_add_kernel_variants(TEST [FILTER]): TEST again under OpenBLAS's Haswell kernel (the AVX2
+# kernel of every x86-64 CPU, whose bits depend on how a product is split) and, where the CPU has
+# AVX-512, its SkylakeX kernel, as TEST.haswell and TEST.skylakex: the thread-count promise is
+# checked on more than the kernel this machine picks. FILTER: a --gtest_filter for the test's cases
+# that compare thread counts. A CPU without the instructions skips the variant (exit 77).
+function(meshtrain_add_kernel_variants name)
+  set(filter "${ARGN}")
+  foreach(kernel Haswell SkylakeX)
+    string(TOLOWER ${kernel} suffix)
+    set(flag $<IF:$<STREQUAL:${kernel},Haswell>,avx2,avx512f>)
+    add_test(NAME ${name}.${suffix}
+             COMMAND sh -c "grep -qw ${flag} /proc/cpuinfo || exit 77; exec \"$@\"" sh
+                     $<TARGET_FILE:${name}> $<$<BOOL:${filter}>:--gtest_filter=${filter}>)
+    set_tests_properties(${name}.${suffix} PROPERTIES
+      LABELS "unit;kernels" TIMEOUT 300 SKIP_RETURN_CODE 77
+      ENVIRONMENT "OMP_WAIT_POLICY=passive;OPENBLAS_CORETYPE=${kernel}")
+  endforeach()
+endfunction()

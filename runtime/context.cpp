@@ -36,7 +36,6 @@ DeviceContext::DeviceContext(const DeviceOptions& options)
     : options_(checked(options)), allocator_(make_allocator(options_)), stream_(options_.device) {
   // Thread counts are per process; one context per rank sets them once.
   omp_set_num_threads(options_.cpu_threads);
-  blas::set_cpu_threads(options_.cpu_threads);
 }
 
 DeviceContext::~DeviceContext() {

@@ -24,7 +24,7 @@ void gemm(DeviceContext& ctx, const GemmArgs& args) {
            "GEMM leading dimensions too small: lda=", args.lda, " ldb=", args.ldb, " ldc=", args.ldc);
   if (args.m == 0 || args.n == 0 || args.batch == 0) return;
   if (ctx.device().is_cpu()) {
-    blas::cpu_gemm(args);
+    blas::cpu_gemm(args, ctx.cpu_threads());
   } else {
     blas::cuda_gemm(ctx.blas_handle(), args);
   }

@@ -1,5 +1,6 @@
-// OpenBLAS behind the GEMM API. cblas takes row-major directly; a batch is a loop of sgemm calls
-// (each one threaded by OpenBLAS itself).
+// OpenBLAS behind the GEMM API. cblas takes row-major directly. OpenBLAS itself always runs on one
+// thread per call: the threads share out tiles of C whose shape depends on the problem alone
+// (runtime/gemm_tiles.h), so the bits do not depend on the thread count on any OpenBLAS kernel.
 //
 // bf16 operands: this OpenBLAS has no usable bf16 GEMM, so each matrix of the batch is widened
 // (exactly: a bf16 is the top half of an fp32) into compact fp32 scratch, multiplied by sgemm into
@@ -7,25 +8,78 @@
 // and a bf16 C gets that result rounded to nearest even. That is the math cuBLAS does with
 // CUBLAS_COMPUTE_32F (up to the order of the fp32 sums), at the cost of the copies.
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <climits>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "runtime/blas_backend.h"
 #include "runtime/error.h"
+#include "runtime/gemm_tiles.h"
 
 namespace mt::blas {
 namespace {
 
-// sgemm of one matrix of the batch, on fp32 pointers.
-void sgemm(const GemmArgs& g, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-           std::int64_t ldc) {
-  // BLAS wants leading dimensions of at least 1 even for empty matrices (k == 0).
+// One fp32 GEMM of a batch: its own strides, the shared shape and scalars of g.
+struct Fp32Matrices {
+  const float* a;
+  std::int64_t lda;
+  const float* b;
+  std::int64_t ldb;
+  float* c;
+  std::int64_t ldc;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+// OpenBLAS's own threads would split each call by their count; ours share out the tiles instead.
+// The OpenMP build of OpenBLAS takes its thread count from the calling thread's OpenMP setting
+// (omp_get_max_threads) unless it is already inside a parallel region, so that setting is 1 while a
+// GEMM runs, in the caller and in the team that inherits it; the pthreads build has its own count.
+class OneOpenBlasThread {
+ public:
+  OneOpenBlasThread() : saved_(omp_get_max_threads()) {
+    static std::once_flag once;
+    std::call_once(once, [] { openblas_set_num_threads(1); });
+    omp_set_num_threads(1);
+  }
+  ~OneOpenBlasThread() { omp_set_num_threads(saved_); }
+  OneOpenBlasThread(const OneOpenBlasThread&) = delete;
+  OneOpenBlasThread& operator=(const OneOpenBlasThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+// rows x cols of C at (row, col), by one single-threaded sgemm. BLAS wants leading dimensions of at
+// least 1 even for empty matrices (k == 0).
+void sgemm_tile(const GemmArgs& g, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                std::int64_t ldc, std::int64_t row, std::int64_t col, std::int64_t rows, std::int64_t cols) {
+  const float* a_tile = g.trans_a ? a + row : a + row * lda;
+  const float* b_tile = g.trans_b ? b + col * ldb : b + col;
   cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, a,
-              static_cast<int>(std::max<std::int64_t>(lda, 1)), b, static_cast<int>(std::max<std::int64_t>(ldb, 1)),
-              g.beta, c, static_cast<int>(std::max<std::int64_t>(ldc, 1)));
+              static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(g.k), g.alpha, a_tile,
+              static_cast<int>(std::max<std::int64_t>(lda, 1)), b_tile,
+              static_cast<int>(std::max<std::int64_t>(ldb, 1)), g.beta, c + row * ldc + col,
+              static_cast<int>(std::max<std::int64_t>(ldc, 1)));
+}
+
+// Every tile of every matrix of the batch, shared out among `threads`; which thread takes a tile
+// does not change its bits.
+void tiled_sgemm(const GemmArgs& g, std::int64_t batch, const Fp32Matrices& x, int threads) {
+  const GemmTiles tiles = plan_gemm_tiles(g.m, g.n, g.k);
+  const std::int64_t per_matrix = tiles.count();
+  const std::int64_t total = batch * per_matrix;
+  const OneOpenBlasThread single;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (total > 1 && threads > 1)
+  for (std::int64_t t = 0; t < total; ++t) {
+    const std::int64_t i = t / per_matrix, tile = t % per_matrix;
+    const std::int64_t row = tile / tiles.along_n * tiles.rows, col = tile % tiles.along_n * tiles.cols;
+    sgemm_tile(g, x.a + i * x.stride_a, x.lda, x.b + i * x.stride_b, x.ldb, x.c + i * x.stride_c, x.ldc, row, col,
+               std::min(tiles.rows, g.m - row), std::min(tiles.cols, g.n - col));
+  }
 }
 
 // rows x cols of a row-major bf16 matrix with row stride ld, into compact fp32 (row stride cols).
@@ -35,7 +89,7 @@ void widen(const bf16* src, std::int64_t rows, std::int64_t cols, std::int64_t l
     for (std::int64_t j = 0; j < cols; ++j) dst[static_cast<std::size_t>(r * cols + j)] = src[r * ld + j].to_float();
 }
 
-void bf16_gemm(const GemmArgs& g) {
+void bf16_gemm(const GemmArgs& g, int threads) {
   const std::int64_t a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
   const std::int64_t b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
   const auto* a = static_cast<const bf16*>(g.a);
@@ -45,7 +99,8 @@ void bf16_gemm(const GemmArgs& g) {
     widen(a + i * g.stride_a, a_rows, a_cols, g.lda, wa);
     widen(b + i * g.stride_b, b_rows, b_cols, g.ldb, wb);
     if (g.c_type() == DType::F32) {
-      sgemm(g, wa.data(), a_cols, wb.data(), b_cols, static_cast<float*>(g.c) + i * g.stride_c, g.ldc);
+      tiled_sgemm(g, 1, {wa.data(), a_cols, wb.data(), b_cols, static_cast<float*>(g.c) + i * g.stride_c, g.ldc},
+                  threads);
       continue;
     }
     bf16* c = static_cast<bf16*>(g.c) + i * g.stride_c;
@@ -54,7 +109,7 @@ void bf16_gemm(const GemmArgs& g) {
     } else {
       wc.assign(static_cast<std::size_t>(g.m * g.n), 0.0f);  // BLAS ignores C when beta is 0: so do we
     }
-    sgemm(g, wa.data(), a_cols, wb.data(), b_cols, wc.data(), g.n);
+    tiled_sgemm(g, 1, {wa.data(), a_cols, wb.data(), b_cols, wc.data(), g.n}, threads);
     for (std::int64_t r = 0; r < g.m; ++r)
       for (std::int64_t j = 0; j < g.n; ++j)
         c[r * g.ldc + j] = bf16::from_float(wc[static_cast<std::size_t>(r * g.n + j)]);
@@ -63,23 +118,23 @@ void bf16_gemm(const GemmArgs& g) {
 
 }  // namespace
 
-void set_cpu_threads(int threads) { openblas_set_num_threads(threads); }
-
-void cpu_gemm(const GemmArgs& g) {
+void cpu_gemm(const GemmArgs& g, int threads) {
   MT_CHECK(g.m <= INT_MAX && g.n <= INT_MAX && g.k <= INT_MAX && g.lda <= INT_MAX && g.ldb <= INT_MAX &&
                g.ldc <= INT_MAX,
            "GEMM dimension exceeds the 32-bit BLAS interface");
+  threads = std::max(threads, 1);
   if (g.dtype == DType::BF16) {
-    bf16_gemm(g);
+    bf16_gemm(g, threads);
     return;
   }
   MT_CHECK(g.dtype == DType::F32 && g.c_type() == DType::F32, "the CPU GEMM takes fp32 or bf16 inputs, not ",
            dtype_name(g.dtype), " into ", dtype_name(g.c_type()));
-  const auto* a = static_cast<const float*>(g.a);
-  const auto* b = static_cast<const float*>(g.b);
-  auto* c = static_cast<float*>(g.c);
-  for (std::int64_t i = 0; i < g.batch; ++i)
-    sgemm(g, a + i * g.stride_a, g.lda, b + i * g.stride_b, g.ldb, c + i * g.stride_c, g.ldc);
+  tiled_sgemm(g, g.batch,
+              {static_cast<const float*>(g.a), g.lda, static_cast<const float*>(g.b), g.ldb, static_cast<float*>(g.c),
+               g.ldc, g.stride_a, g.stride_b, g.stride_c},
+              threads);
 }
+
+std::string cpu_gemm_kernel() { return openblas_get_corename(); }
 
 }  // namespace mt::blas
