@@ -4,7 +4,7 @@
 //
 // Linear weights are [out, in] (y = x W^T + b). The fused QKV projection's 3C outputs are
 // [q | k | v]; head h owns channels [h*hs, (h+1)*hs) of each. The LM head is tied to "wte".
-// defines: ParamKind, ParamSpec, gpt_parameter_specs, spec_offsets, layer_param_name
+// defines: ParamKind, ParamSpec, gpt_parameter_specs, spec_offsets
 #pragma once
 
 #include <cstdint>

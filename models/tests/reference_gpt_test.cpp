@@ -11,8 +11,10 @@
 
 #include "models/gpt_config.h"           // defines: GptConfig
 #include "models/gpt_parameters.h"       // defines: gpt_parameter_specs
-#include "models/tests/reference_gpt.h"  // defines: mt::ref ops, reference_gpt_loss/logits, central_difference
-#include "runtime/error.h"               // defines: Error
+#include "models/tests/reference_gpt.h"  // defines: ref::embedding, ref::layernorm, ref::linear,
+//          ref::gelu, ref::attention, ref::cross_entropy, ref::softmax_rows, ref::mean, ref::reference_gpt_logits,
+//          ref::reference_gpt_loss, ref::reference_random_params, ref::central_difference, ref::central_difference_gradient
+#include "runtime/error.h"
 #include "tests/test_helpers.h"          // defines: error_of, contains
 
 namespace mt {

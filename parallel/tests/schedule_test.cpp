@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "parallel/schedule.h"  // defines: Schedule, make_schedule, make_forward_only_schedule, simulate, ...
+#include "parallel/schedule.h"  // defines: Schedule, make_schedule, make_forward_only_schedule, simulate
 #include "runtime/error.h"      // defines: Error
 
 namespace mt {
