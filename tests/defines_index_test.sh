@@ -11,9 +11,10 @@ check=$root/scripts/check_defines_index.sh
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/lib"
+index="// ""defines:"  # split, or the check would read this script's fixtures as indices
 printf '%s\n' '// A header whose index names a function it lost.' \
-  '// defines: Kept, lost_function' '#pragma once' 'struct Kept {};' >"$scratch/lib/drift.h"
-printf '%s\n' '#include "lib/drift.h"  // defines: Kept, never_there' 'Kept k;' >"$scratch/lib/use.cpp"
+  "$index Kept, lost_function" '#pragma once' 'struct Kept {};' >"$scratch/lib/drift.h"
+printf '%s\n' "#include \"lib/drift.h\"  $index Kept, never_there" 'Kept k;' >"$scratch/lib/use.cpp"
 if "$check" "$scratch" >"$scratch/out"; then
   echo "FAIL: the check passed a drifting index" >&2
   exit 1
