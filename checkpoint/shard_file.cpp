@@ -3,8 +3,8 @@
 #include <fcntl.h>     // defines: open, O_RDONLY, O_CLOEXEC
 #include <sys/mman.h>  // defines: mmap, munmap
 #include <sys/stat.h>  // defines: fstat
-#include <unistd.h>    // defines: close, fsync
-#include <xxhash.h>    // defines: XXH3_createState, XXH3_64bits_reset/update/digest, XXH3_64bits
+#include <unistd.h>    // defines: fsync
+#include <xxhash.h>    // defines: XXH3_createState, XXH3_64bits_reset, XXH3_64bits_update, XXH3_64bits_digest, XXH3_64bits
 
 #include <array>
 #include <bit>

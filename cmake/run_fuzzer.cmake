@@ -5,7 +5,6 @@
 # project's writers, tests/fuzz_support.h); WORK/corpus keeps what earlier
 # runs found (delete it to start afresh); WORK/artifacts receives crash-*, leak-*, timeout-*, oom-*.
 # Fails (listing the artifacts) when libFuzzer finds anything.
-# defines: (script)
 foreach(v FUZZER WORK SECONDS RSS_MB)
   if(NOT DEFINED ${v} OR "${${v}}" STREQUAL "")
     message(FATAL_ERROR "run_fuzzer.cmake: -D${v}=... is required")

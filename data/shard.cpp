@@ -1,7 +1,7 @@
 #include "data/shard.h"
 
-#include <fcntl.h>     // defines: open, O_* flags
-#include <sys/mman.h>  // defines: mmap, munmap, madvise
+#include <fcntl.h>     // defines: open, O_RDONLY, O_WRONLY, O_CREAT, O_TRUNC, O_DIRECTORY, O_CLOEXEC
+#include <sys/mman.h>  // defines: mmap, munmap
 #include <sys/stat.h>  // defines: fstat, S_ISREG
 #include <unistd.h>    // defines: write, pread, fsync, close, getpid
 

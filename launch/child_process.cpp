@@ -1,7 +1,8 @@
 #include "launch/child_process.h"
 
 #include <fcntl.h>     // defines: O_RDONLY, O_WRONLY, O_CREAT, O_TRUNC
-#include <spawn.h>     // defines: posix_spawnp, posix_spawn_file_actions_*
+#include <spawn.h>     // defines: posix_spawnp, posix_spawn_file_actions_init,
+//          posix_spawn_file_actions_addopen, posix_spawn_file_actions_destroy
 #include <sys/wait.h>  // defines: waitpid, WIFEXITED, WEXITSTATUS
 #include <unistd.h>    // defines: environ (with _GNU_SOURCE)
 

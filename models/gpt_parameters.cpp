@@ -1,5 +1,9 @@
 #include "models/gpt_parameters.h"
 
+#include <algorithm>
+
+#include "runtime/error.h"  // defines: MT_CHECK
+
 namespace mt {
 
 std::int64_t ParamSpec::numel() const {
@@ -12,6 +16,12 @@ std::vector<std::int64_t> spec_offsets(const std::vector<ParamSpec>& specs) {
   std::vector<std::int64_t> offsets{0};
   for (const ParamSpec& s : specs) offsets.push_back(offsets.back() + s.numel());
   return offsets;
+}
+
+std::size_t spec_index(const std::vector<ParamSpec>& specs, const std::string& name) {
+  const auto it = std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == name; });
+  MT_CHECK(it != specs.end(), "no parameter '", name, "' among the ", specs.size(), " of this model");
+  return static_cast<std::size_t>(it - specs.begin());
 }
 
 std::vector<ParamSpec> gpt_parameter_specs(const GptConfig& config) {

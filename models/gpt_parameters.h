@@ -4,9 +4,10 @@
 //
 // Linear weights are [out, in] (y = x W^T + b). The fused QKV projection's 3C outputs are
 // [q | k | v]; head h owns channels [h*hs, (h+1)*hs) of each. The LM head is tied to "wte".
-// defines: ParamKind, ParamSpec, gpt_parameter_specs, spec_offsets, layer_param_name
+// defines: ParamKind, ParamSpec, gpt_parameter_specs, spec_offsets, spec_index
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,5 +43,8 @@ std::vector<ParamSpec> gpt_parameter_specs(const GptConfig& config);
 // Where each spec starts when they lie one after another in one flat buffer; the last entry, one
 // past the specs, is the total.
 std::vector<std::int64_t> spec_offsets(const std::vector<ParamSpec>& specs);
+// The position of the spec called `name`. A name none has is our bug (a shard or file entry made
+// for another model), an MT_CHECK failure naming it, never a read past the end.
+std::size_t spec_index(const std::vector<ParamSpec>& specs, const std::string& name);
 
 }  // namespace mt

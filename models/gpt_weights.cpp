@@ -21,8 +21,7 @@ void load_full_parameters(Gpt& model, DeviceContext& ctx, std::span<const float>
   std::vector<float> shard;
   for (std::size_t i = 0; i < store.size(); ++i) {
     const ParamShard& s = model.shards()[i];
-    std::size_t f = 0;
-    while (specs[f].name != s.full.name) ++f;
+    const std::size_t f = spec_index(specs, s.full.name);
     const float* tensor = full.data() + offsets[f];
     shard.clear();
     for (const auto& [first, count] : s.full_runs()) shard.insert(shard.end(), tensor + first, tensor + first + count);
@@ -40,8 +39,7 @@ void save_llmc_weights(const GptConfig& config, std::span<const float> full, con
   write_llmc_weights(
       path, config,
       [&](const ParamSpec& spec) {
-        std::size_t i = 0;
-        while (specs[i].name != spec.name) ++i;
+        const std::size_t i = spec_index(specs, spec.name);
         return full.subspan(static_cast<std::size_t>(offsets[i]), static_cast<std::size_t>(spec.numel()));
       },
       stored);

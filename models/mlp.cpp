@@ -5,7 +5,7 @@
 
 #include "models/init.h"         // defines: counter_normal, name_hash
 #include "runtime/kernels.h"     // defines: kernels::reduce
-#include "runtime/nn_kernels.h"  // defines: nn::gelu_forward/backward, nn::cross_entropy
+#include "runtime/nn_kernels.h"  // defines: nn::gelu_forward, nn::gelu_backward, nn::cross_entropy
 
 namespace mt {
 

@@ -84,12 +84,13 @@ Cluster dgx_h100() {
 
 // This VM: 2 AMD EPYC cores (AVX-512), 24 GiB, shared-memory MPI (Open MPI's vader BTL).
 //  - OpenBLAS sgemm: ~150 GFLOP/s on one thread, ~180 on two when the machine is shared
-//    (docs/PERFORMANCE.md: 179.7 GFLOP/s at 2048^3; /work/shared/RECIPES.md saw 152 on one thread).
+//    (docs/PERFORMANCE.md: 179.7 GFLOP/s at 2048^3 on two; 152 on one when this preset was made).
 //  - meshtrain's fp32 steps reach ~0.7 of that in forward and backward (the rest of the 0.57 MFU
 //    of docs/PERFORMANCE.md is the optimizer, modelled on its own).
 //  - AdamW streams 28 bytes per parameter at ~18 GB/s with two threads (docs/PERFORMANCE.md); one
 //    thread streams ~12 GB/s.
-//  - MPI_Allreduce between 2 ranks: 0.4 us for 8 bytes, 1.7 GB/s at 64 MiB (RECIPES.md).
+//  - MPI_Allreduce between 2 ranks: 0.4 us for 8 bytes, 1.7 GB/s at 64 MiB, measured when this
+//    preset was made (`meshbench coll` sweeps it again: docs/PERFORMANCE.md).
 Cluster cpu_2core() {
   Cluster c;
   c.name = "cpu-2core";
@@ -108,7 +109,7 @@ Cluster cpu_2core() {
   return c;
 }
 
-// The same VM cut into "hosts" (network namespaces over a veth bridge, RECIPES.md): 2 hosts of one
+// The same VM cut into "hosts" (network namespaces over a veth bridge, slurm/local_hosts.sh): 2 hosts of one
 // rank each; between hosts MPI goes over TCP: a 64 MiB allreduce over 2 hosts took 0.078 s
 // uncapped (~0.86 GB/s) and 1.03 s with a 1 Gbit/s tbf cap (set inter_bandwidth = 0.12e9 then).
 // All hosts still share the VM's 2 cores.
@@ -179,7 +180,7 @@ Cluster cpu_cluster(int ranks, int threads) {
   Cluster c = cpu_2core();
   c.devices_per_node = ranks;
   if (threads > 1) {
-    // Two threads of one rank: the 2-thread sgemm rate and memory stream (RECIPES.md, PERFORMANCE.md).
+    // Two threads of one rank: the 2-thread sgemm rate and memory stream (above; PERFORMANCE.md).
     c.peak_flops = 180e9;
     c.memory_bandwidth = 18e9;
   }

@@ -1,6 +1,6 @@
 // Device memory: an allocator per device that enforces an optional cap (--device-memory-limit)
 // and, on CUDA, caches freed blocks so steady-state training never calls cudaMalloc.
-// defines: MemoryStats, RawMemory, Allocator, make_host_allocator, make_cuda_allocator
+// defines: MemoryStats, RawMemory, Allocator, make_host_raw_memory, make_cuda_raw_memory
 #pragma once
 
 #include <cstddef>

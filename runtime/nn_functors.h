@@ -6,9 +6,11 @@
 //
 // T is the activation type (float, or bf16: meant for CUDA, run on the CPU in tests); arithmetic is in float. Parameters, their
 // gradients, layernorm statistics, attention probabilities and losses are float.
-// defines: EmbeddingForward, EmbeddingTokenOrder, EmbeddingBackward*, LayerNorm*, BroadcastRows,
-//          ColumnSum, Gelu*, AttentionForward, AttentionBackward{Dots,Softmax,Query,KeyValue},
-//          CrossEntropyForward/Backward, VocabParallel{Max,SumExp,TargetLogit,Loss}, SoftmaxRow,
+// defines: EmbeddingForward, EmbeddingTokenOrder, EmbeddingBackwardTokens, EmbeddingBackwardPositions,
+//          LayerNormForward, LayerNormBackwardInput, LayerNormBackwardParams, BroadcastRows, ColumnSum,
+//          GeluForward, GeluBackward, AttentionForward, AttentionBackwardDots, AttentionBackwardSoftmax,
+//          AttentionBackwardQuery, AttentionBackwardKeyValue, CrossEntropyForward, CrossEntropyBackward,
+//          VocabParallelMax, VocabParallelSumExp, VocabParallelTargetLogit, VocabParallelLoss, SoftmaxRow,
 //          exp_f, lane_sum, blocks_of
 #pragma once
 

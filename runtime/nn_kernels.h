@@ -6,7 +6,11 @@
 // Shapes: N = rows (batch x time), C = channels. "+=" marks outputs that accumulate (gradients
 // of parameters accumulate over micro-batches; the residual stream's gradient over branches).
 // Activations may be fp32 or bf16 (meant for CUDA; the CPU runs it too, for tests); parameters, their gradients and statistics are fp32.
-// defines: mt::nn kernels
+// defines: embedding_forward, embedding_forward_slice, embedding_backward, embedding_backward_slice,
+//          layernorm_forward, layernorm_backward, broadcast_rows, bias_backward, gelu_forward,
+//          gelu_backward, attention_forward, attention_backward, softmax_rows, cross_entropy,
+//          cross_entropy_forward, cross_entropy_backward, vocab_parallel_max, vocab_parallel_sum_exp,
+//          vocab_parallel_target_logit, vocab_parallel_loss, vocab_parallel_cross_entropy_backward
 #pragma once
 
 #include <cstdint>

@@ -55,8 +55,7 @@ std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& r
       const GptPartition partition = plan_partition(config, mesh, coord, parallel, seq_len);
       for (const ParamShard& shard : gpt_param_shards(config, partition)) {
         if (!is_primary_copy(shard, partition)) continue;
-        std::size_t f = 0;
-        while (specs[f].name != shard.full.name) ++f;
+        const std::size_t f = spec_index(specs, shard.full.name);
         const ckpt::Slice slice = shard_slice(shard, 0, shard.local.numel());
         const auto add = [&](const std::string& tensor, const std::vector<float>& full) {
           std::vector<float> local(static_cast<std::size_t>(shard.local.numel()));

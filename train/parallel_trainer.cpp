@@ -269,8 +269,7 @@ std::vector<float> ParallelTrainer::gather_parameters() {
     for (std::size_t i = 0; i < store.size(); ++i) {
       const ParamShard& shard = model_->shards()[i];
       if (!is_primary_copy(i)) continue;
-      std::size_t full_index = 0;
-      while (full[full_index].name != shard.full.name) ++full_index;
+      const std::size_t full_index = spec_index(full, shard.full.name);
       const float* src = mine.data() + store.offset(i);
       for (const auto& [begin, count] : shard.full_runs()) {
         std::copy(src, src + count, host.data() + offsets[full_index] + begin);

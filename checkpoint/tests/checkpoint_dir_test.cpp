@@ -1,6 +1,6 @@
 // The checkpoint directory protocol: names, sidecars assembled into a manifest, the commit and
 // `latest`, listing and pruning, what --resume resolves to (and its errors), and fault injection.
-#include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, write_sidecar, assemble_manifest, ...
+#include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, write_sidecar, assemble_manifest
 
 #include <gtest/gtest.h>
 #include <stdlib.h>  // defines: setenv, unsetenv
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"       // defines: Error
+#include "runtime/error.h"
 #include "tests/scratch_dir.h"   // defines: ScratchDir
 #include "tests/test_helpers.h"  // defines: error_of, contains
 

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/checkpoint_dir.h"  // defines: read_manifest
+#include "checkpoint/checkpoint_dir.h"
 #include "models/gpt_parameters.h"      // defines: gpt_parameter_specs, spec_offsets
 #include "runtime/error.h"              // defines: Error
 #include "tests/fuzz_support.h"

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/checkpoint_dir.h"  // defines: read_manifest, write_sidecar, partial_dir
+#include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, partial_dir, sidecar_name, assemble_manifest
 #include "checkpoint/tensor_io.h"       // defines: CheckpointReader, RankWriter
 #include "checkpoint/tests/fuzz_checkpoint_sample.h"  // defines: start_sample_fuzzer, read_bytes
 #include "tests/fuzz_support.h"

@@ -1,6 +1,6 @@
 // The manifest: JSON that parses back to the same Manifest, in the documented field order, and
 // one clear error per kind of broken manifest, each naming the file.
-#include "checkpoint/manifest.h"  // defines: Manifest, TensorEntry, FileEntry, PieceEntry, kFormatVersion
+#include "checkpoint/manifest.h"  // defines: Manifest, kFormatVersion
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"       // defines: Error
+#include "runtime/error.h"
 #include "tests/test_helpers.h"  // defines: error_of, contains
 
 namespace mt::ckpt {

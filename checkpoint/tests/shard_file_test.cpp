@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/error.h"       // defines: Error
+#include "runtime/error.h"
 #include "tests/scratch_dir.h"   // defines: ScratchDir
 #include "tests/test_helpers.h"  // defines: error_of, contains
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"       // defines: Error
+#include "runtime/error.h"
 #include "tests/test_helpers.h"  // defines: error_of, contains
 
 namespace mt::ckpt {

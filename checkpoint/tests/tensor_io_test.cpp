@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, assemble_manifest, commit_checkpoint, ...
-#include "runtime/error.h"              // defines: Error
+#include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, assemble_manifest, commit_checkpoint
+#include "runtime/error.h"
 #include "tests/scratch_dir.h"          // defines: ScratchDir
 #include "tests/test_helpers.h"         // defines: error_of, contains
 

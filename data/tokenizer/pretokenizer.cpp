@@ -1,7 +1,7 @@
 // defines: char_class, pretokenize (see pretokenizer.h)
 #include "data/tokenizer/pretokenizer.h"
 
-#include <unicode/uchar.h>  // defines: u_charType, U_GET_GC_MASK, U_GC_L_MASK, U_GC_N_MASK
+#include <unicode/uchar.h>  // defines: U_GET_GC_MASK, U_GC_L_MASK, U_GC_N_MASK
 
 #include <array>
 

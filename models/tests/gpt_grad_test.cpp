@@ -27,7 +27,7 @@
 #include "models/gpt.h"                  // defines: Gpt
 #include "models/gpt_config.h"           // defines: GptConfig, gpt_preset
 #include "models/parameter_store.h"      // defines: ParameterStore
-#include "models/tests/reference_gpt.h"  // defines: reference_gpt_logits/loss, reference_random_params
+#include "models/tests/reference_gpt.h"  // defines: reference_gpt_logits, reference_gpt_loss, reference_random_params
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/kernels.h"             // defines: kernels::scale, kernels::binary (the SGD step)
 #include "runtime/tensor.h"              // defines: Tensor

@@ -23,10 +23,13 @@
 #include <string>
 #include <vector>
 
-#include "models/tests/reference_gpt.h"  // defines: mt::ref ops, central_difference_gradient
+#include "models/tests/reference_gpt.h"  // defines: ref::embedding, ref::layernorm, ref::linear, ref::gelu,
+//          ref::attention, ref::cross_entropy, ref::softmax_rows, ref::add, ref::dot, ref::central_difference_gradient
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/gemm.h"                // defines: matmul
-#include "runtime/nn_kernels.h"          // defines: mt::nn kernels
+#include "runtime/nn_kernels.h"          // defines: nn::embedding_forward, nn::embedding_backward,
+//          nn::layernorm_forward, nn::layernorm_backward, nn::broadcast_rows, nn::bias_backward, nn::gelu_forward,
+//          nn::gelu_backward, nn::attention_forward, nn::attention_backward, nn::softmax_rows, nn::cross_entropy
 #include "runtime/tensor.h"              // defines: Tensor
 
 namespace mt {

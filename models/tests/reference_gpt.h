@@ -5,7 +5,7 @@
 // Layouts follow the kernels: row-major, N = rows (B x T), C = channels; linear weights are
 // [out, in] with y = x W^T + b; the fused qkv is [q | k | v] with head h owning channels
 // [h*hs, (h+1)*hs) of each; logits have Vp columns of which only the first V are real.
-// defines: mt::ref ops (embedding, layernorm, linear, gelu, attention, cross_entropy, softmax_rows),
+// defines: embedding, layernorm, linear, gelu, attention, cross_entropy, softmax_rows, add, mean, dot,
 //          RefParams, reference_gpt_logits, reference_gpt_loss, reference_random_params,
 //          central_difference, central_difference_gradient
 #pragma once

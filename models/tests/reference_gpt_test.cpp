@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "models/gpt_config.h"           // defines: GptConfig
-#include "models/gpt_parameters.h"       // defines: gpt_parameter_specs
-#include "models/tests/reference_gpt.h"  // defines: mt::ref ops, reference_gpt_loss/logits, central_difference
-#include "runtime/error.h"               // defines: Error
+#include "models/gpt_parameters.h"       // defines: gpt_parameter_specs, spec_index
+#include "models/tests/reference_gpt.h"  // defines: ref::embedding, ref::layernorm, ref::linear,
+//          ref::gelu, ref::attention, ref::cross_entropy, ref::softmax_rows, ref::mean, ref::reference_gpt_logits,
+//          ref::reference_gpt_loss, ref::reference_random_params, ref::central_difference, ref::central_difference_gradient
+#include "runtime/error.h"
 #include "tests/test_helpers.h"          // defines: error_of, contains
 
 namespace mt {
@@ -218,6 +220,16 @@ TEST(CentralDifference, MatchesClosedFormDerivatives) {
   EXPECT_NEAR(ref::central_difference(fp, params, "b", 0, h), 6.0, 1e-9);
   EXPECT_EQ(params.at("a")[1], 3.0);  // untouched
   EXPECT_TRUE(contains(error_of([&] { ref::central_difference(fp, params, "c", 0, h); }), "no parameter c"));
+}
+
+TEST(GptParameters, SpecIndexFindsEveryNameAndRejectsAnUnknownOne) {
+  // The trainer, the weights loader and checkpoint conversion map a shard to its full tensor by
+  // name; a name of another model must stop there, not read past the list.
+  const std::vector<ParamSpec> specs = gpt_parameter_specs(tiny_config());
+  for (std::size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(spec_index(specs, specs[i].name), i) << specs[i].name;
+  const std::string message = error_of([&] { spec_index(specs, "h.99.attn.qkv.weight"); });
+  EXPECT_TRUE(contains(message, "no parameter 'h.99.attn.qkv.weight' among the " + std::to_string(specs.size())))
+      << message;
 }
 
 }  // namespace

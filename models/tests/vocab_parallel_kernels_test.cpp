@@ -31,7 +31,10 @@
 
 #include "runtime/context.h"     // defines: DeviceContext, DeviceOptions
 #include "runtime/dtype.h"       // defines: bf16
-#include "runtime/nn_kernels.h"  // defines: mt::nn kernels
+#include "runtime/nn_kernels.h"  // defines: nn::embedding_forward, nn::embedding_forward_slice,
+//          nn::embedding_backward, nn::embedding_backward_slice, nn::cross_entropy_forward, nn::cross_entropy_backward,
+//          nn::vocab_parallel_max, nn::vocab_parallel_sum_exp, nn::vocab_parallel_target_logit, nn::vocab_parallel_loss,
+//          nn::vocab_parallel_cross_entropy_backward
 #include "runtime/tensor.h"      // defines: Tensor
 
 namespace mt {

@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "parallel/schedule.h"  // defines: Schedule, make_schedule, make_forward_only_schedule, simulate, ...
+#include "parallel/schedule.h"  // defines: Schedule, make_schedule, make_forward_only_schedule, simulate
 #include "runtime/error.h"      // defines: Error
 
 namespace mt {
@@ -405,18 +405,22 @@ TEST(Schedule, SimulateReportsADeadlock) {
   EXPECT_THROW(simulate(s, 1.0, 2.0), Error);
 }
 
-TEST(Schedule, PrintsTheBubbleForTheRecord) {
-  // Not a check: the numbers the report quotes (forward 1/v, backward 2/v per chunk).
-  for (auto [kind, p, m, v] : std::vector<std::tuple<ScheduleKind, int, int, int>>{
-           {ScheduleKind::GPipe, 4, 8, 1},       {ScheduleKind::OneFOneB, 4, 8, 1},
-           {ScheduleKind::Interleaved, 4, 8, 2}, {ScheduleKind::Interleaved, 4, 8, 4},
-           {ScheduleKind::OneFOneB, 8, 16, 1},   {ScheduleKind::Interleaved, 8, 16, 2},
-           {ScheduleKind::Interleaved, 4, 4, 2}, {ScheduleKind::Interleaved, 8, 8, 4}}) {
-    const ScheduleSimulation sim = simulate(make_schedule(kind, p, m, v), 1.0 / v, 2.0 / v);
-    const std::vector<int> peaks = peak_in_flight(make_schedule(kind, p, m, v));
-    std::printf("%-11s P=%d M=%2d v=%d  makespan %6.3f  ideal %5.1f  bubble %.4f  (idle/ideal %.4f)  peak s0 %d\n",
-                schedule_kind_name(kind), p, m, v, sim.makespan, 3.0 * m, sim.bubble_fraction(),
-                sim.idle[0] / (3.0 * m), peaks[0]);
+TEST(Schedule, BubbleFractionAndFirstStagePeakAreTheClosedForms) {
+  // The figures docs/ARCHITECTURE.md quotes. With forward 1/v and backward 2/v per chunk, every
+  // stage idles (P-1)*3/v of a makespan (v*M + P-1)*3/v, so bubble_fraction() is (P-1)/(v*M + P-1)
+  // for all three schedules (v = 1: GPipe, 1F1B). Stage 0 holds the most activations: M for GPipe,
+  // min(P, M) for 1F1B, and for interleaved its whole warm-up plus one, 2(P-1) + (v-1)P + 1
+  // forwards (all M*v when M = P), which the executor's slots and the memory estimate must cover.
+  for (const Shape& shape : all_shapes()) {
+    SCOPED_TRACE(name(shape));
+    const int p = shape.stages;
+    const int m = shape.micro_batches;
+    const int v = shape.virtual_stages;
+    const Schedule s = make(shape);
+    const ScheduleSimulation sim = simulate(s, 1.0 / v, 2.0 / v);
+    EXPECT_NEAR(sim.bubble_fraction(), (p - 1.0) / (v * m + p - 1.0), 1e-12);
+    EXPECT_EQ(peak_in_flight(s)[0], promised_peak(shape, 0));
+    if (::testing::Test::HasFailure()) return;  // one broken shape is enough to read
   }
 }
 

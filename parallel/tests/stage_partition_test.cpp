@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/stage_partition.h"  // defines: StageCosts, balance_stages, parse_stage_layers, ...
+#include "parallel/stage_partition.h"  // defines: StageCosts, balance_stages, parse_stage_layers
 #include "runtime/error.h"             // defines: Error
 
 namespace mt {

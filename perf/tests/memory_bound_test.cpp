@@ -11,7 +11,7 @@
 // bound by their size; the layouts here keep it under 1.6. A missing term (validation slots, the
 // head's logits, the optimizer's per-tensor rounding) puts the peak above the estimate, which is
 // what the test is for.
-// defines: (tests) MemoryBound.*
+// defines: MemoryBound (the test suite)
 #include <gtest/gtest.h>
 #include <mpi.h>
 

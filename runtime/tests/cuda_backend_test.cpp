@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/allocator.h"       // defines: Allocator, MemoryStats
+#include "runtime/allocator.h"       // defines: MemoryStats
 #include "runtime/context.h"         // defines: DeviceContext, DeviceOptions
 #include "runtime/cuda_api.h"        // defines: cuda::device_count, cuda::properties, cuda::malloc_device
-#include "runtime/device.h"          // defines: Device, discover_devices
+#include "runtime/device.h"          // defines: Device
 #include "runtime/error.h"           // defines: Error, OutOfMemoryError
 #include "runtime/gemm.h"            // defines: GemmArgs, gemm, matmul, matmul_batched
 #include "runtime/kernel_backend.h"  // defines: backend::Cuda (kernels on a chosen stream)

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "runtime/context.h"  // defines: DeviceContext, DeviceOptions
-#include "runtime/error.h"    // defines: Error
+#include "runtime/error.h"
 #include "runtime/gemm.h"     // defines: GemmArgs, gemm, matmul, matmul_batched
 #include "runtime/tensor.h"   // defines: Tensor
 #include "tests/test_helpers.h"

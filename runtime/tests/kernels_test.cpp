@@ -14,7 +14,7 @@
 
 #include "runtime/context.h"  // defines: DeviceContext, DeviceOptions
 #include "runtime/error.h"    // defines: Error
-#include "runtime/kernels.h"  // defines: kernels::fill, binary, scale, cast, reduce; kReduceChunk
+#include "runtime/kernels.h"  // defines: kernels::fill, binary, scale, cast, reduce
 #include "runtime/tensor.h"   // defines: Tensor
 #include "tests/test_helpers.h"
 

@@ -19,7 +19,8 @@
 
 #include "runtime/context.h"     // defines: DeviceContext, DeviceOptions
 #include "runtime/nn_backend.h"  // defines: backend::CpuNn (runs one functor on the CPU)
-#include "runtime/nn_kernels.h"  // defines: mt::nn kernels
+#include "runtime/nn_kernels.h"  // defines: nn::embedding_backward, nn::embedding_backward_slice,
+//          nn::attention_forward, nn::attention_backward
 #include "runtime/tensor.h"      // defines: Tensor
 #include "tests/gpu_skip.h"       // defines: MT_SKIP_WITHOUT_GPU
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"       // defines: Error
+#include "runtime/error.h"
 #include "tests/scratch_dir.h"          // defines: ScratchDir
 #include "tests/test_helpers.h"  // defines: error_of, contains
 #include "train/metrics.h"       // defines: StepRecord, MetricsWriter, to_json, format_progress, format_duration

@@ -19,7 +19,7 @@
 
 #include "data/loader.h"                // defines: DataLoader
 #include "data/shard.h"                 // defines: write_shard
-#include "data/tokenizer/tokenizer.h"   // defines: make_tokenizer
+#include "data/tokenizer/tokenizer.h"
 #include "models/gpt.h"                 // defines: Gpt
 #include "models/gpt_config.h"          // defines: GptConfig, gpt_preset
 #include "runtime/context.h"            // defines: DeviceContext, DeviceOptions

@@ -12,13 +12,13 @@
 
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/cuda_api.h"            // defines: cuda::compiled
-#include "runtime/device.h"              // defines: discover_devices
-#include "runtime/error.h"               // defines: Error
+#include "runtime/device.h"              // defines: Device
+#include "runtime/error.h"
 #include "runtime/tensor.h"              // defines: Tensor
 #include "tests/float_bits.h"            // defines: same_bits
 #include "tests/random_values.h"         // defines: random_values
 #include "tests/test_helpers.h"          // defines: error_of, contains
-#include "train/optim/adamw.h"           // defines: AdamW, ParamSlot
+#include "train/optim/adamw.h"           // defines: AdamW
 #include "train/optim/adamw_backend.h"   // defines: backend::adamw_cuda
 #include "train/optim/grad_norm.h"       // defines: sum_of_squares
 #include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU

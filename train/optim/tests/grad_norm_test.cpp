@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/context.h"        // defines: DeviceContext, DeviceOptions
-#include "runtime/error.h"          // defines: Error
+#include "runtime/error.h"
 #include "runtime/tensor.h"         // defines: Tensor
 #include "tests/test_helpers.h"     // defines: error_of, contains
 #include "train/optim/grad_norm.h"  // defines: sum_of_squares, clip_scale
