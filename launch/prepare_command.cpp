@@ -26,9 +26,9 @@ constexpr const char* kSummary =
     "  - CRLF and lone CR line ends become LF;\n"
     "  - backspace overstriking (\"_\\bX\", \"X\\bX\") becomes the character shown;\n"
     "  - other control characters except tab and newline are dropped.\n"
-    "Token parity with OpenAI's encoder (Encoder.js) therefore holds for the cleaned text of each\n"
-    "document; with --keep-bytes it holds for the file's own bytes. Files holding a NUL byte are\n"
-    "refused as binary either way.";
+    "So gpt2's token parity with OpenAI's encoder (Encoder.js) holds for the cleaned text of each\n"
+    "document, not for the file; with --keep-bytes it holds for the file's own bytes. Files holding a\n"
+    "NUL byte are refused as binary either way.";
 
 // Rank 0 alone reads and writes. The others wait for its outcome, sleeping rather than spinning in
 // MPI, so every rank ends alike: a user's mistake is one line (from rank 0) and exit 2 on every
@@ -64,9 +64,10 @@ int prepare_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
       ("shard-tokens", po::value<std::int64_t>()->default_value(100'000'000), "tokens per shard file")
       ("name", po::value<std::string>(), "file name prefix (default: the output directory's name)")
       ("keep-bytes", po::bool_switch(),
-       "tokenize each document's bytes as given: no cleaning (see above), so CR, control characters, "
-       "a BOM and Latin-1 bytes become tokens. Invalid UTF-8 is kept byte for byte by --tokenizer "
-       "bytes; gpt2 reads each invalid sequence as U+FFFD, as Encoder.js does. Costs nothing in speed");
+       "tokenize each document's bytes as given: no cleaning (see above), so CR, control characters "
+       "and a BOM become tokens, and a file that is not UTF-8 is not converted: --tokenizer bytes "
+       "keeps its bytes, gpt2 reads each invalid sequence as U+FFFD (as Encoder.js does; the file "
+       "is named). Costs nothing in speed");
   add_tokenizer_options(desc);
   auto parsed = parse_command_line("prepare", kSummary, desc, args, mpi.world_rank());
   if (!parsed) return 0;

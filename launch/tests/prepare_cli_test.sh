@@ -46,7 +46,7 @@ if expect_ok "prepare --help" "$meshtrain" prepare --help; then
   grep -q -E -- '^  --val-fraction arg \(=0\.1\) ' "$out" || { fail "help: --val-fraction's default is not shown as 0.1"; show; }
   for step in "read as Windows-1252" "byte order mark (BOM) is dropped" "CRLF and lone CR line ends become LF" \
               "overstriking" "other control characters except tab and newline are dropped" "--keep-bytes" \
-              "Token parity with OpenAI's encoder"; do
+              "token parity with OpenAI's encoder"; do
     grep -q -F -- "$step" "$out" || fail "help: does not say \"$step\""
   done
   grep -q -E -- '^  --keep-bytes +tokenize each document.s bytes as given' "$out" || { fail "help: no --keep-bytes option"; show; }
