@@ -89,8 +89,9 @@ std::string windows1252_to_utf8(std::string_view bytes) {
   return out;
 }
 
+// CR counts for text kept as bytes; cleaned text holds none.
 bool is_blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n'; });
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; });
 }
 
 // One line (no '\n') with backspaces: what a terminal shows. A character printed over an
@@ -123,12 +124,12 @@ std::string resolve_overstrike(std::string_view line) {
 
 std::string read_file_bytes(const fs::path& file) {
   std::error_code ec;
-  if (!fs::exists(file, ec)) MT_FAIL("input file ", file, " does not exist");
-  if (fs::is_directory(file, ec)) MT_FAIL("input ", file, " is a directory; give the text files in it");
+  if (!fs::exists(file, ec)) MT_FAIL_AS(PrepareError, "input file ", file, " does not exist");
+  if (fs::is_directory(file, ec)) MT_FAIL_AS(PrepareError, "input ", file, " is a directory; give the text files in it");
   std::ifstream in(file, std::ios::binary);
-  if (!in) MT_FAIL("cannot open input file ", file, ": ", std::strerror(errno));
+  if (!in) MT_FAIL_AS(PrepareError, "cannot open input file ", file, ": ", std::strerror(errno));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) MT_FAIL("cannot read input file ", file);
+  if (in.bad()) MT_FAIL_AS(PrepareError, "cannot read input file ", file);
   return bytes;
 }
 
@@ -202,7 +203,15 @@ class SplitWriter {
  private:
   void flush() {
     const fs::path file = dir_ / shard_file_name(prefix_, split_, static_cast<int>(shards_.size()));
-    write_shard(file, std::span<const std::uint16_t>(buffer_));
+    // write_shard fails only on the file system (the count is bounded by shard_tokens): the disk's
+    // or the directory's trouble, named with the file, not a bug.
+    try {
+      write_shard(file, std::span<const std::uint16_t>(buffer_));
+    } catch (const PrepareError&) {
+      throw;
+    } catch (const Error& e) {
+      MT_FAIL_AS(PrepareError, e.message());
+    }
     tokens_ += static_cast<std::int64_t>(buffer_.size());
     if (log_) log_("wrote " + file.string() + ": " + std::to_string(buffer_.size()) + " tokens");
     shards_.push_back(file);
@@ -247,7 +256,7 @@ std::vector<fs::path> remove_stale_shards(const fs::path& dir, const std::string
   std::sort(removed.begin(), removed.end());
   for (const fs::path& file : removed) {
     std::error_code ec;
-    if (!fs::remove(file, ec) && ec) MT_FAIL("cannot remove stale shard ", file, ": ", ec.message());
+    if (!fs::remove(file, ec) && ec) MT_FAIL_AS(PrepareError, "cannot remove stale shard ", file, ": ", ec.message());
   }
   return removed;
 }
@@ -277,14 +286,18 @@ std::string clean_text(std::string_view utf8) {
   return out;
 }
 
-std::vector<std::string> split_documents(std::string_view bytes, const std::string& source, bool* transcoded) {
+std::vector<std::string> split_documents(std::string_view bytes, const std::string& source, TextHandling handling,
+                                         bool* transcoded) {
   if (const auto nul = bytes.find('\0'); nul != std::string_view::npos) {
-    MT_FAIL("input file ", source, " holds a NUL byte at offset ", nul, ": it is binary, not text");
+    MT_FAIL_AS(PrepareError, "input file \"", source, "\" holds a NUL byte at offset ", nul, ": it is binary, not text");
   }
   std::string decoded;
-  const bool utf8 = is_valid_utf8(bytes);
+  const bool keep = handling == TextHandling::keep_bytes;
+  const bool utf8 = keep || is_valid_utf8(bytes);  // kept bytes are not decoded
   if (transcoded != nullptr) *transcoded = !utf8;
-  if (utf8) {
+  if (keep) {
+    decoded = bytes;
+  } else if (utf8) {
     if (bytes.substr(0, 3) == "\xef\xbb\xbf") bytes.remove_prefix(3);
     decoded = clean_text(bytes);
   } else {
@@ -292,12 +305,16 @@ std::vector<std::string> split_documents(std::string_view bytes, const std::stri
   }
   const std::string_view text = decoded;
 
-  // Fortune format: some line is exactly "%".
-  std::vector<std::size_t> separators;  // offsets of the "%" lines
+  // Fortune format: some line is exactly "%" ("%\r" too: cleaned text has no CR, kept bytes may).
+  struct Separator {
+    std::size_t at, next;  // where the "%" line starts; where the line after it starts
+  };
+  std::vector<Separator> separators;
   for (std::size_t at = 0; at < text.size();) {
     std::size_t end = text.find('\n', at);
     if (end == std::string_view::npos) end = text.size();
-    if (end - at == 1 && text[at] == '%') separators.push_back(at);
+    const std::string_view line = text.substr(at, end - at);
+    if (line == "%" || line == "%\r") separators.push_back({at, std::min(text.size(), end + 1)});
     at = end + 1;
   }
   std::vector<std::string> documents;
@@ -306,10 +323,10 @@ std::vector<std::string> split_documents(std::string_view bytes, const std::stri
     return documents;
   }
   std::size_t begin = 0;
-  for (std::size_t sep : separators) {
-    std::string_view entry = text.substr(begin, sep - begin);
+  for (const Separator& sep : separators) {
+    std::string_view entry = text.substr(begin, sep.at - begin);
     if (!is_blank(entry)) documents.emplace_back(entry);
-    begin = std::min(text.size(), sep + 2);  // past "%\n"
+    begin = sep.next;
   }
   std::string_view tail = text.substr(begin);
   if (!is_blank(tail)) documents.emplace_back(tail);
@@ -318,37 +335,40 @@ std::vector<std::string> split_documents(std::string_view bytes, const std::stri
 
 PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& tokenizer, const PrepareLog& log) {
   if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0)) {
-    MT_FAIL("validation fraction must be in [0, 1), got ", options.val_fraction);
+    MT_FAIL_AS(PrepareError, "validation fraction (--val-fraction) must be in [0, 1), got ", options.val_fraction);
   }
   if (options.shard_tokens < 1 || options.shard_tokens > INT32_MAX) {
-    MT_FAIL("tokens per shard must be in [1, 2^31-1], got ", options.shard_tokens);
+    MT_FAIL_AS(PrepareError, "tokens per shard (--shard-tokens) must be in [1, 2^31-1], got ", options.shard_tokens);
   }
-  if (options.inputs.empty()) MT_FAIL("no input files to prepare", "");
-  if (options.output_dir.empty()) MT_FAIL("no output directory given", "");
+  if (options.inputs.empty()) MT_FAIL_AS(PrepareError, "no input files to prepare");
+  if (options.output_dir.empty()) MT_FAIL_AS(PrepareError, "no output directory given");
   if (tokenizer.vocab_size() > kMaxShardToken + 1) {
     MT_FAIL("tokenizer ", tokenizer.name(), " has ", tokenizer.vocab_size(),
             " tokens; llm.c shards store ids as uint16 and hold at most 65536");
   }
   const std::string prefix = options.prefix.empty() ? default_prefix(options.output_dir) : options.prefix;
-  if (prefix.find('/') != std::string::npos) MT_FAIL("shard name prefix \"", prefix, "\" must not hold '/'");
+  if (prefix.find('/') != std::string::npos) {
+    MT_FAIL_AS(PrepareError, "shard name prefix (--name) \"", prefix, "\" must not hold '/'");
+  }
 
   // Pass 1: count the documents, so the split can guarantee a document on each side. Splitting is
   // cheap next to tokenizing; the files are read again in pass 2.
   std::vector<std::int64_t> per_file;
   std::int64_t documents = 0;
   for (const fs::path& file : options.inputs) {
-    per_file.push_back(static_cast<std::int64_t>(split_documents(read_file_bytes(file), file.string()).size()));
+    per_file.push_back(
+        static_cast<std::int64_t>(split_documents(read_file_bytes(file), file.string(), options.text).size()));
     documents += per_file.back();
   }
   if (documents == 0) {
-    MT_FAIL("empty corpus: the ", options.inputs.size(), " input file(s), starting with ", options.inputs.front(),
+    MT_FAIL_AS(PrepareError, "empty corpus: the ", options.inputs.size(), " input file(s), starting with ", options.inputs.front(),
             ", hold no text");
   }
 
   std::error_code ec;
   fs::create_directories(options.output_dir, ec);
   if (ec || !fs::is_directory(options.output_dir)) {
-    MT_FAIL("cannot create output directory ", options.output_dir, ": ",
+    MT_FAIL_AS(PrepareError, "cannot create output directory ", options.output_dir, ": ",
             ec ? ec.message() : std::string("a file of that name exists"));
   }
 
@@ -365,11 +385,14 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
   for (std::size_t f = 0; f < options.inputs.size(); ++f) {
     const fs::path& file = options.inputs[f];
     bool transcoded = false;
-    const std::vector<std::string> docs = split_documents(read_file_bytes(file), file.string(), &transcoded);
+    const std::string bytes = read_file_bytes(file);
+    const std::vector<std::string> docs = split_documents(bytes, file.string(), options.text, &transcoded);
     if (static_cast<std::int64_t>(docs.size()) != per_file[f]) {
-      MT_FAIL("input file ", file, " changed while it was being prepared");
+      MT_FAIL_AS(PrepareError, "input file ", file, " changed while it was being prepared");
     }
+    const bool invalid_utf8 = options.text == TextHandling::keep_bytes && !is_valid_utf8(bytes);
     summary.transcoded_files += transcoded;
+    summary.invalid_utf8_files += invalid_utf8;
     for (const std::string& text : docs) {
       std::vector<std::int32_t> tokens;
       tokens.reserve(text.size() / 3 + 2);
@@ -382,8 +405,13 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
       ++index;
     }
     if (log) {
-      log("read " + file.string() + ": " + std::to_string(docs.size()) + " documents" +
-          (transcoded ? " (not UTF-8: read as Windows-1252)" : ""));
+      std::string note;
+      if (transcoded) note = " (not UTF-8: read as Windows-1252)";
+      if (invalid_utf8) {
+        note = tokenizer.name() == "gpt2" ? " (not valid UTF-8: gpt2 reads each invalid sequence as U+FFFD)"
+                                          : " (not valid UTF-8: kept byte for byte)";
+      }
+      log("read " + file.string() + ": " + std::to_string(docs.size()) + " documents" + note);
     }
   }
   train.finish();
@@ -418,7 +446,7 @@ std::vector<fs::path> default_corpus_files(const fs::path& dir) {
     }
   }
   if (files.empty()) {
-    MT_FAIL("no fortune files in ", dir, ": install Debian's fortunes package (apt-get install fortunes) ",
+    MT_FAIL_AS(PrepareError, "no fortune files in ", dir, ": install Debian's fortunes package (apt-get install fortunes) ",
             "or give the input files explicitly");
   }
   std::sort(files.begin(), files.end());

@@ -9,7 +9,13 @@ namespace mt::data {
 
 PrepareSummary prepare_corpus(const PrepareOptions& options, const PrepareLog& log) {
   const std::filesystem::path dir = options.tokenizer_dir.empty() ? default_tokenizer_dir() : options.tokenizer_dir;
-  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer, dir);
+  // make_tokenizer fails only on what it was given (the name, the files in dir): the user's to fix.
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = make_tokenizer(options.tokenizer, dir);
+  } catch (const Error& e) {
+    MT_FAIL_AS(PrepareError, e.message());
+  }
   return prepare_corpus(options, *tokenizer, log);
 }
 

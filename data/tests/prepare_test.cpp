@@ -91,16 +91,80 @@ TEST(PrepareTest, CleaningResolvesOverstrikeAndDropsControls) {
 
 TEST(PrepareTest, NonUtf8IsReadAsWindows1252) {
   bool transcoded = false;
-  auto docs = split_documents("caf\xe9 \x93quoted\x94\n", "latin", &transcoded);
+  auto docs = split_documents("caf\xe9 \x93quoted\x94\n", "latin", TextHandling::clean, &transcoded);
   EXPECT_TRUE(transcoded);
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0], "caf\xc3\xa9 \xe2\x80\x9cquoted\xe2\x80\x9d\n");
-  docs = split_documents("\xef\xbb\xbf" "caf\xc3\xa9\n", "utf8", &transcoded);
+  docs = split_documents("\xef\xbb\xbf" "caf\xc3\xa9\n", "utf8", TextHandling::clean, &transcoded);
   EXPECT_FALSE(transcoded);
   EXPECT_EQ(docs[0], "caf\xc3\xa9\n");  // BOM dropped
-  const std::string msg = error_of([] { split_documents(std::string("ab\0cd", 5), "blob.dat"); });
+  std::string msg = error_of<PrepareError>([] { split_documents(std::string("ab\0cd", 5), "blob.dat"); });
   EXPECT_TRUE(contains(msg, "blob.dat")) << msg;
   EXPECT_TRUE(contains(msg, "binary")) << msg;
+  msg = error_of<PrepareError>(
+      [] { split_documents(std::string("ab\0cd", 5), "blob.dat", TextHandling::keep_bytes); });
+  EXPECT_TRUE(contains(msg, "binary")) << msg;  // kept bytes too: for the bytes tokenizer 0 is eot
+}
+
+// The same file, cleaned and kept: a BOM, CRLF, a bell, a Latin-1 byte, a blank entry.
+constexpr std::string_view kRawFortunes = "\xef\xbb\xbf" "a\r\nb\x07\r\n%\r\n \r\n%\r\nc\xe9\r\n%\nd";
+
+TEST(PrepareTest, KeepBytesSplitsEntriesButKeepsEveryByte) {
+  bool transcoded = true;
+  EXPECT_EQ(split_documents(kRawFortunes, "f", TextHandling::keep_bytes, &transcoded),
+            (std::vector<std::string>{"\xef\xbb\xbf" "a\r\nb\x07\r\n", "c\xe9\r\n", "d"}));
+  EXPECT_FALSE(transcoded);  // kept as it is, not read as Windows-1252
+  // By default the same bytes are cleaned (Windows-1252 since they are not UTF-8: the BOM's bytes
+  // become three characters there, and only a UTF-8 file's BOM is dropped).
+  EXPECT_EQ(split_documents(kRawFortunes, "f", TextHandling::clean, &transcoded),
+            (std::vector<std::string>{"\xc3\xaf\xc2\xbb\xc2\xbf" "a\nb\n", "c\xc3\xa9\n", "d"}));
+  EXPECT_TRUE(transcoded);
+  EXPECT_EQ(split_documents("\xef\xbb\xbfx\r\ny\x01\n", "f", TextHandling::keep_bytes),
+            (std::vector<std::string>{"\xef\xbb\xbfx\r\ny\x01\n"}));
+  EXPECT_EQ(split_documents("\xef\xbb\xbfx\r\ny\x01\n", "f"), (std::vector<std::string>{"x\ny\n"}));
+  EXPECT_TRUE(split_documents("\r\n \r\n", "f", TextHandling::keep_bytes).empty());  // blank
+}
+
+TEST(PrepareTest, KeepBytesWritesTheFilesBytesAndSaysWhichAreNotUtf8) {
+  ScratchDir dir;
+  write_bytes(dir / "raw", std::string(kRawFortunes));
+  FakeByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir / "raw"};
+  o.val_fraction = 0;
+  o.text = TextHandling::keep_bytes;
+  o.output_dir = dir / "kept";
+  std::vector<std::string> lines;
+  const PrepareSummary kept = prepare_corpus(o, tok, [&](const std::string& l) { lines.push_back(l); });
+  EXPECT_EQ(decoded_documents(kept.train_shards, tok),
+            (std::vector<std::string>{"\xef\xbb\xbf" "a\r\nb\x07\r\n", "c\xe9\r\n", "d"}));
+  EXPECT_EQ(kept.invalid_utf8_files, 1);
+  EXPECT_EQ(kept.transcoded_files, 0);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(contains(lines[0], "3 documents (not valid UTF-8: kept byte for byte)")) << lines[0];
+
+  o.text = TextHandling::clean;
+  o.output_dir = dir / "cleaned";
+  const PrepareSummary cleaned = prepare_corpus(o, tok);
+  EXPECT_EQ(decoded_documents(cleaned.train_shards, tok),
+            (std::vector<std::string>{"\xc3\xaf\xc2\xbb\xc2\xbf" "a\nb\n", "c\xc3\xa9\n", "d"}));
+  EXPECT_EQ(cleaned.invalid_utf8_files, 0);
+  EXPECT_EQ(cleaned.transcoded_files, 1);
+}
+
+TEST(PrepareTest, OneDocumentGivesNoValidationSplit) {
+  ScratchDir dir;
+  write_bytes(dir / "one", "a single plain document\n");
+  FakeByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir / "one"};
+  o.output_dir = dir / "out";
+  o.val_fraction = 0.5;
+  const PrepareSummary s = prepare_corpus(o, tok);
+  EXPECT_EQ(s.documents, 1);
+  EXPECT_EQ(s.train_documents, 1);
+  EXPECT_EQ(s.val_documents, 0);
+  EXPECT_TRUE(s.val_shards.empty());
 }
 
 TEST(PrepareTest, WritesTrainAndValShardsWhoseTokensDecodeToTheDocuments) {
@@ -248,7 +312,7 @@ TEST(PrepareTest, Errors) {
 
   PrepareOptions missing = o;
   missing.inputs.push_back(dir / "absent.txt");
-  std::string msg = error_of([&] { prepare_corpus(missing, tok); });
+  std::string msg = error_of<PrepareError>([&] { prepare_corpus(missing, tok); });
   EXPECT_TRUE(contains(msg, "absent.txt")) << msg;
   EXPECT_TRUE(contains(msg, "does not exist")) << msg;
   EXPECT_FALSE(fs::exists(dir / "out"));  // nothing written before the inputs are known good
@@ -256,27 +320,44 @@ TEST(PrepareTest, Errors) {
   write_bytes(dir / "blank", "\n%\n  \n%\n");
   PrepareOptions empty = o;
   empty.inputs = {dir / "blank"};
-  msg = error_of([&] { prepare_corpus(empty, tok); });
+  msg = error_of<PrepareError>([&] { prepare_corpus(empty, tok); });
   EXPECT_TRUE(contains(msg, "empty corpus")) << msg;
   empty.inputs = {};
-  EXPECT_TRUE(contains(error_of([&] { prepare_corpus(empty, tok); }), "no input files"));
+  EXPECT_TRUE(contains(error_of<PrepareError>([&] { prepare_corpus(empty, tok); }), "no input files"));
 
   write_bytes(dir / "a_file", "x");
   PrepareOptions bad_out = o;
   bad_out.output_dir = dir / "a_file" / "sub";
-  msg = error_of([&] { prepare_corpus(bad_out, tok); });
+  msg = error_of<PrepareError>([&] { prepare_corpus(bad_out, tok); });
   EXPECT_TRUE(contains(msg, "cannot create output directory")) << msg;
   EXPECT_TRUE(contains(msg, "a_file")) << msg;
 
   for (double bad : {-0.1, 1.0, 1.5}) {
     PrepareOptions f = o;
     f.val_fraction = bad;
-    msg = error_of([&] { prepare_corpus(f, tok); });
+    msg = error_of<PrepareError>([&] { prepare_corpus(f, tok); });
     EXPECT_TRUE(contains(msg, "validation fraction")) << msg;
   }
   PrepareOptions dir_input = o;
   dir_input.inputs = {dir.path()};
-  EXPECT_TRUE(contains(error_of([&] { prepare_corpus(dir_input, tok); }), "is a directory"));
+  EXPECT_TRUE(contains(error_of<PrepareError>([&] { prepare_corpus(dir_input, tok); }), "is a directory"));
+  PrepareOptions shard_tokens = o;
+  shard_tokens.shard_tokens = 0;
+  EXPECT_TRUE(contains(error_of<PrepareError>([&] { prepare_corpus(shard_tokens, tok); }), "--shard-tokens"));
+  PrepareOptions slash = o;
+  slash.prefix = "a/b";
+  EXPECT_TRUE(contains(error_of<PrepareError>([&] { prepare_corpus(slash, tok); }), "must not hold '/'"));
+  // A shard that cannot be written (a directory stands where it goes) is the user's to fix too.
+  fs::create_directories(dir / "blocked" / "blocked_train_000000.bin");
+  PrepareOptions blocked = o;
+  blocked.output_dir = dir / "blocked";
+  msg = error_of<PrepareError>([&] { prepare_corpus(blocked, tok); });
+  EXPECT_TRUE(contains(msg, "blocked_train_000000.bin")) << msg;
+  // Missing tokenizer files, by name.
+  PrepareOptions no_files = o;
+  no_files.tokenizer = "gpt2";
+  no_files.tokenizer_dir = dir / "no_gpt2";
+  EXPECT_TRUE(contains(error_of<PrepareError>([&] { prepare_corpus(no_files); }), "encoder.json does not exist"));
 }
 
 TEST(PrepareTest, ByNameWithTheBytesTokenizer) {
@@ -320,6 +401,18 @@ TEST(PrepareTest, WithGpt2TokensDecodeToTheDocuments) {
   std::sort(expect.begin(), expect.end());
   EXPECT_EQ(docs, expect);
   EXPECT_LT(s.train_tokens + s.val_tokens, 600);  // BPE: far fewer tokens than the ~900 bytes
+
+  // Kept bytes: GPT-2's byte-level BPE spells CRLF, a BOM and a bell as they are; invalid UTF-8 is
+  // read as U+FFFD (EF BF BD), as Encoder.js reads it.
+  write_bytes(dir / "raw", "\xef\xbb\xbfHello\r\nbell\x07\r\n%\r\ncaf\xe9\r\n");
+  o.inputs = {dir / "raw"};
+  o.val_fraction = 0;
+  o.text = TextHandling::keep_bytes;
+  o.output_dir = dir / "gpt2_kept";
+  const PrepareSummary kept = prepare_corpus(o);
+  EXPECT_EQ(decoded_documents(kept.train_shards, *gpt2),
+            (std::vector<std::string>{"\xef\xbb\xbfHello\r\nbell\x07\r\n", "caf\xef\xbf\xbd\r\n"}));
+  EXPECT_EQ(kept.invalid_utf8_files, 1);
 }
 
 TEST(PrepareTest, DefaultCorpusListsFortuneTextFilesOnly) {
@@ -332,7 +425,7 @@ TEST(PrepareTest, DefaultCorpusListsFortuneTextFilesOnly) {
   fs::create_directories(dir / "off");
   const auto files = default_corpus_files(dir.path());
   EXPECT_EQ(files, (std::vector<fs::path>{dir / "art", dir / "zen"}));
-  const std::string msg = error_of([&] { default_corpus_files(dir / "off"); });
+  const std::string msg = error_of<PrepareError>([&] { default_corpus_files(dir / "off"); });
   EXPECT_TRUE(contains(msg, "fortunes")) << msg;
 
   // The installed corpus, where this machine has it: every file is text and yields documents.
@@ -344,7 +437,7 @@ TEST(PrepareTest, DefaultCorpusListsFortuneTextFilesOnly) {
     EXPECT_NE(f.extension(), ".u8");
     EXPECT_FALSE(fs::is_symlink(f));
     bool transcoded = true;
-    EXPECT_FALSE(split_documents(testing::read_bytes(f), f.string(), &transcoded).empty()) << f;
+    EXPECT_FALSE(split_documents(testing::read_bytes(f), f.string(), TextHandling::clean, &transcoded).empty()) << f;
     EXPECT_FALSE(transcoded) << f << " is not UTF-8";  // Debian ships them all as UTF-8
   }
 }
