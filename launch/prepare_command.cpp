@@ -15,11 +15,11 @@ namespace mt {
 int prepare_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   po::options_description desc("options");
   desc.add_options()
-      ("input", po::value<std::vector<std::string>>()->multitoken(),
+      ("input", path_values(PathKind::ReadFile)->multitoken(),
        "text files to tokenize, in order (default: the fortunes of Debian's `fortunes` package in "
        "/usr/share/games/fortunes). A file with lines holding only `%` is split into one document "
        "per entry; any other file is one document")
-      ("output", po::value<std::string>()->required(), "directory for the shards (created when missing)")
+      ("output", path_value(PathKind::WriteDir)->required(), "directory for the shards (created when missing)")
       ("val-fraction", po::value<double>()->default_value(0.1),
        "share of documents held out for validation, in [0, 1)")
       ("shard-tokens", po::value<std::int64_t>()->default_value(100'000'000), "tokens per shard file")

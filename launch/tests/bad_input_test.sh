@@ -29,7 +29,7 @@ expect_rank0_error "layout: more stages than layers" "--pp 4 .*3 layer" \
   4 "${tiny[@]}" --steps 1 --pp 4 --layers 3
 
 # --- the data.
-expect_rank0_error "missing data directory" "data directory \"$dir/nowhere\" does not exist" \
+expect_rank0_error "missing data directory" "--data '$dir/nowhere' does not exist" \
   2 "${base[@]}" --model tiny --steps 1 --data "$dir/nowhere"
 shard=data_train_000000.bin
 spoil() {  # spoil NAME: a copy of the corpus in $dir/NAME, to be damaged

@@ -124,7 +124,7 @@ expect_error "unknown --model preset" "unknown model preset 'huge' \(known: tiny
 expect_error "global batch not a multiple of the micro-batch" \
   "--global-batch \(6\) must be a positive multiple of --micro-batch \(4\)" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --global-batch 6 --micro-batch 4 --steps 1 --cpu-threads 1
-expect_error "missing --data directory" "data directory \"$dir/nowhere\" does not exist" \
+expect_error "missing --data directory" "--data '$dir/nowhere' does not exist" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/nowhere" --steps 1 --cpu-threads 1
 cp -r "$data" "$dir/bad"
 printf '\x01\x02\x03\x04' | dd of="$dir/bad/data_train_000000.bin" bs=1 conv=notrunc status=none
@@ -133,7 +133,7 @@ expect_error "corrupt shard (wrong magic)" "data_train_000000.bin\" is not an ll
 printf 'steps = 2\nlearning-rate = 0.1\n' >"$dir/bad.ini"
 expect_error "unknown option in the config file" "config file '$dir/bad.ini': unrecognised option 'learning-rate'" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/bad.ini" --cpu-threads 1
-expect_error "missing config file" "cannot read config file '$dir/none.ini'" \
+expect_error "missing config file" "--config '$dir/none.ini' does not exist" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/none.ini" --cpu-threads 1
 mismatch="the gpt2 tokenizer has 50257 tokens, the model in $weights 256 \(use --tokenizer bytes\)"
 run "$meshtrain" sample --device cpu --tokenizer gpt2 --weights "$weights" --tokens 5 --cpu-threads 1
