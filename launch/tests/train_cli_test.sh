@@ -163,6 +163,11 @@ expect_error "layout: 1f1b with fewer micro-batches than stages" "--schedule 1f1
   "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --global-batch 8 --micro-batch 8
 expect_error "layout: interleaving with layers not divisible by pp x v" "needs the model's 6 layers divisible by 4" \
   "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --schedule interleaved --virtual-stages 2 --layers 6
+# The default batch (8) on 4 ranks: --micro-batch defaults to 2, what divides each replica's 2 (a
+# fixed default of 4 refused this: "--global-batch 8 must be a positive multiple of --dp 4 x --micro-batch 4").
+if expect_ok "train on 4 ranks with the default batch and micro-batch" "$mpiexec" -np 4 --oversubscribe "${par[@]}"; then
+  grep -q "micro-batch(es) of 2)" "$out" || { fail "4 ranks: the default micro-batch is not 2"; show; }
+fi
 if expect_ok "train --dp 2 --tp 2 --pp 2 --zero 1 on 8 ranks" "$mpiexec" -np 8 --oversubscribe "$meshtrain" train --device cpu \
   --tokenizer bytes --data "$data" --dp 2 --tp 2 --pp 2 --zero 1 --steps 4 --global-batch 8 --micro-batch 2 \
   --log-every 1 --cpu-threads 1 --save-weights "$dir/layout.bin"; then
