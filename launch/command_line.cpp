@@ -116,8 +116,8 @@ std::optional<po::variables_map> parse_command_line(const std::string& command, 
     if (vm.count("help")) {
       if (rank == 0) {
         std::cout << "usage: mpirun -np N " << program_and_command(command) << " [options]\n\n" << summary << "\n\n"
-                  << desc << "\nAn option given twice takes its last value (a list option, such as one that "
-                  << "takes several files, gathers them all).\n" << std::flush;
+                  << desc << "\nAn option given twice takes its last value; a list option (one that takes\n"
+                  << "several files or a repeatable KEY=VALUE) gathers every value.\n" << std::flush;
       }
       return std::nullopt;
     }
