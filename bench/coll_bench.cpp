@@ -69,7 +69,7 @@ po::options_description coll_options() {
        "computed on the host (a mismatch is an error naming the op, size, rank and element)")
       ("out-of-place", po::bool_switch(), "time out of place (with neither flag: both placements)")
       ("in-place", po::bool_switch(), "time in place (with neither flag: both placements)")
-      ("json", po::value<std::string>()->default_value(""), "append one JSON line per row to this file (rank 0)");
+      ("json", path_value(PathKind::WriteFile)->default_value(""), "append one JSON line per row to this file (rank 0)");
   add_runtime_options(desc);
   return desc;
 }

@@ -72,7 +72,7 @@ int overlap_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       ("zero", po::value<int>()->default_value(0), "0: allreduce the buckets; 1: reduce-scatter them (ZeRO-1)")
       ("steps", po::value<int>()->default_value(5), "timed repetitions of each measurement")
       ("warmup", po::value<int>()->default_value(1), "untimed repetitions first")
-      ("json", po::value<std::string>()->default_value(""), "append one JSON line (bench \"overlap\") to this file");
+      ("json", path_value(PathKind::WriteFile)->default_value(""), "append one JSON line (bench \"overlap\") to this file");
   add_runtime_options(desc);
   auto vm = parse_command_line(
       "meshbench overlap",

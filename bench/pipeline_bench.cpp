@@ -247,7 +247,7 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
        "before the next computation)")
       ("steps", po::value<int>()->default_value(4), "timed steps per configuration")
       ("warmup", po::value<int>()->default_value(1), "untimed steps first")
-      ("json", po::value<std::string>()->default_value(""),
+      ("json", path_value(PathKind::WriteFile)->default_value(""),
        "append one JSON line per configuration (bench \"pipeline\")");
   add_runtime_options(desc);
   auto vm = parse_command_line(

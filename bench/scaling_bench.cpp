@@ -18,6 +18,7 @@
 #include "launch/cli.h"
 #include "launch/metrics_reader.h"
 #include "launch/model_options.h"
+#include "launch/path_option.h"
 #include "launch/table.h"
 #include "perf/calibration.h"
 #include "perf/cost_model.h"
@@ -119,7 +120,7 @@ int scaling_bench(const std::vector<std::string>& args) {
       ("micro-batch", po::value<int>()->default_value(4), "sequences per forward/backward pass")
       ("steps", po::value<int>()->default_value(6), "optimizer steps per run")
       ("skip", po::value<int>()->default_value(2), "first steps left out of the mean step time")
-      ("data", po::value<std::string>()->default_value("assets/corpus/fortunes"), "token shards (meshtrain prepare)")
+      ("data", path_value(PathKind::ReadDir)->default_value("assets/corpus/fortunes"), "token shards (meshtrain prepare)")
       ("model", po::value<std::string>()->default_value("small"), "model preset (meshtrain train --model)")
       ("seq-len", po::value<int>()->default_value(64), "tokens per sequence")
       ("tokenizer", po::value<std::string>()->default_value("gpt2"), "the data's tokenizer: gpt2 or bytes (sets the vocabulary)")
@@ -127,16 +128,16 @@ int scaling_bench(const std::vector<std::string>& args) {
       ("train-args", po::value<std::string>()->default_value(""), "more options for every `meshtrain train`")
       ("predict", po::bool_switch(), "put the performance model's step time (meshtrain plan, this machine's "
        "cpu preset with the cores shared) next to each measured one")
-      ("calibrate", po::value<std::vector<std::string>>()->multitoken(),
+      ("calibrate", path_values(PathKind::ReadFile)->multitoken(),
        "meshbench --json files to calibrate the prediction with (as meshtrain plan --calibrate)")
-      ("meshtrain", po::value<std::string>()->default_value(default_meshtrain().string()), "the meshtrain executable")
+      ("meshtrain", path_value(PathKind::ReadFile)->default_value(default_meshtrain().string()), "the meshtrain executable")
       ("mpirun", po::value<std::string>()->default_value("mpirun --oversubscribe"),
        "how to start N ranks: this command, then `-np N meshtrain train ...` (for several hosts, e.g. "
        "`ip netns exec mt-n1 mpirun --host n1:4,n2:4 ...`; see docs/PERFORMANCE.md)")
-      ("out", po::value<std::string>()->default_value("build/scaling"),
+      ("out", path_value(PathKind::WriteDir)->default_value("build/scaling"),
        "directory for scaling.csv, scaling.png, and each run's metrics and logs")
       ("title", po::value<std::string>()->default_value(""), "plot title (default: the model and machine)")
-      ("json", po::value<std::string>()->default_value(""), "append one JSON line per run (bench \"scaling\")");
+      ("json", path_value(PathKind::WriteFile)->default_value(""), "append one JSON line per run (bench \"scaling\")");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -144,6 +145,7 @@ int scaling_bench(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + " (see: meshbench scaling --help)");
   }
+  check_path_options(desc, vm);
   if (vm.count("help")) {
     std::cout << "usage: meshbench scaling [options]\n\n"
                  "Runs `meshtrain train` under mpirun once per layout and mode, reads each run's metrics file and "

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "bench/bench_json.h"
+#include "launch/path_option.h"
 #include "launch/table.h"
 #include "models/gpt.h"
 #include "runtime/gemm_rate.h"
@@ -87,7 +88,7 @@ int train_bench(const std::vector<std::string>& args) {
       ("dtype", po::value<std::string>()->default_value("fp32"),
        "compute precision of the matrix products: fp32, or bf16 (bf16 operands, fp32 accumulation and master weights)")
       ("gemm-size", po::value<int>()->default_value(0), "n of the n^3 sgemm that measures the ceiling (0: 2048 on CPU, 8192 on GPU)")
-      ("json", po::value<std::string>()->default_value(""), "append one JSON line per model to this file (for meshtrain plan --calibrate)");
+      ("json", path_value(PathKind::WriteFile)->default_value(""), "append one JSON line per model to this file (for meshtrain plan --calibrate)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   if (vm.count("help")) {
@@ -97,6 +98,7 @@ int train_bench(const std::vector<std::string>& args) {
     return 0;
   }
   po::notify(vm);
+  check_path_options(desc, vm);
   const int B = vm["batch"].as<int>(), T = vm["seq-len"].as<int>();
   const int steps = vm["steps"].as<int>(), warmup = vm["warmup"].as<int>();
   DeviceOptions options;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "launch/path_option.h"  // defines: path_value, the options parse_command_line checks and resolves
+
 namespace mt {
 
 // The whole of `text` as an int ("12"; not "12x", "", or out of range), else nullopt: callers
@@ -14,7 +16,9 @@ namespace mt {
 std::optional<int> parse_whole_number(const std::string& text);
 
 // `command` is a meshtrain command ("train") or another program's, named in full ("meshbench coll").
-// A command that declares a `config` option also reads the ini file it names.
+// A command that declares a `config` option also reads the ini file it names; relative values of
+// its path options (path_value) are taken from the file's folder. An option given twice takes its
+// last value (lists gather every one). Every given path option is checked (check_path_options).
 // Returns nullopt when --help was asked for (rank 0 has printed the help).
 std::optional<boost::program_options::variables_map> parse_command_line(
     const std::string& command, const std::string& summary, boost::program_options::options_description& desc,

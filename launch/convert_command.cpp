@@ -20,7 +20,7 @@ namespace {
 po::options_description convert_options() {
   po::options_description desc("options");
   desc.add_options()
-      ("from", po::value<std::string>()->required(),
+      ("from", path_value(PathKind::ReadFileOrDir)->required(),
        "what to convert: a checkpoint (a --checkpoint-dir, meaning its latest, or a step_N directory) or an llm.c "
        "weights file")
       ("to", po::value<std::string>()->required(),
@@ -57,6 +57,7 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   if (dtype != "fp32" && dtype != "bf16") throw UsageError("unknown --dtype '" + dtype + "' (known: fp32, bf16)");
   if (!std::filesystem::exists(from)) throw UsageError("--from " + from.string() + " does not exist");
   const bool to_llmc = to.extension() == ".bin";
+  check_path("to", to.string(), to_llmc ? PathKind::WriteFile : PathKind::WriteDir);  // a file or a directory by its name
 
   FullState state;
   ckpt::Manifest base;

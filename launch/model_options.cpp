@@ -2,6 +2,7 @@
 
 #include "data/tokenizer/tokenizer.h"
 #include "launch/cli.h"
+#include "launch/path_option.h"
 
 namespace po = boost::program_options;
 
@@ -48,7 +49,7 @@ void add_tokenizer_options(po::options_description& desc) {
   desc.add_options()
       ("tokenizer", po::value<std::string>()->default_value("gpt2"),
        "gpt2 (OpenAI's byte-level BPE, vocab 50257) or bytes (one token per byte, vocab 256)")
-      ("tokenizer-dir", po::value<std::string>(),
+      ("tokenizer-dir", path_value(PathKind::ReadDir),
        "directory with GPT-2's encoder.json and vocab.bpe (default: $MESHTRAIN_TOKENIZER_DIR, else "
        "assets/gpt2, filled by scripts/fetch_tokenizer.sh)");
 }

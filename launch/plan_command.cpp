@@ -160,7 +160,7 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       ("global-batch", po::value<int>()->required(), "sequences per optimizer step, whole job")
       ("micro-batch", po::value<int>(), "sequences per forward pass (default: every divisor is tried)")
       ("dtype", po::value<std::string>(), "compute dtype, fp32 or bf16 (default: the cluster's peak dtype)")
-      ("cluster", po::value<std::string>()->default_value("dgx-a100"),
+      ("cluster", preset_or_file_value(".ini")->default_value("dgx-a100"),
        ("a preset (" + clusters + ") or an .ini file of `key = value` lines with the keys of --set "
         "(and optionally `preset = NAME` first)").c_str())
       ("nodes", po::value<int>(), "number of nodes (overrides the cluster)")
@@ -168,7 +168,7 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       ("set", po::value<std::vector<std::string>>(),
        ("KEY=VALUE, repeatable: override one cluster field (SI units: bytes, bytes/s, seconds, FLOP/s). "
         "Keys: " + fields).c_str())
-      ("calibrate", po::value<std::vector<std::string>>()->multitoken(),
+      ("calibrate", path_values(PathKind::ReadFile)->multitoken(),
        "JSON-lines files of `meshbench --json`: fit link latency and bandwidth from allreduce rows "
        "(hosts 1: intra-node, more: inter-node) and the GEMM rate and achieved fraction from train rows")
       ("layout", po::value<std::string>(),

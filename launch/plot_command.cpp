@@ -263,11 +263,11 @@ PlotOptions read_options(const po::variables_map& vm) {
 int plot_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   po::options_description desc("options");
   desc.add_options()
-      ("metrics", po::value<std::vector<std::string>>(),
+      ("metrics", path_values(PathKind::ReadFile),
        "a metrics file written by `meshtrain train --metrics` (JSON lines); the files may also be given "
        "without the option name, as METRICS... . Each file is one run; when a resumed run repeats steps, "
        "the last record of each step in the file wins")
-      ("out", po::value<std::string>()->required(), "the PNG file to write (replaced if it exists)")
+      ("out", path_value(PathKind::WriteFile)->required(), "the PNG file to write (replaced if it exists)")
       ("label", po::value<std::vector<std::string>>(),
        "the name of a run in the key, repeatable: the first --label names the first file, and so on "
        "(default: the file name without its extension). The layout from the run's header is added, "
@@ -277,7 +277,7 @@ int plot_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       ("warmup-steps", po::value<int>()->default_value(1),
        "leave the first N steps after each start or resume out of the throughput panel: they include "
        "one-off setup (allocation, first kernel launches) and are not the steady rate. 0 keeps every step")
-      ("keep-files", po::value<std::string>(),
+      ("keep-files", path_value(PathKind::WriteDir),
        "write the gnuplot script (plot.gp) and its data files (runR_SERIES.dat: step and value, the "
        "repeated steps of a resumed run resolved) into this directory and keep them, to restyle the plot "
        "by hand with `gnuplot DIR/plot.gp` (default: a temporary directory, removed)");

@@ -53,11 +53,11 @@ std::optional<std::string> outcome_of_rank0(const std::optional<std::string>& mi
 int prepare_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   po::options_description desc("options");
   desc.add_options()
-      ("input", po::value<std::vector<std::string>>()->multitoken(),
+      ("input", path_values(PathKind::ReadFile)->multitoken(),
        "text files to tokenize, in order (default: the fortunes of Debian's `fortunes` package in "
        "/usr/share/games/fortunes). A file with lines holding only `%` is split into one document "
        "per entry; any other file is one document")
-      ("output", po::value<std::string>()->required(), "directory for the shards (created when missing)")
+      ("output", path_value(PathKind::WriteDir)->required(), "directory for the shards (created when missing)")
       ("val-fraction", po::value<double>()->default_value(0.1, "0.1"),
        "share of documents held out for validation, in [0, 1). It needs at least 2 documents: a "
        "single one goes to train, with a warning")

@@ -48,7 +48,7 @@ void check_memory_cap(std::size_t cap, const GptConfig& config, std::size_t prom
 int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   po::options_description desc("options");
   desc.add_options()
-      ("weights", po::value<std::string>()->required(),
+      ("weights", path_value(PathKind::ReadFileOrDir)->required(),
        "what to sample from: an llm.c GPT-2 weights file (`meshtrain train --save-weights`), or a checkpoint "
        "of any layout (a --checkpoint-dir, meaning its latest, or one step_N directory in it)")
       ("prompt", po::value<std::string>()->default_value("\n"), "text to continue")

@@ -38,21 +38,33 @@ T get(const po::variables_map& vm, const char* name) {
   return vm[name].as<T>();
 }
 
+// --micro-batch when not given: the largest of 4, 2, 1 that divides each replica's share of the
+// global batch (1 where dp does not divide it, so the layout check names only what must change).
+int default_micro_batch(int global_batch, int dp) {
+  for (const int m : {4, 2}) {
+    if (global_batch % (std::int64_t{dp} * m) == 0) return m;
+  }
+  return 1;
+}
+
 }  // namespace
 
 po::options_description train_options() {
   po::options_description desc("options");
   desc.add_options()
-      ("config", po::value<std::string>(),
+      ("config", path_value(PathKind::ReadFile),
        "read options from this ini file: one `name = value` per line, names as below without the "
-       "dashes; options given on the command line win")
-      ("data", po::value<std::string>()->default_value("assets/corpus/fortunes"),
+       "dashes; options given on the command line win. A relative path in the file (data, metrics, "
+       "checkpoint-dir...) is taken from the file's own folder, not the current directory")
+      ("data", path_value(PathKind::ReadDir)->default_value("assets/corpus/fortunes"),
        "directory of llm.c token shards: *_train_NNNNNN.bin and, for validation, *_val_NNNNNN.bin "
        "(made by `meshtrain prepare`)")
       ("global-batch", po::value<int>()->default_value(8),
-       "sequences per optimizer step, whatever the layout (a multiple of --micro-batch)")
-      ("micro-batch", po::value<int>()->default_value(4),
-       "sequences per forward/backward pass; gradients accumulate over global-batch / micro-batch passes")
+       "sequences per optimizer step, whatever the layout (a multiple of dp x --micro-batch)")
+      ("micro-batch", po::value<int>(),
+       "sequences per forward/backward pass; gradients accumulate over global-batch / (dp x micro-batch) "
+       "passes (default: the largest of 4, 2, 1 that divides --global-batch / dp, so the defaults run on "
+       "any rank count that divides the global batch)")
       ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T (at most the model's context)")
       ("steps", po::value<int>()->default_value(100), "optimizer steps to run")
       ("lr", po::value<float>()->default_value(6e-4f, "6e-4"), "peak learning rate")
@@ -75,10 +87,10 @@ po::options_description train_options() {
       ("eval-batches", po::value<int>()->default_value(4), "global batches of validation data per evaluation (the same sequences every time)")
       ("log-every", po::value<int>()->default_value(10),
        "steps between progress lines (loss, tokens/s, MFU, ETA); the first and last steps are always shown")
-      ("metrics", po::value<std::string>(), "write one JSON line per step to this file")
-      ("init-weights", po::value<std::string>(),
+      ("metrics", path_value(PathKind::WriteFile), "write one JSON line per step to this file")
+      ("init-weights", path_value(PathKind::ReadFile),
        "start from this llm.c GPT-2 checkpoint (its shape must match the model options)")
-      ("save-weights", po::value<std::string>(), "write the trained weights as an llm.c checkpoint here")
+      ("save-weights", path_value(PathKind::WriteFile), "write the trained weights as an llm.c checkpoint here")
       ("save-dtype", po::value<std::string>()->default_value("fp32"), "fp32 (llm.c version 3) or bf16 (version 5)")
       ("compute-dtype", po::value<std::string>()->default_value("fp32"),
        "fp32, or bf16: bf16 matrix multiplies and activations over fp32 master weights, gradients and "
@@ -118,14 +130,14 @@ po::options_description train_options() {
   desc.add(layout);
   po::options_description checkpoints("checkpoints (resuming works on any layout: dp, tp, pp, v, zero and the rank count may change)");
   checkpoints.add_options()
-      ("checkpoint-dir", po::value<std::string>(),
+      ("checkpoint-dir", path_value(PathKind::WriteDir),
        "save checkpoints here as step_NNNNNNNN/ (every rank writes its shards, rank 0 a manifest.json with "
        "checksums); `latest` names the newest complete one. Saves are atomic: a run killed while saving leaves "
        "the previous checkpoint in force")
       ("save-every", po::value<int>()->default_value(0),
        "steps between checkpoints (0: only after the last step); needs --checkpoint-dir")
       ("keep", po::value<int>()->default_value(3), "keep the newest K checkpoints, deleting older ones (0: keep all)")
-      ("resume", po::value<std::string>()->implicit_value("latest"),
+      ("resume", path_value(PathKind::ReadDir, "latest")->implicit_value("latest"),
        "continue a run: --resume alone takes the latest checkpoint of --checkpoint-dir, --resume DIR/step_N a given "
        "one. Parameters, AdamW state, the step and the data position are restored, so the same layout continues "
        "bit for bit and another layout within fp32 rounding; --steps is the total to reach");
@@ -138,7 +150,7 @@ po::options_description train_options() {
 
 // The layout options, checked against the job and the model; every rank reaches the same verdict.
 LayoutChoice read_layout(const po::variables_map& vm, int world_size, const GptConfig& config,
-                         const TrainSettings& settings) {
+                         TrainSettings& settings) {
   LayoutChoice c;
   try {
     c.mesh.tp = get<int>(vm, "tp");
@@ -153,6 +165,7 @@ LayoutChoice read_layout(const po::variables_map& vm, int world_size, const GptC
                  " does not divide the job's ", world_size, " ranks (launch a multiple of it, or give --dp)");
       c.mesh.dp = static_cast<int>(world_size / tp_pp);
     }
+    if (!vm.count("micro-batch") && c.mesh.dp >= 1) settings.micro_batch = default_micro_batch(settings.global_batch, c.mesh.dp);
     c.parallel.schedule = parse_schedule_kind(get<std::string>(vm, "schedule"));
     c.parallel.virtual_stages = get<int>(vm, "virtual-stages");
     const std::string pp_layers = get<std::string>(vm, "pp-layers");
@@ -187,7 +200,7 @@ LayoutChoice read_layout(const po::variables_map& vm, int world_size, const GptC
 TrainSettings read_settings(const po::variables_map& vm) {
   TrainSettings s;
   s.global_batch = get<int>(vm, "global-batch");
-  s.micro_batch = get<int>(vm, "micro-batch");
+  s.micro_batch = vm.count("micro-batch") ? get<int>(vm, "micro-batch") : default_micro_batch(s.global_batch, 1);
   s.seq_len = get<int>(vm, "seq-len");
   s.steps = get<int>(vm, "steps");
   s.grad_clip = get<float>(vm, "grad-clip");
@@ -329,7 +342,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   const po::variables_map& vm = *parsed;
   const std::string tokenizer = tokenizer_name(vm);
   const GptConfig config = read_model_config(vm, tokenizer_vocab_size(tokenizer));
-  const TrainSettings settings = read_settings(vm);
+  TrainSettings settings = read_settings(vm);  // read_layout settles the default micro-batch
   const std::string save_dtype = get<std::string>(vm, "save-dtype");
   if (save_dtype != "fp32" && save_dtype != "bf16")
     throw UsageError("unknown --save-dtype '" + save_dtype + "' (known: fp32, bf16)");

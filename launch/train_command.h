@@ -26,6 +26,7 @@ struct LayoutChoice {
   ParallelSettings parallel;
 };
 // The layout options, checked against the job and the model; UsageError when they do not fit.
+// Without --micro-batch it sets settings.micro_batch to its default, which depends on dp.
 LayoutChoice read_layout(const boost::program_options::variables_map& vm, int world_size, const GptConfig& config,
-                         const TrainSettings& settings);
+                         TrainSettings& settings);
 }  // namespace mt

@@ -74,7 +74,7 @@ up() {
     else
       echo "NodeName=n[1-2] NodeAddr=10.99.0.[1-2] Port=$((port + 1)) CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
     fi
-    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=1:00:00 State=UP OverSubscribe=YES"  # a short MaxTime, as many clusters have
   } >"$dir/slurm.conf"
   if [ "$nodes" = 1 ]; then
     slurmctld -D -f "$dir/slurm.conf" >"$dir/log/slurmctld.out" 2>&1 &

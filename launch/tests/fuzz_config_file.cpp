@@ -75,7 +75,7 @@ void write_seeds(const fs::path& dir) {
 void read_options(const po::variables_map& vm) {
   const std::string tokenizer = mt::tokenizer_name(vm);
   const mt::GptConfig config = mt::read_model_config(vm, mt::tokenizer_vocab_size(tokenizer));
-  const mt::TrainSettings settings = mt::read_settings(vm);
+  mt::TrainSettings settings = mt::read_settings(vm);  // read_layout settles the default micro-batch
   (void)mt::read_runtime_options(vm);
   for (const int world_size : {1, 8}) {
     try {

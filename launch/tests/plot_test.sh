@@ -76,7 +76,7 @@ left=$(find "$TMPDIR" -maxdepth 1 -name 'meshtrain-plot-*')
 unset TMPDIR
 
 # --- errors: non-zero exit, one clear message, no hang.
-expect_error "missing metrics file" "cannot read metrics file $dir/none.jsonl: No such file" \
+expect_error "missing metrics file" "--metrics '$dir/none.jsonl' does not exist" \
   "$meshtrain" plot "$dir/a.jsonl" "$dir/none.jsonl" --out "$dir/e.png"
 { head -3 "$dir/a.jsonl"; echo '{"step":3,"loss":4.1'; } >"$dir/bad.jsonl"
 expect_error "a line that is not JSON" "$dir/bad.jsonl:4: not a JSON line" \

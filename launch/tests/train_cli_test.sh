@@ -124,7 +124,7 @@ expect_error "unknown --model preset" "unknown model preset 'huge' \(known: tiny
 expect_error "global batch not a multiple of the micro-batch" \
   "--global-batch \(6\) must be a positive multiple of --micro-batch \(4\)" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --global-batch 6 --micro-batch 4 --steps 1 --cpu-threads 1
-expect_error "missing --data directory" "data directory \"$dir/nowhere\" does not exist" \
+expect_error "missing --data directory" "--data '$dir/nowhere' does not exist" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/nowhere" --steps 1 --cpu-threads 1
 cp -r "$data" "$dir/bad"
 printf '\x01\x02\x03\x04' | dd of="$dir/bad/data_train_000000.bin" bs=1 conv=notrunc status=none
@@ -133,7 +133,7 @@ expect_error "corrupt shard (wrong magic)" "data_train_000000.bin\" is not an ll
 printf 'steps = 2\nlearning-rate = 0.1\n' >"$dir/bad.ini"
 expect_error "unknown option in the config file" "config file '$dir/bad.ini': unrecognised option 'learning-rate'" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/bad.ini" --cpu-threads 1
-expect_error "missing config file" "cannot read config file '$dir/none.ini'" \
+expect_error "missing config file" "--config '$dir/none.ini' does not exist" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/none.ini" --cpu-threads 1
 mismatch="the gpt2 tokenizer has 50257 tokens, the model in $weights 256 \(use --tokenizer bytes\)"
 run "$meshtrain" sample --device cpu --tokenizer gpt2 --weights "$weights" --tokens 5 --cpu-threads 1
@@ -163,6 +163,11 @@ expect_error "layout: 1f1b with fewer micro-batches than stages" "--schedule 1f1
   "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --global-batch 8 --micro-batch 8
 expect_error "layout: interleaving with layers not divisible by pp x v" "needs the model's 6 layers divisible by 4" \
   "$mpiexec" -np 2 --oversubscribe "${par[@]}" --pp 2 --schedule interleaved --virtual-stages 2 --layers 6
+# The default batch (8) on 4 ranks: --micro-batch defaults to 2, what divides each replica's 2 (a
+# fixed default of 4 refused this: "--global-batch 8 must be a positive multiple of --dp 4 x --micro-batch 4").
+if expect_ok "train on 4 ranks with the default batch and micro-batch" "$mpiexec" -np 4 --oversubscribe "${par[@]}"; then
+  grep -q "micro-batch(es) of 2)" "$out" || { fail "4 ranks: the default micro-batch is not 2"; show; }
+fi
 if expect_ok "train --dp 2 --tp 2 --pp 2 --zero 1 on 8 ranks" "$mpiexec" -np 8 --oversubscribe "$meshtrain" train --device cpu \
   --tokenizer bytes --data "$data" --dp 2 --tp 2 --pp 2 --zero 1 --steps 4 --global-batch 8 --micro-batch 2 \
   --log-every 1 --cpu-threads 1 --save-weights "$dir/layout.bin"; then

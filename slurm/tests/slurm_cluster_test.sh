@@ -20,6 +20,21 @@ expect_ok "sbatch slurm/train.sbatch, 4 tasks" env MESHTRAIN="$meshtrain" \
   sbatch -W -N1 -n4 -O -o "$dir/job.out" "$here/train.sbatch" "${train[@]}" --metrics "$dir/slurm.jsonl"
 grep -q "^final validation loss" "$dir/job.out" 2>/dev/null && echo "ok   the job trained to the end" ||
   { fail "the job did not finish training"; cat "$dir/job.out"; }
+# A CPU-only node the way docs/LAUNCHING.md says, with meshtrain's defaults: -n4 -O on 2 cores, no
+# --time (the partition's MaxTime is 1 hour: a fixed 24 hours in the script was refused), the default
+# global batch 8 on dp 4 (the micro-batch defaults to 2), and a relative --data taken from
+# MESHTRAIN_HOME, not from the spool directory sbatch runs the script from.
+expect_ok "sbatch -n4 -O with the defaults, from MESHTRAIN_HOME" env MESHTRAIN="$meshtrain" MESHTRAIN_HOME="$dir" \
+  sbatch -W -N1 -n4 -O -o "$dir/defaults.out" "$here/train.sbatch" --device cpu --tokenizer bytes --data data \
+  --model tiny --seq-len 32 --steps 2 --cpu-threads 1
+grep -q "^step 2/2" "$dir/defaults.out" 2>/dev/null && echo "ok   the job with the defaults trained" ||
+  { fail "the job with the defaults did not train"; cat "$dir/defaults.out"; }
+# What docs/LAUNCHING.md says: more tasks per node than CPUs is refused even with --overcommit.
+if sbatch --test-only -N1 --ntasks-per-node=$(($(nproc) * 2)) -O --wrap true >"$dir/test-only.out" 2>&1; then
+  fail "sbatch accepted --ntasks-per-node above the CPUs with -O (docs/LAUNCHING.md says it refuses)"
+else
+  echo "ok   --ntasks-per-node above the CPUs is refused even with -O: $(tail -1 "$dir/test-only.out")"
+fi
 expect_ok "the same under mpirun" np 4 "$meshtrain" train "${train[@]}" --metrics "$dir/mpirun.jsonl"
 same_losses "losses under sbatch/srun equal those under mpirun, bit for bit" \
   "$dir/slurm.jsonl" "$dir/mpirun.jsonl" 1 6 0
