@@ -1,7 +1,7 @@
 # Test registration. Multi-rank tests run through mpirun at several rank counts, oversubscribed,
 # with the Open MPI settings a container with few cores needs (root allowed, oversubscribed ranks
 # that yield when idle; docs/LAUNCHING.md, "Environment variables that matter").
-# defines: meshtrain_add_test, meshtrain_add_mpi_test, MESHTRAIN_MPI_TEST_ENV, MESHTRAIN_ASAN_SET,
+# defines: meshtrain_add_test, meshtrain_add_mpi_test, meshtrain_add_kernel_variants, MESHTRAIN_MPI_TEST_ENV, MESHTRAIN_ASAN_SET,
 #          MESHTRAIN_TEST_COMPILE_OPTIONS, meshtrain_asan_set (a target)
 set(MESHTRAIN_MPI_TEST_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1

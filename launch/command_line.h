@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/path_option.h"  // defines: path_value, the options parse_command_line checks and resolves
+#include "launch/path_option.h"  // defines: path_value (the options parse_command_line checks and resolves)
 
 namespace mt {
 

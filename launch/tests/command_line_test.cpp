@@ -17,7 +17,7 @@
 
 #include "launch/cli.h"            // defines: UsageError
 #include "launch/model_options.h"  // defines: read_model_config
-#include "launch/path_option.h"    // defines: check_path, path_values
+#include "launch/path_option.h"    // defines: check_path
 #include "launch/train_command.h"  // defines: train_options, read_settings, read_layout
 #include "tests/scratch_dir.h"     // defines: ScratchDir
 

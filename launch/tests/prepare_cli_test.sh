@@ -104,9 +104,9 @@ fi
 
 # --- user errors: one plain line, exit 2; under mpirun, from rank 0 only.
 p=("$meshtrain" prepare --tokenizer bytes)
-expect_line "missing input" "meshtrain: error: input file \"$dir/none.txt\" does not exist" \
+expect_line "missing input" "meshtrain: error: --input '$dir/none.txt' does not exist" \
   "${p[@]}" --input "$dir/none.txt" --output "$dir/o"
-expect_line_np2 "missing input" "meshtrain: error: input file \"$dir/none.txt\" does not exist" \
+expect_line_np2 "missing input" "meshtrain: error: --input '$dir/none.txt' does not exist" \
   "${p[@]}" --input "$dir/none.txt" --output "$dir/o"
 expect_line "--val-fraction 1.5" "meshtrain: error: validation fraction (--val-fraction) must be in [0, 1), got 1.5" \
   "${p[@]}" --input "$dir/one.txt" --output "$dir/o" --val-fraction 1.5
@@ -130,7 +130,7 @@ expect_line "gpt2 without its files" \
   "$meshtrain" prepare --tokenizer gpt2 --tokenizer-dir "$dir/no_gpt2" --input "$dir/one.txt" --output "$dir/o"
 printf 'x' >"$dir/a_file"
 expect_line "output under a file" \
-  "meshtrain: error: cannot create output directory \"$dir/a_file/sub\": Not a directory" \
+  "meshtrain: error: --output '$dir/a_file/sub' does not exist (a folder on its way is a file)" \
   "${p[@]}" --input "$dir/one.txt" --output "$dir/a_file/sub"
 # A shard that cannot be written (a directory stands where it goes): the file system's message, plain.
 mkdir -p "$dir/blocked/blocked_train_000000.bin"
