@@ -6,7 +6,7 @@ namespace mt::blas {
 namespace {
 
 constexpr std::int64_t kAlign = 16;                  // rows and columns of a tile: a multiple of the kernels' unrolls
-constexpr std::int64_t kLargeTileArea = 256 * 256;   // beyond the first four tiles, none smaller than this
+constexpr std::int64_t kLargeTileArea = 1024 * 1024; // beyond the first four tiles, none smaller than this
 constexpr std::int64_t kSmallTileArea = 64 * 64;     // below this, a product is not split at all
 constexpr std::int64_t kSmallProduct = 1 << 18;      // multiply-adds: not worth a second thread
 

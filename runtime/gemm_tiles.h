@@ -8,9 +8,10 @@
 // the tiles out: whatever thread takes a tile, it computes the same call on the same data.
 //
 // The shape trades balance against packing. Each tile packs its own rows of A and columns of B,
-// so the copies per flop grow as 1/rows + 1/cols: tiles stay large (at least 256 x 256 in area for
-// big products), and their count is a power of two, at least 4 when the product is big enough, so
-// 1, 2 or 4 threads share equal tiles evenly.
+// so the copies per flop grow as 1/rows + 1/cols: their count is a power of two, 4 when the product
+// is big enough, so 1, 2 or 4 threads share equal tiles evenly, and more only while every tile keeps
+// at least 1024 x 1024 outputs (with 256 x 256 tiles GPT-2's step was 8% slower on 2 threads; with
+// these it is within the noise of OpenBLAS's own threading: docs/PERFORMANCE.md, "GEMM tiles").
 #pragma once
 
 #include <cstdint>

@@ -60,10 +60,12 @@ TEST(GemmTiles, BigProductsShareEvenlyAndSmallOnesStayWhole) {
     const GemmTiles t = plan_gemm_tiles(s.m, s.n, s.k);
     EXPECT_TRUE(is_power_of_two(t.count()) && t.count() >= 4) << s.m << "x" << s.n << ": " << t.count();
   }
-  // Beyond four, no tile smaller than 256 x 256 in area: packing stays a small part of the work.
-  const GemmTiles head = plan_gemm_tiles(256, 50304, 768);
-  EXPECT_GT(head.count(), 4);
-  EXPECT_GE(head.rows * head.cols, 256 * 256);
+  // Beyond four, no tile smaller than 1024 x 1024 in area: packing stays a small part of the work.
+  for (const Shape& s : std::vector<Shape>{{256, 50304, 768}, {4096, 4096, 64}, {50304, 768, 256}}) {
+    const GemmTiles t = plan_gemm_tiles(s.m, s.n, s.k);
+    EXPECT_GT(t.count(), 4) << s.m << "x" << s.n;
+    EXPECT_GE(t.rows * t.cols, 1024 * 1024) << s.m << "x" << s.n;
+  }
   // Tiny products are one call.
   EXPECT_EQ(plan_gemm_tiles(64, 64, 8).count(), 1);
   EXPECT_EQ(plan_gemm_tiles(1, 1, 1).count(), 1);
