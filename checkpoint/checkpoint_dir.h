@@ -3,6 +3,7 @@
 //   ROOT/step_00000100/manifest.json, rank_00000.bin, ...   complete checkpoints
 //   ROOT/.step_00000200.partial/                          a save in progress (or one that died)
 //   ROOT/latest                                           "step_00000100\n": the newest complete one
+//   ROOT/.lock                                            held by the one job saving here (dir_lock.h)
 //
 // A save: rank 0 prepares the partial directory; every rank writes its shard file and a sidecar
 // (rank_NNNNN.json: its file entry, tensors and pieces) into it and fsyncs both; once all have
