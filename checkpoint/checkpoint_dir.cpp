@@ -105,6 +105,12 @@ std::optional<std::int64_t> parse_step_dir_name(std::string_view name) {
   return step;
 }
 
+// The step of ".step_00000100" + suffix (".partial", ".old"), else nullopt.
+std::optional<std::int64_t> hidden_step(std::string_view name, std::string_view suffix) {
+  if (!name.starts_with('.') || !name.ends_with(suffix)) return std::nullopt;
+  return parse_step_dir_name(name.substr(1, name.size() - 1 - suffix.size()));
+}
+
 bool is_complete(const fs::path& dir) { return fs::is_regular_file(dir / kManifestName); }
 
 // The step ROOT/latest names, nullopt when there is no such file or it names no step directory.
@@ -261,10 +267,6 @@ std::vector<std::int64_t> prune_checkpoints(const fs::path& root, int keep, cons
   // stay forever): partial saves older than the newest checkpoint; step_N directories without a
   // manifest below it (a prune that died in remove_all); .step_N.old (a commit that died before
   // removing the checkpoint it replaced) once step_N is complete again or `latest` names another.
-  auto hidden_step = [](const std::string& name, std::string_view suffix) -> std::optional<std::int64_t> {
-    if (!name.starts_with('.') || !name.ends_with(suffix)) return std::nullopt;
-    return parse_step_dir_name(std::string_view(name).substr(1, name.size() - 1 - suffix.size()));
-  };
   auto is_debris = [&](const std::string& name) {
     if (steps.empty()) return false;
     if (const auto step = hidden_step(name, ".partial")) return *step < steps.back();
@@ -273,6 +275,17 @@ std::vector<std::int64_t> prune_checkpoints(const fs::path& root, int keep, cons
     return step && *step < steps.back() && !is_complete(root / name);
   };
   for (const fs::path& debris : entries_named(root, is_debris)) remove_all_or_fail(debris);
+  return removed;
+}
+
+std::vector<std::int64_t> remove_partial_saves(const fs::path& root) {
+  std::vector<std::int64_t> removed;
+  auto is_partial = [](const std::string& name) { return hidden_step(name, ".partial").has_value(); };
+  for (const fs::path& partial : entries_named(root, is_partial)) {
+    remove_all_or_fail(partial);
+    removed.push_back(*hidden_step(partial.filename().string(), ".partial"));
+  }
+  std::sort(removed.begin(), removed.end());
   return removed;
 }
 
@@ -313,7 +326,7 @@ std::optional<SaveFault> save_fault_from_env() {
   if (!value || !*value) return std::nullopt;
   const std::string text = value;
   auto malformed = [&](const std::string& why) {
-    MT_FAIL(kFaultVariable, "='", text, "': ", why, " (expected [kill-]POINT[:STEP][@RANK], POINT one of shard, ",
+    MT_FAIL(kFaultVariable, "='", text, "': ", why, " (expected [kill-|full-]POINT[:STEP][@RANK], POINT one of shard, ",
             "sidecar, manifest, rename, latest, prune)");
   };
   auto number = [&](std::string_view digits, const char* what) {
@@ -337,8 +350,11 @@ std::optional<SaveFault> save_fault_from_env() {
     rest = rest.substr(0, colon);
   }
   constexpr std::string_view kKillPrefix = "kill-";
+  constexpr std::string_view kFullPrefix = "full-";
   fault.kill = rest.starts_with(kKillPrefix);
   if (fault.kill) rest.remove_prefix(kKillPrefix.size());
+  fault.full = !fault.kill && rest.starts_with(kFullPrefix);
+  if (fault.full) rest.remove_prefix(kFullPrefix.size());
   fault.point = std::string(rest);
   if (std::find(kFaultPoints.begin(), kFaultPoints.end(), fault.point) == kFaultPoints.end()) {
     malformed("unknown point '" + fault.point + "'");
@@ -348,6 +364,10 @@ std::optional<SaveFault> save_fault_from_env() {
 
 void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank) {
   if (!fault || !fault->fires(here, save_step, my_rank)) return;
+  if (fault->full) {
+    MT_FAIL("cannot write the checkpoint of step ", save_step, " at '", here, "': ", errno_text(ENOSPC),
+            " (injected fault: ", kFaultVariable, ")");
+  }
   std::fprintf(stderr, "meshtrain: injected fault: rank %d %s at '%s' of the save of step %lld (%s)\n", my_rank,
                fault->kill ? "is killed (SIGKILL)" : "crashes", here.c_str(), static_cast<long long>(save_step),
                kFaultVariable);

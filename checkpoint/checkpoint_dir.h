@@ -3,6 +3,7 @@
 //   ROOT/step_00000100/manifest.json, rank_00000.bin, ...   complete checkpoints
 //   ROOT/.step_00000200.partial/                          a save in progress (or one that died)
 //   ROOT/latest                                           "step_00000100\n": the newest complete one
+//   ROOT/.lock                                            held by the one job saving here (dir_lock.h)
 //
 // A save: rank 0 prepares the partial directory; every rank writes its shard file and a sidecar
 // (rank_NNNNN.json: its file entry, tensors and pieces) into it and fsyncs both; once all have
@@ -12,7 +13,8 @@
 // or the new one complete: a directory without manifest.json is never taken for a checkpoint.
 // defines: step_dir_name, partial_dir, shard_file_name, sidecar_name, prepare_partial,
 //          write_sidecar, assemble_manifest, commit_checkpoint, set_latest, list_checkpoints,
-//          prune_checkpoints, resolve_checkpoint, read_manifest, SaveFault, save_fault_from_env
+//          prune_checkpoints, remove_partial_saves, resolve_checkpoint, read_manifest, SaveFault,
+//          save_fault_from_env
 #pragma once
 
 #include <cstdint>
@@ -30,10 +32,12 @@ std::filesystem::path partial_dir(const std::filesystem::path& root, std::int64_
 std::string shard_file_name(int rank);                                            // "rank_00003.bin"
 std::string sidecar_name(int rank);                                               // "rank_00003.json"
 
-// Fault injection for tests: MESHTRAIN_FAULT_SAVE=[kill-]POINT[:STEP][@RANK] makes that rank
+// Fault injection for tests: MESHTRAIN_FAULT_SAVE=[kill-|full-]POINT[:STEP][@RANK] makes that rank
 // (default 0) end abruptly at POINT of the save of STEP (default: the first save): std::_Exit(75)
 // (no cleanup, as a crash), or with the "kill-" prefix a real SIGKILL, so the launcher sees a
-// process killed by a signal (as the OOM killer or a node failure would). Points, in save order:
+// process killed by a signal (as the OOM killer or a node failure would). With the "full-" prefix
+// the process lives on and the save fails there with an Error as a full disk would (ENOSPC), so
+// the job's agreed error path runs. Points, in save order:
 // "shard" (its shard file half written), "sidecar" (shard done, sidecar not written), "manifest"
 // (rank 0: every rank done, manifest not written), "rename" (manifest written, directory not
 // renamed), "latest" (renamed, `latest` not moved), "prune" (`latest` moved; an old checkpoint
@@ -43,14 +47,15 @@ struct SaveFault {
   std::optional<std::int64_t> step;
   int rank = 0;
   bool kill = false;  // raise(SIGKILL) instead of _Exit(75)
-  // True when this rank must die at `here` during the save of `step`.
+  bool full = false;  // throw "No space left on device" instead of ending
+  // True when this rank must die (or fail) at `here` during the save of `step`.
   bool fires(const std::string& here, std::int64_t save_step, int my_rank) const;
 };
 // Parses the variable; nullopt when unset. Error naming the variable for a malformed value or an
 // unknown point.
 std::optional<SaveFault> save_fault_from_env();
-// Ends the process as a crash would when `fault` fires here (prints one line to stderr first).
-// Never returns when it fires.
+// Ends the process as a crash would when `fault` fires here (prints one line to stderr first), or
+// for a "full-" fault throws the Error a full disk would. Never returns when it fires.
 void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank);
 
 // Rank 0, before any rank writes: creates ROOT (and parents) and an empty partial directory for
@@ -93,6 +98,11 @@ std::vector<std::int64_t> list_checkpoints(const std::filesystem::path& root);
 // the newest complete step as the save's step) in the middle of removing the first one.
 std::vector<std::int64_t> prune_checkpoints(const std::filesystem::path& root, int keep,
                                             const std::optional<SaveFault>& fault = std::nullopt);
+
+// Rank 0, at the start of a run holding the directory's lock (dir_lock.h), so that no other job can
+// be writing them: removes every .step_N.partial directory under ROOT (saves that failed: a full
+// disk, a killed process), whatever its step. Returns their steps, ascending.
+std::vector<std::int64_t> remove_partial_saves(const std::filesystem::path& root);
 
 // The checkpoint a --resume value names: "latest" (or "") -> the directory ROOT/latest names (ROOT
 // is `root`, the --checkpoint-dir; its .step_N.old when a commit replacing step_N died half-way);

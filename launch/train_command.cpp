@@ -133,7 +133,8 @@ po::options_description train_options() {
       ("checkpoint-dir", path_value(PathKind::WriteDir),
        "save checkpoints here as step_NNNNNNNN/ (every rank writes its shards, rank 0 a manifest.json with "
        "checksums); `latest` names the newest complete one. Saves are atomic: a run killed while saving leaves "
-       "the previous checkpoint in force")
+       "the previous checkpoint in force. One job at a time: rank 0 locks DIR/.lock (flock) for the run, a second "
+       "job is refused naming the holder, a killed job's lock goes with it")
       ("save-every", po::value<int>()->default_value(0),
        "steps between checkpoints (0: only after the last step); needs --checkpoint-dir")
       ("keep", po::value<int>()->default_value(3), "keep the newest K checkpoints, deleting older ones (0: keep all)")
@@ -371,6 +372,8 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   Session session = open_session(runtime);
   DeviceContext& ctx = *session.context;
   const bool root = session.placement.world_rank == 0;
+  // Held until the run ends: no other job saves into (or prunes) this directory meanwhile.
+  const auto checkpoint_lock = claim_checkpoint_dir(*session.world, ctx, checkpoint_dir);
 
   // Every rank opens every shard, so a missing directory or a bad shard fails every rank alike:
   // agreed, it is said once, and no rank waits for one that has already gone. The token ids are

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <system_error>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/tensor_io.h"
@@ -16,6 +17,26 @@ namespace mt {
 namespace {
 
 using Moment = DistributedAdamW::Moment;
+
+// Rank 0's `mine`, on every rank (collective over `world`).
+std::optional<std::string> broadcast_from_rank0(Communicator& world, DeviceContext& ctx,
+                                                const std::optional<std::string>& mine) {
+  // Text travels as one int32 per byte, after its length + 1 (0: nothing), as the agreement does.
+  const std::int32_t size = mine ? static_cast<std::int32_t>(mine->size()) + 1 : 0;
+  Tensor length = Tensor::from_host(std::vector<std::int32_t>{size}, {1}, ctx);
+  world.broadcast(length);
+  const std::int32_t got = length.to_host<std::int32_t>()[0];
+  if (got == 0) return std::nullopt;
+  std::vector<std::int32_t> codes(static_cast<std::size_t>(got), 0);
+  if (mine)
+    for (std::size_t i = 0; i < mine->size(); ++i) codes[i] = static_cast<unsigned char>((*mine)[i]);
+  Tensor text = Tensor::from_host(codes, {got}, ctx);
+  world.broadcast(text);
+  codes = text.to_host<std::int32_t>();
+  std::string out(codes.size() - 1, '\0');
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<char>(codes[i]);
+  return out;
+}
 
 std::string hex64(std::uint64_t value) {
   char buf[17];
@@ -163,6 +184,26 @@ ckpt::Slice shard_slice(const ParamShard& shard, std::int64_t begin, std::int64_
   return slice;
 }
 
+std::unique_ptr<ckpt::CheckpointDirLock> claim_checkpoint_dir(Communicator& world, DeviceContext& ctx,
+                                                              const std::filesystem::path& root) {
+  if (root.empty()) return nullptr;
+  std::unique_ptr<ckpt::CheckpointDirLock> lock;
+  std::optional<std::string> refused;
+  if (world.rank() == 0) {
+    try {
+      lock = std::make_unique<ckpt::CheckpointDirLock>(root);
+      ckpt::remove_partial_saves(root);
+    } catch (const Error& e) {
+      refused = e.message();
+    } catch (const std::exception& e) {
+      refused = e.what();
+    }
+  }
+  // The same message on every rank reads as the job's own error, not as "rank 0: ..." of one rank.
+  agree_on_error(world, ctx, broadcast_from_rank0(world, ctx, refused));
+  return lock;
+}
+
 SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& root, int keep,
                            const RunIdentity& run) {
   using clock = std::chrono::steady_clock;
@@ -172,27 +213,37 @@ SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path
   const int rank = trainer.groups().world_rank;
   const std::int64_t step = trainer.steps_done();
   std::optional<ckpt::SaveFault> fault;
-  run_agreed(world, ctx, [&] {
-    fault = ckpt::save_fault_from_env();
-    if (rank == 0) ckpt::prepare_partial(root, step);
-  });
   const std::filesystem::path partial = ckpt::partial_dir(root, step);
-  run_agreed(world, ctx, [&] {
-    ckpt::RankWriter writer(partial, rank, step, fault);
-    write_pieces(trainer, writer);
-    writer.finish();
-  });
   SaveResult result;
-  run_agreed(world, ctx, [&] {
-    if (rank != 0) return;
-    ckpt::maybe_crash(fault, "manifest", step, rank);
-    const ckpt::Manifest manifest = ckpt::assemble_manifest(partial, world.size(), manifest_base(trainer, run));
-    for (const ckpt::FileEntry& f : manifest.files) result.bytes += f.bytes;
-    ckpt::commit_checkpoint(root, manifest, fault);
-    ckpt::maybe_crash(fault, "latest", step, rank);
-    ckpt::set_latest(root, step);
-    result.pruned = ckpt::prune_checkpoints(root, keep, fault);
-  });
+  try {
+    run_agreed(world, ctx, [&] {
+      fault = ckpt::save_fault_from_env();
+      if (rank == 0) ckpt::prepare_partial(root, step);
+    });
+    run_agreed(world, ctx, [&] {
+      ckpt::RankWriter writer(partial, rank, step, fault);
+      write_pieces(trainer, writer);
+      writer.finish();
+    });
+    run_agreed(world, ctx, [&] {
+      if (rank != 0) return;
+      ckpt::maybe_crash(fault, "manifest", step, rank);
+      const ckpt::Manifest manifest = ckpt::assemble_manifest(partial, world.size(), manifest_base(trainer, run));
+      for (const ckpt::FileEntry& f : manifest.files) result.bytes += f.bytes;
+      ckpt::commit_checkpoint(root, manifest, fault);
+      ckpt::maybe_crash(fault, "latest", step, rank);
+      ckpt::set_latest(root, step);
+      result.pruned = ckpt::prune_checkpoints(root, keep, fault);
+    });
+  } catch (const JobError&) {
+    // Agreed, so every rank is done writing: the partial directory is nobody's now. Best effort (the
+    // next start removes it too); once renamed to step_N it is gone and this removes nothing.
+    if (rank == 0) {
+      std::error_code ignored;
+      std::filesystem::remove_all(partial, ignored);
+    }
+    throw;
+  }
   result.dir = root / ckpt::step_dir_name(step);
   result.seconds = std::chrono::duration<double>(clock::now() - start).count();
   return result;

@@ -11,17 +11,19 @@
 // Manifest sections: model (the GptConfig), layout, training (optimizer steps, batch, schedule),
 // data (sequences consumed, the loader's fingerprint), rng (the seed: training draws no random
 // numbers after initialization, and the data order is a pure function of seed and position).
-// defines: RunIdentity, SaveResult, ResumeReport, save_checkpoint, load_checkpoint,
+// defines: RunIdentity, SaveResult, ResumeReport, claim_checkpoint_dir, save_checkpoint, load_checkpoint,
 //          gpt_config_json, gpt_config_from_json, required_json_int, layout_json, shard_slice, param_tensor, adam_m_tensor,
 //          adam_v_tensor
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "checkpoint/dir_lock.h"
 #include "checkpoint/slices.h"
 #include "models/gpt_sharding.h"
 #include "train/parallel_trainer.h"
@@ -52,6 +54,14 @@ struct RunIdentity {
   std::string tokenizer;
 };
 
+// At the start of a run that saves into ROOT, before anything is written there: rank 0 takes ROOT's
+// lock for the run (checkpoint/dir_lock.h) and, holding it, removes the partial saves a failed run
+// left (remove_partial_saves). Collective over `world`: when rank 0 cannot (another job holds the
+// lock), every rank throws the same JobError with rank 0's message. Returns the lock on rank 0,
+// nullptr on the others and when `root` is empty (no --checkpoint-dir). Keep it for the whole run.
+std::unique_ptr<ckpt::CheckpointDirLock> claim_checkpoint_dir(Communicator& world, DeviceContext& ctx,
+                                                              const std::filesystem::path& root);
+
 struct SaveResult {
   std::filesystem::path dir;          // ROOT/step_N
   std::int64_t bytes = 0;             // shard bytes written by all ranks
@@ -61,7 +71,8 @@ struct SaveResult {
 
 // Saves the trainer's state after its steps_done() steps as ROOT/step_N (checkpoint_dir.h's
 // protocol), keeping the newest `keep` checkpoints (0: all). Collective over the trainer's world;
-// any rank's failure is every rank's JobError, and leaves the previous checkpoint in force.
+// any rank's failure is every rank's JobError, and leaves the previous checkpoint in force; rank 0
+// then removes the partial directory (a save that failed for a full disk must not keep its shards).
 // MESHTRAIN_FAULT_SAVE crashes or SIGKILLs a chosen rank at a chosen point (tests; checkpoint_dir.h).
 SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& root, int keep,
                            const RunIdentity& run);

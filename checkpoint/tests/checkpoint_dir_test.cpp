@@ -229,6 +229,30 @@ TEST(CheckpointDir, PruneRemovesWhatKilledProcessesLeft) {
   EXPECT_EQ(list_checkpoints(dir.path()), (std::vector<std::int64_t>{4, 6}));
 }
 
+// A save that failed (a full disk, a killed process) of a step newer than any checkpoint: prune
+// keeps it (it might be a save in progress); at the start of a run holding the lock it goes.
+TEST(CheckpointDir, RemovePartialSavesTakesEveryPartialDirectoryAndNothingElse) {
+  ScratchDir dir("ckpt");
+  save(dir.path(), 4);
+  set_latest(dir.path(), 4);
+  for (std::int64_t step : {2, 6, 99}) {
+    prepare_partial(dir.path(), step);
+    touch(partial_dir(dir.path(), step) / shard_file_name(0));
+  }
+  EXPECT_TRUE(prune_checkpoints(dir.path(), 0).empty());
+  EXPECT_TRUE(fs::exists(partial_dir(dir.path(), 6)));  // what prune leaves
+  fs::create_directory(dir / ".step_00000004.old");
+  touch(dir / ".lock");
+  touch(dir / "notes.partial");
+  EXPECT_EQ(remove_partial_saves(dir.path()), (std::vector<std::int64_t>{6, 99}));
+  EXPECT_FALSE(fs::exists(partial_dir(dir.path(), 6)));
+  EXPECT_FALSE(fs::exists(partial_dir(dir.path(), 99)));
+  for (const char* kept : {"step_00000004", "latest", ".step_00000004.old", ".lock", "notes.partial"})
+    EXPECT_TRUE(fs::exists(dir / kept)) << kept;
+  EXPECT_TRUE(remove_partial_saves(dir.path()).empty());
+  EXPECT_TRUE(remove_partial_saves(dir / "missing").empty());
+}
+
 TEST(SaveFault, PruneFaultLeavesAnUnlistedDirectoryTheNextPruneRemoves) {
   ScratchDir dir("ckpt");
   for (std::int64_t step : {2, 4, 6}) save(dir.path(), step);
@@ -367,7 +391,23 @@ TEST(SaveFault, ParsesTheKillMode) {
   };
   EXPECT_TRUE(contains(message("kill-"), "MESHTRAIN_FAULT_SAVE='kill-': unknown point ''"));
   EXPECT_TRUE(contains(message("kill-kill-shard"), "unknown point 'kill-shard'"));
-  EXPECT_TRUE(contains(message("crash-shard"), "unknown point 'crash-shard' (expected [kill-]POINT[:STEP][@RANK]"));
+  EXPECT_TRUE(contains(message("crash-shard"), "unknown point 'crash-shard' (expected [kill-|full-]POINT[:STEP][@RANK]"));
+}
+
+TEST(SaveFault, FullModeThrowsAsAFullDiskWould) {
+  const FaultVariable set("full-manifest:6");
+  const std::optional<SaveFault> fault = save_fault_from_env();
+  ASSERT_TRUE(fault);
+  EXPECT_EQ(fault->point, "manifest");
+  EXPECT_EQ(fault->step, 6);
+  EXPECT_TRUE(fault->full);
+  EXPECT_FALSE(fault->kill);
+  maybe_crash(fault, "manifest", 4, 0);
+  const std::string error = error_of([&] { maybe_crash(fault, "manifest", 6, 0); });
+  EXPECT_TRUE(contains(error, "cannot write the checkpoint of step 6 at 'manifest': No space left on device "
+                              "(injected fault: MESHTRAIN_FAULT_SAVE)")) << error;
+  const FaultVariable both("kill-full-shard");
+  EXPECT_TRUE(contains(error_of([] { save_fault_from_env(); }), "unknown point 'full-shard'"));
 }
 
 TEST(SaveFault, MalformedValuesAreNamed) {
@@ -376,7 +416,7 @@ TEST(SaveFault, MalformedValuesAreNamed) {
     return error_of([] { save_fault_from_env(); });
   };
   EXPECT_TRUE(
-      contains(message("boom"), "MESHTRAIN_FAULT_SAVE='boom': unknown point 'boom' (expected [kill-]POINT[:STEP][@RANK]"));
+      contains(message("boom"), "MESHTRAIN_FAULT_SAVE='boom': unknown point 'boom' (expected [kill-|full-]POINT[:STEP][@RANK]"));
   EXPECT_TRUE(contains(message("shard:x"), "MESHTRAIN_FAULT_SAVE='shard:x': step 'x' is not a number"));
   EXPECT_TRUE(contains(message("shard@"), "rank '' is not a number"));
   EXPECT_TRUE(contains(message("shard:-1"), "step '-1' is not a number"));

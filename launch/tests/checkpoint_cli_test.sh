@@ -95,7 +95,8 @@ done
 # --- bad checkpoints: one clear message, every rank exits, nothing written.
 bad=$dir/bad
 cp -r "$dir/c111" "$bad"
-snapshot() { (cd "$bad" && find . -type f -exec md5sum {} + | sort); }
+# Every run takes the directory's lock (.lock, naming the run): that file aside, nothing may change.
+snapshot() { (cd "$bad" && find . -type f ! -path ./.lock -exec md5sum {} + | sort); }
 before=$(snapshot)
 expect_error "another model shape" "holds another model: layers=4 .* the options ask for layers=2" \
   np 2 "${train[@]}" --layers 2 --resume "$bad/step_00000004" --checkpoint-dir "$bad" --save-every 2

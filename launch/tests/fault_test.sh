@@ -6,8 +6,8 @@
 # end promptly (bounded by a generous timeout, never asserted tighter), mpirun must name the killed
 # rank and the signal, `latest` must name a complete checkpoint, and `--resume` must say which one
 # it took, continue with the losses of the uninterrupted run bit for bit (same layout, same sums),
-# and leave nothing but complete checkpoints behind. Prints one "fault:" line per fault with the
-# seconds from the kill to mpirun's exit. About 50 s on 2 cores.
+# and leave nothing but complete checkpoints (and the lock file) behind. Prints one "fault:" line
+# per fault with the seconds from the kill to mpirun's exit. About 50 s on 2 cores.
 # Usage: fault_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
 set -u
 meshtrain=$1
@@ -46,7 +46,7 @@ check_resume() {
   same_losses "$name: steps $first-$steps bit for bit as the uninterrupted run" \
     "$dir/m-ref.jsonl" "$dir/m-resumed.jsonl" "$first" "$steps" 0
   local left entry
-  left=$(cd "$ck" && ls -A | grep -v -E '^(step_[0-9]{8}|latest)$' | tr '\n' ' ')
+  left=$(cd "$ck" && ls -A | grep -v -E '^(step_[0-9]{8}|latest|\.lock)$' | tr '\n' ' ')
   for entry in "$ck"/step_*; do [ -f "$entry/manifest.json" ] || left+="$(basename "$entry") (no manifest) "; done
   [ -z "$left" ] || fail "$name: leftovers after the resumed run's saves: $left"
   [ "$(cat "$ck/latest")" = "$(printf 'step_%08d' "$steps")" ] || fail "$name: latest is $(cat "$ck/latest") at the end"
