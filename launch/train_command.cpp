@@ -89,8 +89,9 @@ po::options_description train_options() {
        "optimizer state. bf16 is meant for CUDA; on the CPU it runs, slowly (its GEMMs widen to fp32), "
        "for testing")
       ("peak-tflops", po::value<double>(),
-       "the device's matrix-multiply peak, for MFU (default: measured with sgemm at start on the CPU; "
-       "not reported on GPUs unless given)");
+       "the device's matrix-multiply peak per rank, in TFLOP/s, for MFU (default on the CPU: the fastest of a "
+       "few 1024^3 sgemm calls at start, about 0.2 s; on GPUs MFU is not reported unless given). An MFU over "
+       "100% means the peak is too low: the progress line says so");
   po::options_description layout("parallel layout (dp x tp x pp must equal the number of ranks)");
   layout.add_options()
       ("dp", po::value<int>()->default_value(0),
