@@ -71,6 +71,10 @@ po::options_description train_options() {
       ("lr-schedule", po::value<std::string>()->default_value("cosine"),
        "cosine, linear or constant decay after the warmup")
       ("warmup", po::value<int>()->default_value(0), "steps of linear learning-rate warmup")
+      ("lr-decay-steps", po::value<int>(),
+       "steps the learning rate decays over, reaching its floor there (default: --steps). A checkpoint keeps "
+       "it: --resume with another --steps continues the saved decay (past its end at the floor) unless this "
+       "option sets a new horizon")
       ("min-lr-fraction", po::value<float>()->default_value(0.1f, "0.1"),
        "final learning rate as a fraction of --lr (cosine and linear)")
       ("weight-decay", po::value<float>()->default_value(0.1f, "0.1"),
@@ -97,8 +101,9 @@ po::options_description train_options() {
        "optimizer state. bf16 is meant for CUDA; on the CPU it runs, slowly (its GEMMs widen to fp32), "
        "for testing")
       ("peak-tflops", po::value<double>(),
-       "the device's matrix-multiply peak, for MFU (default: measured with sgemm at start on the CPU; "
-       "not reported on GPUs unless given)");
+       "the device's matrix-multiply peak per rank, in TFLOP/s, for MFU (default on the CPU: the fastest of a "
+       "few 1024^3 sgemm calls at start, about 0.2 s; on GPUs MFU is not reported unless given). An MFU over "
+       "100% means the peak is too low: the progress line says so");
   po::options_description layout("parallel layout (dp x tp x pp must equal the number of ranks)");
   layout.add_options()
       ("dp", po::value<int>()->default_value(0),
@@ -141,7 +146,8 @@ po::options_description train_options() {
       ("resume", path_value(PathKind::ReadDir, "latest")->implicit_value("latest"),
        "continue a run: --resume alone takes the latest checkpoint of --checkpoint-dir, --resume DIR/step_N a given "
        "one. Parameters, AdamW state, the step and the data position are restored, so the same layout continues "
-       "bit for bit and another layout within fp32 rounding; --steps is the total to reach");
+       "bit for bit and another layout within fp32 rounding; --steps is the total to reach, and the learning "
+       "rate keeps the checkpoint's decay horizon (see --lr-decay-steps)");
   desc.add(checkpoints);
   add_model_options(desc);
   add_tokenizer_options(desc);
@@ -212,7 +218,8 @@ TrainSettings read_settings(const po::variables_map& vm) {
     s.schedule.kind = parse_lr_schedule_kind(get<std::string>(vm, "lr-schedule"));
     s.schedule.max_lr = get<float>(vm, "lr");
     s.schedule.warmup_steps = get<int>(vm, "warmup");
-    s.schedule.total_steps = s.steps;
+    s.schedule.total_steps = vm.count("lr-decay-steps") ? get<int>(vm, "lr-decay-steps") : s.steps;
+    MT_REQUIRE(s.schedule.total_steps >= 1, "--lr-decay-steps must be at least 1, got ", s.schedule.total_steps);
     s.schedule.min_lr_fraction = get<float>(vm, "min-lr-fraction");
     s.validate();
   } catch (const Error& e) {
@@ -430,7 +437,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   if (resume) {
     std::filesystem::path from;
     run_agreed(*session.world, ctx, [&] { from = ckpt::resolve_checkpoint(*resume, checkpoint_dir); });
-    resumed = load_checkpoint(trainer, from);
+    resumed = load_checkpoint(trainer, from, {.lr_decay_steps_given = vm.count("lr-decay-steps") > 0});
     if (resumed->step >= settings.steps)
       MT_FAIL_AS(JobError, "the checkpoint ", from.string(), " is at step ", resumed->step, ": --steps ", settings.steps,
                  " leaves nothing to train (--steps is the total to reach)");
@@ -452,7 +459,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                      {"micro_batch", settings.micro_batch},
                      {"seq_len", settings.seq_len},
                      {"steps", settings.steps},
-                     {"schedule", settings.schedule.describe()},
+                     {"schedule", trainer.settings().schedule.describe()},
                      {"seed", seed},
                      {"device", ctx.device().str()},
                      {"compute_dtype", dtype_name(compute)},
@@ -474,7 +481,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                     : ", no validation split");
     std::printf("  batch %d x %d tokens (%d micro-batch(es) of %d), %d steps, %s\n", settings.global_batch,
                 settings.seq_len, settings.micro_steps(), settings.micro_batch, settings.steps,
-                settings.schedule.describe().c_str());
+                trainer.settings().schedule.describe().c_str());
     std::printf("  device %s, %s compute, %d CPU thread(s)%s\n", ctx.device().str().c_str(), dtype_name(compute),
                 ctx.cpu_threads(),
                 run.peak_flops > 0 ? (", MFU against " + format_count(run.peak_flops) + "FLOP/s per rank").c_str() : "");

@@ -67,6 +67,7 @@ ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
                 {"micro_batch", settings.micro_batch},
                 {"seq_len", settings.seq_len},
                 {"lr_schedule", settings.schedule.describe()},
+                {"lr", lr_schedule_json(settings.schedule)},
                 {"adamw",
                  {{"beta1", settings.adamw.beta1},
                   {"beta2", settings.adamw.beta2},
@@ -162,6 +163,105 @@ GptConfig gpt_config_from_json(const nlohmann::json& json, const std::string& wh
   return c;
 }
 
+nlohmann::json lr_schedule_json(const LrSchedule& schedule) {
+  return {{"kind", lr_schedule_kind_name(schedule.kind)},
+          {"max_lr", schedule.max_lr},
+          {"warmup_steps", schedule.warmup_steps},
+          {"decay_steps", schedule.total_steps},
+          {"min_lr_fraction", schedule.min_lr_fraction}};
+}
+
+namespace {
+
+float required_json_float(const nlohmann::json& json, const char* key, const std::string& where) {
+  MT_REQUIRE(json.contains(key) && json.at(key).is_number(), where, ": '", key, "' is missing or not a number");
+  return json.at(key).get<float>();
+}
+
+// The schedule a checkpoint recorded, or nothing before training.lr; its decay_steps is checked
+// by the caller's validate().
+std::optional<LrSchedule> saved_lr_schedule(const nlohmann::json& training, const std::string& where) {
+  if (!training.contains("lr")) return std::nullopt;
+  const nlohmann::json& lr = training.at("lr");
+  const std::string at = where + ": training.lr";
+  MT_REQUIRE(lr.is_object() && lr.contains("kind") && lr.at("kind").is_string(), at, ": not a schedule: ", lr.dump());
+  LrSchedule s;
+  try {
+    s.kind = parse_lr_schedule_kind(lr.at("kind").get<std::string>());
+  } catch (const Error& e) {
+    MT_FAIL(at, ": ", e.message());
+  }
+  s.max_lr = required_json_float(lr, "max_lr", at);
+  s.warmup_steps = required_json_int(lr, "warmup_steps", at);
+  s.total_steps = required_json_int(lr, "decay_steps", at);
+  s.min_lr_fraction = required_json_float(lr, "min_lr_fraction", at);
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    MT_FAIL(at, ": ", e.message());
+  }
+  return s;
+}
+
+std::string lr_text(float lr) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", static_cast<double>(lr));
+  return buf;
+}
+
+}  // namespace
+
+LrSchedule resumed_lr_schedule(const nlohmann::json& training, int step, const LrSchedule& requested,
+                               bool horizon_given, std::vector<std::string>& notes, const std::string& where) {
+  const std::optional<LrSchedule> saved = saved_lr_schedule(training, where);
+  std::optional<int> saved_horizon;
+  if (saved) {
+    saved_horizon = saved->total_steps;
+  } else if (training.contains("total_steps")) {
+    // Before training.lr, the horizon was always the run's --steps.
+    saved_horizon = required_json_int(training, "total_steps", where + ": training");
+    MT_REQUIRE(*saved_horizon >= 1, where, ": training.total_steps is ", *saved_horizon);
+  }
+  LrSchedule chosen = requested;
+  const int asked = requested.total_steps;
+  const bool decays = requested.kind != LrScheduleKind::Constant;
+  if (!saved_horizon) {
+    if (step > 0 && decays)
+      notes.push_back("the checkpoint records no learning-rate horizon: the schedule decays over " +
+                      std::to_string(asked) + " steps from the start, so the learning rate jumps here if the run "
+                      "that wrote it had another --steps");
+  } else if (horizon_given) {
+    if (*saved_horizon != asked && decays) {
+      LrSchedule before = requested;
+      before.total_steps = *saved_horizon;
+      std::string jump;
+      if (step > 0 && before.warmup_steps <= before.total_steps)
+        jump = ": the learning rate goes from " + lr_text(before.at(step - 1)) + " at step " + std::to_string(step) +
+               " to " + lr_text(requested.at(step)) + " at step " + std::to_string(step + 1);
+      notes.push_back("--lr-decay-steps " + std::to_string(asked) + " replaces the checkpoint's learning-rate horizon of " +
+                      std::to_string(*saved_horizon) + " steps" + jump);
+    }
+  } else {
+    chosen.total_steps = *saved_horizon;
+    MT_REQUIRE(chosen.warmup_steps <= chosen.total_steps, "--warmup ", chosen.warmup_steps,
+               " is beyond the checkpoint's learning-rate horizon of ", chosen.total_steps,
+               " steps: give --lr-decay-steps to set another");
+    if (*saved_horizon != asked && decays) {
+      notes.push_back(
+          "the learning rate keeps decaying over the checkpoint's " + std::to_string(*saved_horizon) + " steps (--steps " +
+          std::to_string(asked) +
+          (asked > *saved_horizon ? " trains past it at the schedule's floor, " + lr_text(chosen.min_lr()) + ")"
+                                  : " ends before the decay reaches its floor)") +
+          "; give --lr-decay-steps " + std::to_string(asked) + (asked > *saved_horizon ? " to stretch it" : " to end it there"));
+    }
+  }
+  if (saved && (saved->kind != chosen.kind || saved->max_lr != chosen.max_lr ||
+                saved->warmup_steps != chosen.warmup_steps || saved->min_lr_fraction != chosen.min_lr_fraction))
+    notes.push_back("learning-rate schedule " + chosen.describe() + " (the checkpoint's: " + saved->describe() + ")");
+  chosen.validate();
+  return chosen;
+}
+
 ckpt::Slice shard_slice(const ParamShard& shard, std::int64_t begin, std::int64_t end) {
   const ckpt::Shape& full = shard.full.shape;
   ckpt::Slice slice;
@@ -249,7 +349,8 @@ SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path
   return result;
 }
 
-ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& step_dir) {
+ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& step_dir,
+                             const ResumeOptions& options) {
   ResumeReport report;
   report.dir = step_dir;
   run_agreed(trainer.world(), trainer.context(), [&] {
@@ -263,6 +364,8 @@ ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::pa
     report.step = static_cast<int>(m.step);
     report.sequences = m.data.value("sequences_consumed", std::int64_t{0});
     report.saved_layout = describe_layout(m.layout);
+    const LrSchedule schedule = resumed_lr_schedule(m.training, report.step, trainer.settings().schedule,
+                                                    options.lr_decay_steps_given, report.notes, where);
 
     Gpt& model = trainer.model();
     ParameterStore& store = model.parameters();
@@ -312,6 +415,7 @@ ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::pa
     if (saved_batch != trainer.settings().global_batch)
       report.notes.push_back("global batch " + std::to_string(trainer.settings().global_batch) + " (the checkpoint's: " +
                              std::to_string(saved_batch) + ")");
+    trainer.set_lr_schedule(schedule);
     trainer.restore_progress(report.step, report.sequences);
   });
   return report;

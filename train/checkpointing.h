@@ -8,12 +8,13 @@
 // of the parameters it holds the primary copy of (ParallelTrainer::is_primary_copy). Every element
 // is written exactly once. A piece's slice is its tensor-parallel shard as boxes of the global
 // tensor, cut to the piece's element range.
-// Manifest sections: model (the GptConfig), layout, training (optimizer steps, batch, schedule),
-// data (sequences consumed, the loader's fingerprint), rng (the seed: training draws no random
-// numbers after initialization, and the data order is a pure function of seed and position).
-// defines: RunIdentity, SaveResult, ResumeReport, claim_checkpoint_dir, save_checkpoint, load_checkpoint,
-//          gpt_config_json, gpt_config_from_json, required_json_int, layout_json, shard_slice, param_tensor, adam_m_tensor,
-//          adam_v_tensor
+// Manifest sections: model (the GptConfig), layout, training (optimizer steps, batch, the
+// learning-rate schedule with its decay horizon), data (sequences consumed, the loader's
+// fingerprint), rng (the seed: training draws no random numbers after initialization, and the data
+// order is a pure function of seed and position).
+// defines: RunIdentity, SaveResult, ResumeReport, ResumeOptions, claim_checkpoint_dir, save_checkpoint, load_checkpoint,
+//          lr_schedule_json, resumed_lr_schedule, gpt_config_json, gpt_config_from_json,
+//          required_json_int, layout_json, shard_slice, param_tensor, adam_m_tensor, adam_v_tensor
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,21 @@ int required_json_int(const nlohmann::json& json, const char* key, const std::st
 // Elements [begin, end) of a tensor-parallel shard (in its local element order) as a slice of the
 // full tensor: one box per block along the split dimension, or one box of everything.
 ckpt::Slice shard_slice(const ParamShard& shard, std::int64_t begin, std::int64_t end);
+
+// The manifest's record of a learning-rate schedule (training.lr): {"kind", "max_lr", "warmup_steps",
+// "decay_steps", "min_lr_fraction"}; decay_steps is the horizon, the step the decay reaches its floor.
+nlohmann::json lr_schedule_json(const LrSchedule& schedule);
+
+// The schedule a run resumed at `step` follows, from the checkpoint's "training" section and the
+// options' schedule `requested`. The decay horizon is the checkpoint's unless `horizon_given`
+// (--lr-decay-steps set requested.total_steps): a --steps raised on resume then trains on at the
+// schedule's floor instead of stretching the decay under the run (the learning rate would jump up).
+// Checkpoints older than training.lr keep their training.total_steps, which was the horizon then.
+// Appends to `notes` one line naming both horizons when they differ, one when the checkpoint records
+// none (the requested horizon is used: today's behaviour), and one when kind, peak, warmup or floor
+// changed. Error (starting with `where`) for a malformed record or a warmup beyond the kept horizon.
+LrSchedule resumed_lr_schedule(const nlohmann::json& training, int step, const LrSchedule& requested,
+                               bool horizon_given, std::vector<std::string>& notes, const std::string& where);
 
 // The manifest's "layout" section for a layout of `config`.
 nlohmann::json layout_json(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel, int seq_len);
@@ -83,13 +99,20 @@ struct ResumeReport {
   std::int64_t sequences = 0;
   bool optimizer_state = true;  // false: a checkpoint of weights only (AdamW starts fresh)
   std::string saved_layout;     // "dp 2 x tp 2 x pp 2, 1f1b, zero 1 on 8 ranks"
-  std::vector<std::string> notes;  // differences the user should know of (data, batch)
+  std::vector<std::string> notes;  // differences the user should know of (data, batch, lr schedule)
+};
+
+// What the command line decided about a resume that the trainer's settings do not say.
+struct ResumeOptions {
+  bool lr_decay_steps_given = false;  // --lr-decay-steps: its horizon replaces the checkpoint's
 };
 
 // Loads a checkpoint written on any layout into the trainer (its own layout), by global slices:
-// parameters, AdamW's moments and step count, and the progress (steps, data position). The
+// parameters, AdamW's moments and step count, the progress (steps, data position) and the learning
+// rate's decay horizon (resumed_lr_schedule, set into the trainer). The
 // model's shape must match. Collective; every error (another model shape, a missing or corrupt
 // shard, a newer format) is one JobError on every rank, and nothing is written.
-ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& step_dir);
+ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& step_dir,
+                             const ResumeOptions& options = {});
 
 }  // namespace mt

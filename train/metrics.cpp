@@ -90,6 +90,9 @@ std::string format_progress(const StepRecord& r, int total_steps, double seconds
   if (r.mfu > 0) {
     n = std::snprintf(buf, sizeof buf, " | mfu %.1f%%", 100.0 * r.mfu);
     line.append(buf, static_cast<std::size_t>(n));
+    // Above the ceiling, the ceiling is wrong (a start-up sgemm slowed by other load, or a low
+    // --peak-tflops), not the run: say so on the line that shows it.
+    if (r.mfu > 1.0) line += " (>100%: peak mis-measured, set --peak-tflops)";
   }
   n = std::snprintf(buf, sizeof buf, " | %.0f ms | ETA %s", r.step_ms, format_duration(seconds_left).c_str());
   line.append(buf, static_cast<std::size_t>(n));

@@ -58,7 +58,8 @@ class MetricsWriter {
 };
 
 std::string to_json(const StepRecord& record);
-// "step  120/1000 | loss 3.2145 | val 3.3012 | lr 5.80e-04 | norm 0.910 | 12.3k tok/s | mfu 52.1% | 245 ms | ETA 3m35s"
+// "step  120/1000 | loss 3.2145 | val 3.3012 | lr 5.80e-04 | norm 0.910 | 12.3k tok/s | mfu 52.1% | 245 ms | ETA 3m35s";
+// an MFU above 100% is followed by "(>100%: peak mis-measured, set --peak-tflops)".
 std::string format_progress(const StepRecord& record, int total_steps, double seconds_left);
 std::string format_duration(double seconds);  // "45s", "3m35s", "2h05m"
 std::string format_count(double n);           // "950", "12.3k", "124.44M", "1.56B"

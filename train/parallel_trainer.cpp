@@ -161,6 +161,11 @@ void ParallelTrainer::restore_progress(int steps_done, std::int64_t sequences_do
   sequences_done_ = sequences_done;
 }
 
+void ParallelTrainer::set_lr_schedule(const LrSchedule& schedule) {
+  schedule.validate();
+  settings_.schedule = schedule;
+}
+
 bool ParallelTrainer::is_primary_copy(std::size_t param) const {
   return mt::is_primary_copy(model_->shards().at(param), model_->partition());
 }

@@ -60,6 +60,8 @@ class ParallelTrainer {
   // stream continues there, whatever the global batch was before).
   void restore_progress(int steps_done, std::int64_t sequences_done);
   std::int64_t sequences_done() const { return sequences_done_; }
+  // A resumed run's learning-rate schedule (train/checkpointing.h: resumed_lr_schedule); validated.
+  void set_lr_schedule(const LrSchedule& schedule);
 
   Gpt& model() { return *model_; }
   const Gpt& model() const { return *model_; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints end to end, through mpirun: exact resume on the same layout, resharded resume onto other
 # layouts and rank counts, a run killed while saving, every kind of bad checkpoint, and conversion to
-# llm.c weights and back. Tiny model, bytes tokenizer, generated text; 8 steps, a checkpoint every 4.
+# llm.c weights and back, the learning rate's horizon across a resume that raises --steps. Tiny model,
+# bytes tokenizer, generated text; 8 steps, a checkpoint every 4.
 # Usage: checkpoint_cli_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
 #
 # Tolerances: the same layout resumed must give the same losses bit for bit (every state that shapes
@@ -76,6 +77,31 @@ expect_ok "train dp 2 x tp 2 zero 1" \
 expect_ok "resume dp2 tp2 zero1 -> dp 4 zero 0" \
   np 4 "${train[@]}" --dp 4 --zero 0 --resume "$dir/c221/step_00000004" --metrics "$dir/m411-from221.jsonl"
 same_losses "2x2x1 zero 1 -> 4x1x1 zero 0: steps 5-8 within 1e-5" "$dir/m221.jsonl" "$dir/m411-from221.jsonl" 5 8 1e-5
+
+# --- the learning rate's decay horizon is kept by the checkpoint (issue 16): trained 20 steps,
+# resumed with --steps 40, step 21 continues at the cosine's floor instead of jumping back up to the
+# middle of a 40-step decay; --lr-decay-steps 40 stretches it deliberately.
+lr_at() { grep "^{\"step\":$2," "$1" | tail -1 | sed 's/.*"lr":\([^,]*\),.*/\1/'; }
+below() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
+expect_ok "train 20 steps, a checkpoint at 20" \
+  np 1 "${base[@]}" --steps 20 --checkpoint-dir "$dir/c20" --metrics "$dir/m20.jsonl"
+expect_ok "resume it with --steps 40" \
+  np 1 "${base[@]}" --steps 40 --resume "$dir/c20/step_00000020" --metrics "$dir/m20-40.jsonl" &&
+  { grep -q "note: the learning rate keeps decaying over the checkpoint's 20 steps (--steps 40 trains past it" "$out" ||
+      { fail "no note naming both horizons"; show; }; }
+lr20=$(lr_at "$dir/m20.jsonl" 20) lr21=$(lr_at "$dir/m20-40.jsonl" 21) lr40=$(lr_at "$dir/m20-40.jsonl" 40)
+if [ -n "$lr20" ] && [ -n "$lr21" ] && below "$lr21" "$lr20" && [ "$lr21" = "$lr40" ]; then
+  echo "ok   --steps raised on resume: lr $lr20 at step 20, $lr21 (the floor) at 21 and 40"
+else
+  fail "--steps raised on resume: lr ${lr20:-?} at step 20, ${lr21:-?} at 21, ${lr40:-?} at 40 (expected no jump up)"
+fi
+expect_ok "resume it with --steps 40 --lr-decay-steps 40" \
+  np 1 "${base[@]}" --steps 40 --lr-decay-steps 40 --resume "$dir/c20/step_00000020" --metrics "$dir/m20-stretch.jsonl" &&
+  { grep -q "note: --lr-decay-steps 40 replaces the checkpoint's learning-rate horizon of 20 steps" "$out" ||
+      { fail "no note on the replaced horizon"; show; }; }
+lr21=$(lr_at "$dir/m20-stretch.jsonl" 21)
+[ -n "$lr21" ] && ! below "$lr21" "$lr20" && echo "ok   --lr-decay-steps 40: lr $lr21 at step 21, the stretched decay" ||
+  fail "--lr-decay-steps 40: lr ${lr21:-?} at step 21, expected above step 20's $lr20"
 
 # --- a run killed while saving: the previous checkpoint stays in force, resume takes it.
 L212=(--dp 2 --pp 2)

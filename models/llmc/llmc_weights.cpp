@@ -318,6 +318,35 @@ GptConfig read_llmc_header(const fs::path& path) {
   return read_header(file.get(), path).config;
 }
 
+namespace {
+
+// Streams every parameter of the open file (positioned after its header) in the file's order:
+// parameter idx is decoded into dst_of(idx) (specs[idx].numel() floats), then done(idx) is called.
+template <class DstOf, class Done>
+void stream_parameters(int fd, const Header& header, const std::vector<ParamSpec>& specs, const fs::path& path,
+                       DstOf dst_of, Done done) {
+  const std::size_t elem = dtype_size(header.stored);
+  const std::size_t chunk_elems = kChunkBytes / elem;
+  std::vector<unsigned char> chunk(chunk_elems * elem);
+  for (const std::size_t idx : file_order(specs)) {
+    float* dst = dst_of(idx);
+    std::size_t left = static_cast<std::size_t>(specs[idx].numel());
+    while (left > 0) {
+      const std::size_t n = std::min(left, chunk_elems);
+      if (read_some(fd, chunk.data(), n * elem, path) != n * elem) {
+        MT_FAIL("llm.c weights file ", quoted(path), " ended early while reading ", specs[idx].name,
+                " (did it change while being read?)");
+      }
+      decode(chunk.data(), header.stored, dst, n);
+      dst += n;
+      left -= n;
+    }
+    done(idx);
+  }
+}
+
+}  // namespace
+
 LlmcWeights read_llmc_weights(const fs::path& path) {
   const FileHandle file(open_for_reading(path));
   const Header header = read_header(file.get(), path);
@@ -328,25 +357,24 @@ LlmcWeights read_llmc_weights(const fs::path& path) {
   w.specs = gpt_parameter_specs(w.config);
   w.values.resize(w.specs.size());
   for (std::size_t i = 0; i < w.specs.size(); ++i) w.values[i].resize(static_cast<std::size_t>(w.specs[i].numel()));
-
-  const std::size_t elem = dtype_size(w.stored);
-  const std::size_t chunk_elems = kChunkBytes / elem;
-  std::vector<unsigned char> chunk(chunk_elems * elem);
-  for (const std::size_t idx : file_order(w.specs)) {
-    float* dst = w.values[idx].data();
-    std::size_t left = w.values[idx].size();
-    while (left > 0) {
-      const std::size_t n = std::min(left, chunk_elems);
-      if (read_some(file.get(), chunk.data(), n * elem, path) != n * elem) {
-        MT_FAIL("llm.c weights file ", quoted(path), " ended early while reading ", w.specs[idx].name,
-                " (did it change while being read?)");
-      }
-      decode(chunk.data(), w.stored, dst, n);
-      dst += n;
-      left -= n;
-    }
-  }
+  stream_parameters(
+      file.get(), header, w.specs, path, [&](std::size_t idx) { return w.values[idx].data(); }, [](std::size_t) {});
   return w;
+}
+
+void read_llmc_tensors(const fs::path& path, const GptConfig& expected, const LlmcTensorVisitor& visit) {
+  const FileHandle file(open_for_reading(path));
+  const Header header = read_header(file.get(), path);
+  check_llmc_compatible(expected, header.config, path);
+  const std::vector<ParamSpec> specs = gpt_parameter_specs(header.config);
+  std::int64_t largest = 0;
+  for (const ParamSpec& spec : specs) largest = std::max(largest, spec.numel());
+  std::vector<float> tensor(static_cast<std::size_t>(largest));  // one buffer, sized once
+  stream_parameters(
+      file.get(), header, specs, path, [&](std::size_t) { return tensor.data(); },
+      [&](std::size_t idx) {
+        visit(specs[idx], std::span<const float>(tensor.data(), static_cast<std::size_t>(specs[idx].numel())));
+      });
 }
 
 void write_llmc_weights(const fs::path& path, const GptConfig& config,

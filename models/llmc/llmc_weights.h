@@ -15,10 +15,11 @@
 // slice l of qkvw, with the same element order inside. Reader and writer only reorder whole tensors.
 //
 // Reading streams the file in chunks of a few MiB straight into the fp32 result (a 1.5B-parameter
-// file is 6 GB; nothing beyond the result and one chunk is held). Every error names the file.
-// defines: LlmcWeights, read_llmc_header, read_llmc_weights, write_llmc_weights,
-//          check_llmc_compatible, llmc_file_bytes, kLlmcMagic, kLlmcVersionF32, kLlmcVersionBF16,
-//          kLlmcHeaderInts
+// file is 6 GB; nothing beyond the result and one chunk is held), or tensor by tensor to a visitor
+// (read_llmc_tensors). Every error names the file.
+// defines: LlmcWeights, LlmcTensorVisitor, read_llmc_header, read_llmc_weights, read_llmc_tensors,
+//          write_llmc_weights, check_llmc_compatible, llmc_file_bytes, kLlmcMagic, kLlmcVersionF32,
+//          kLlmcVersionBF16, kLlmcHeaderInts
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,16 @@ GptConfig read_llmc_header(const std::filesystem::path& path);
 // Every parameter of the file as fp32 (bf16 files are widened exactly). Same checks as
 // read_llmc_header, then streams the parameters.
 LlmcWeights read_llmc_weights(const std::filesystem::path& path);
+
+// One parameter of a file being streamed: its spec and its spec.numel() fp32 values, valid until
+// the call returns.
+using LlmcTensorVisitor = std::function<void(const ParamSpec& spec, std::span<const float> values)>;
+
+// Streams a file's parameters one at a time, in the file's order (kind-major), for loaders that
+// copy each into place: holds one buffer of the largest parameter and one I/O chunk, never the
+// whole model. The file's shape must be `expected` (check_llmc_compatible's Error, before any
+// visit); otherwise the same checks as read_llmc_weights.
+void read_llmc_tensors(const std::filesystem::path& path, const GptConfig& expected, const LlmcTensorVisitor& visit);
 
 // Writes `config`'s parameters as an llm.c file: F32 -> version 3, BF16 -> version 5 (rounded to
 // nearest even, as bf16::from_float). value_of(spec) is called once per spec, in the file's order

@@ -1,10 +1,12 @@
 // The slices a checkpoint stores: a tensor-parallel shard described as boxes of the global tensor
 // must cover exactly the elements the shard holds, in its order (ParamShard::full_runs is the
 // model's own account of that), for every parameter of every partition; and the model's shape
-// survives its trip through the manifest.
+// survives its trip through the manifest; a resumed run keeps the checkpoint's learning-rate horizon.
 #include "train/checkpointing.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/test_helpers.h"  // defines: error_of, contains
 
 #include <string>
 #include <utility>
@@ -109,6 +111,92 @@ TEST(GptConfigJson, NumbersThatAreNotIntsAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("vocab_size (2147483647) is too large"), std::string::npos) << e.message();
   }
+}
+
+// The learning-rate horizon a resumed run follows (meshtrain issue 16): trained 20 steps of a
+// cosine over 20, resumed with --steps 40, the options' schedule decays over 40 and step 21's
+// learning rate jumped from the floor back up to mid-decay. The checkpoint's horizon is kept.
+LrSchedule cosine(int decay_steps) {
+  LrSchedule s;
+  s.kind = LrScheduleKind::Cosine;
+  s.max_lr = 3e-3f;
+  s.warmup_steps = 2;
+  s.total_steps = decay_steps;
+  return s;
+}
+
+nlohmann::json training_of(const LrSchedule& saved) {
+  return {{"optimizer_steps", 20}, {"total_steps", saved.total_steps}, {"lr", lr_schedule_json(saved)}};
+}
+
+TEST(ResumedLrSchedule, KeepsTheCheckpointsHorizonWhenStepsIsRaised) {
+  std::vector<std::string> notes;
+  const LrSchedule chosen = resumed_lr_schedule(training_of(cosine(20)), 20, cosine(40), false, notes, "ck");
+  EXPECT_EQ(chosen.total_steps, 20);
+  // 0-based step 19 was the last trained; step 20 continues at the floor, not back up the curve.
+  EXPECT_LE(chosen.at(20), cosine(20).at(19));
+  EXPECT_EQ(chosen.at(20), cosine(20).min_lr());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_TRUE(testing::contains(notes[0], "keeps decaying over the checkpoint's 20 steps (--steps 40 trains past it"))
+      << notes[0];
+  EXPECT_TRUE(testing::contains(notes[0], "give --lr-decay-steps 40 to stretch it")) << notes[0];
+}
+
+TEST(ResumedLrSchedule, AnExplicitHorizonWinsAndTheNoteShowsTheJump) {
+  std::vector<std::string> notes;
+  const LrSchedule chosen = resumed_lr_schedule(training_of(cosine(20)), 20, cosine(40), true, notes, "ck");
+  EXPECT_EQ(chosen.total_steps, 40);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_TRUE(testing::contains(notes[0], "--lr-decay-steps 40 replaces the checkpoint's learning-rate horizon of 20 "
+                                          "steps: the learning rate goes from 3.21e-04 at step 20 to 1.76e-03 at step 21"))
+      << notes[0];
+}
+
+TEST(ResumedLrSchedule, TheSameOptionsChangeNothingAndSayNothing) {
+  for (const bool given : {false, true}) {
+    std::vector<std::string> notes;
+    const LrSchedule chosen = resumed_lr_schedule(training_of(cosine(20)), 8, cosine(20), given, notes, "ck");
+    EXPECT_EQ(lr_schedule_json(chosen), lr_schedule_json(cosine(20)));
+    EXPECT_TRUE(notes.empty()) << notes[0];
+  }
+}
+
+TEST(ResumedLrSchedule, OlderCheckpointsKeepTheirTotalSteps) {
+  std::vector<std::string> notes;
+  const nlohmann::json old = {{"optimizer_steps", 20}, {"total_steps", 20}, {"lr_schedule", cosine(20).describe()}};
+  EXPECT_EQ(resumed_lr_schedule(old, 20, cosine(40), false, notes, "ck").total_steps, 20);
+  EXPECT_EQ(notes.size(), 1u);
+}
+
+TEST(ResumedLrSchedule, NoRecordFallsBackToTheOptionsWithANote) {
+  std::vector<std::string> notes;
+  const nlohmann::json none = {{"optimizer_steps", 5}};
+  EXPECT_EQ(resumed_lr_schedule(none, 5, cosine(40), false, notes, "ck").total_steps, 40);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_TRUE(testing::contains(notes[0], "records no learning-rate horizon")) << notes[0];
+  notes.clear();
+  resumed_lr_schedule(none, 0, cosine(40), false, notes, "ck");  // converted llm.c weights: nothing to continue
+  EXPECT_TRUE(notes.empty());
+}
+
+TEST(ResumedLrSchedule, OtherScheduleFieldsAreNotedAndBadRecordsAreErrors) {
+  std::vector<std::string> notes;
+  LrSchedule requested = cosine(20);
+  requested.max_lr = 1e-3f;
+  resumed_lr_schedule(training_of(cosine(20)), 20, requested, false, notes, "ck");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_TRUE(testing::contains(notes[0], "(the checkpoint's: cosine: max_lr 0.003")) << notes[0];
+
+  LrSchedule long_warmup = cosine(40);
+  long_warmup.warmup_steps = 30;
+  EXPECT_TRUE(testing::contains(
+      testing::error_of([&] { resumed_lr_schedule(training_of(cosine(20)), 20, long_warmup, false, notes, "ck"); }),
+      "--warmup 30 is beyond the checkpoint's learning-rate horizon of 20 steps"));
+  nlohmann::json bad = training_of(cosine(20));
+  bad["lr"]["decay_steps"] = "twenty";
+  EXPECT_TRUE(testing::contains(
+      testing::error_of([&] { resumed_lr_schedule(bad, 20, cosine(20), false, notes, "ck"); }),
+      "ck: training.lr: 'decay_steps' is not an integer"));
 }
 
 }  // namespace

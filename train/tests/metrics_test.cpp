@@ -103,6 +103,12 @@ TEST(Metrics, FormatProgressAsDocumented) {
                                         "245 ms | ETA 45s");
   r.tokens_per_s = 950;
   EXPECT_TRUE(contains(format_progress(r, 20, 0), "| 950 tok/s |")) << format_progress(r, 20, 0);
+  // Over 100% the ceiling was mis-measured (a start-up sgemm slowed by a load burst): said on the line.
+  r.mfu = 3.347;
+  EXPECT_TRUE(contains(format_progress(r, 20, 0), "| mfu 334.7% (>100%: peak mis-measured, set --peak-tflops) | 245 ms"))
+      << format_progress(r, 20, 0);
+  r.mfu = 1.0;
+  EXPECT_TRUE(contains(format_progress(r, 20, 0), "| mfu 100.0% | 245 ms")) << format_progress(r, 20, 0);
   EXPECT_TRUE(contains(format_progress(r, 20, -1), "ETA ?"));
 }
 

@@ -1,6 +1,6 @@
 // llm.c weights files on tiny configs: bitwise fp32 and round-to-nearest-even bf16 round trips,
-// the exact byte layout against hand-computed offsets (both directions), every reader error, the
-// writer's atomicity, and check_llmc_compatible's messages.
+// the exact byte layout against hand-computed offsets (both directions), streaming tensor by tensor,
+// every reader error, the writer's atomicity, and check_llmc_compatible's messages.
 #include "models/llmc/llmc_weights.h"
 
 #include <gtest/gtest.h>
@@ -367,6 +367,38 @@ TEST_F(LlmcWeightsTest, WriterAsksForTensorsInFileOrder) {
       "h.0.mlp.proj.weight", "h.1.mlp.proj.weight", "h.0.mlp.proj.bias", "h.1.mlp.proj.bias",
       "lnf.weight", "lnf.bias"};
   EXPECT_EQ(asked, want);
+}
+
+// read_llmc_tensors (what --init-weights streams): every tensor once, in the file's order, with the
+// bits read_llmc_weights gives, fp32 and bf16; another shape is refused before any tensor is seen.
+TEST_F(LlmcWeightsTest, TensorsStreamInFileOrderWithTheSameBits) {
+  const GptConfig c = tiny_config();
+  for (const DType stored : {DType::F32, DType::BF16}) {
+    const fs::path p = dir_ / "stream.bin";
+    write_llmc_weights(p, c, random_values(c, 5).value_of(), stored);
+    const LlmcWeights whole = read_llmc_weights(p);
+    std::vector<std::string> order;
+    read_llmc_tensors(p, c, [&](const ParamSpec& spec, std::span<const float> values) {
+      order.push_back(spec.name);
+      std::size_t i = 0;
+      while (whole.specs[i].name != spec.name) ++i;
+      EXPECT_EQ(std::vector<float>(values.begin(), values.end()), whole.values[i]) << spec.name;
+    });
+    ASSERT_EQ(order.size(), whole.specs.size());
+    EXPECT_EQ(order.front(), "wte");
+    EXPECT_EQ(order[2], "h.0.ln1.weight");
+    EXPECT_EQ(order[3], "h.1.ln1.weight");  // kind-major, as llm.c stores them
+    GptConfig other = c;
+    other.layers = 3;
+    bool visited = false;
+    try {
+      read_llmc_tensors(p, other, [&](const ParamSpec&, std::span<const float>) { visited = true; });
+      ADD_FAILURE() << "another shape was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("has layers=2, the model wants layers=3"), std::string::npos) << e.message();
+    }
+    EXPECT_FALSE(visited);
+  }
 }
 
 // ---- reader errors -------------------------------------------------------------------------------
