@@ -32,6 +32,11 @@ class PeerStatusChannel {
   // Ranks that did not answer are missing from the result.
   std::map<int, std::string> ask(const std::vector<int>& world_ranks, std::chrono::milliseconds limit,
                                  const std::function<std::string()>& status);
+  // The same, and as each answer arrives, `onward(rank, answer)` names more ranks to ask (ranks
+  // already asked are skipped) within the same `limit`: a silent rank costs no more than the wait.
+  using Onward = std::function<std::vector<int>(int world_rank, const std::string& answer)>;
+  std::map<int, std::string> ask(const std::vector<int>& world_ranks, std::chrono::milliseconds limit,
+                                 const std::function<std::string()>& status, const Onward& onward);
 
  private:
   void post_question_receive();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +27,9 @@
 namespace mt {
 
 class PeerStatusChannel;
+struct PeerOp;
+struct PeerStatus;
+struct WaitChain;
 
 // One communicator's count of the ops it has started, for the peers' questions (under the
 // watchdog's mutex).
@@ -89,11 +93,16 @@ class Watchdog {
 
   void run();
   std::optional<Tracked> first_expired(Clock::time_point now);
+  static PeerOp peer_op(const Tracked& t, Clock::time_point now);
+  std::string host_of(int world_rank) const;
   std::string status();  // this rank's answer to a peer's question
   std::string report(const Tracked& expired, Clock::time_point now, bool& someone_else_reports);
+  // The rank(s) at the end of the chain of waits, in one line each, and the chain.
+  std::string culprit_text(const WaitChain& chain, const std::map<int, PeerStatus>& statuses) const;
 
   Options options_;
   int world_rank_ = 0;
+  std::vector<std::string> hosts_;  // by world rank
   std::unique_ptr<PeerStatusChannel> channel_;  // the watchdog thread's only
   mutable std::mutex mutex_;
   std::condition_variable wake_;
