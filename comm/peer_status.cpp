@@ -34,6 +34,9 @@ void PeerStatusChannel::post_question_receive() {
 }
 
 void PeerStatusChannel::answer(const std::function<std::string()>& status) {
+  const auto now = std::chrono::steady_clock::now();
+  unpolled_ = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_poll_);
+  last_poll_ = now;
   for (;;) {
     int arrived = 0;
     MPI_Status from;

@@ -89,6 +89,8 @@ std::string PeerStatus::op_line(const PeerOp& op) {
 
 std::string PeerStatus::event_line(const std::string& event) { return "E\t" + event + '\n'; }
 
+std::string PeerStatus::unpolled_line(double seconds) { return "P\t" + std::to_string(seconds) + '\n'; }
+
 PeerStatus PeerStatus::parse(const std::string& text) {
   PeerStatus s;
   std::istringstream lines(text);
@@ -101,12 +103,13 @@ PeerStatus PeerStatus::parse(const std::string& text) {
                                    std::stoull(f[5]), std::stoi(f[6]), std::stoi(f[7])});
     }
     if (f[0] == "E" && f.size() >= 2) s.events.push_back(f[1]);
+    if (f[0] == "P" && f.size() >= 2) s.unpolled_s = std::stod(f[1]);
   }
   return s;
 }
 
 WaitChain follow_wait_chain(int self, const PeerOp& expired, const std::map<int, PeerStatus>& answers,
-                            const std::set<int>& asked) {
+                            const std::set<int>& asked, double paused_s) {
   WaitChain chain;
   std::set<int> followed{self};
   std::set<int> to_ask;
@@ -124,7 +127,7 @@ WaitChain follow_wait_chain(int self, const PeerOp& expired, const std::map<int,
         chain.links.push_back(WaitLink{x, y, op.what});
         if (!followed.insert(y).second) continue;  // reached before (or a cycle): followed once
         auto theirs = answers.find(y);
-        if (theirs == answers.end()) {
+        if (theirs == answers.end() || theirs->second.unpolled_s > paused_s) {
           chain.silent.push_back(y);
         } else if (theirs->second.in_flight.empty()) {
           chain.busy.push_back(y);

@@ -29,7 +29,7 @@ struct PeerOp {
 };
 
 // A rank's answer to "what are you doing?": one line per group (G), op in flight (F) and recent
-// event (E), fields separated by tabs.
+// event (E), and how long it had not looked for questions (P), fields separated by tabs.
 struct PeerStatus {
   struct Group {
     std::uint64_t collectives = 0;  // started on the group
@@ -38,10 +38,12 @@ struct PeerStatus {
   std::map<std::string, Group> groups;  // by member list (join_ranks)
   std::vector<PeerOp> in_flight;
   std::vector<std::string> events;  // "2.1 s ago: began step 7 of 20", oldest first
+  double unpolled_s = 0;  // before it answered: long for a rank that was stopped and resumed
 
   static std::string group_line(const std::vector<int>& members, std::uint64_t collectives, const std::string& last);
   static std::string op_line(const PeerOp& op);
   static std::string event_line(const std::string& event);
+  static std::string unpolled_line(double seconds);
   static PeerStatus parse(const std::string& text);
 };
 
@@ -53,7 +55,7 @@ struct WaitLink {
 
 struct WaitChain {
   std::vector<WaitLink> links;  // breadth first from the asking rank
-  std::vector<int> silent;      // waited for, and no answer: culprits
+  std::vector<int> silent;      // waited for, and no answer (or one only after a pause): culprits
   std::vector<int> busy;        // waited for, answered, in no op: culprits
   std::vector<int> stuck;       // blocked in an op every member has started: a transfer is stuck
   std::vector<int> to_ask;      // members of the chain's ops not asked yet: their answers may extend it
@@ -63,8 +65,10 @@ struct WaitChain {
 // Follows the waits from `self`, blocked in `expired`. `answers` holds the ranks that answered
 // (`self`'s own status included); `asked` every rank asked so far: an asked rank without an answer
 // counts as silent, a rank never asked is put in `to_ask` (and counts as silent too, for a chain
-// that has to end now). Each rank is followed once, so cycles end.
+// that has to end now). A rank that answered after not looking for questions for more than
+// `paused_s` (stopped, and resumed as the job ends) counts as silent. Each rank is followed once,
+// so cycles end.
 WaitChain follow_wait_chain(int self, const PeerOp& expired, const std::map<int, PeerStatus>& answers,
-                            const std::set<int>& asked);
+                            const std::set<int>& asked, double paused_s);
 
 }  // namespace mt

@@ -171,6 +171,7 @@ std::string Watchdog::status() {
     out += PeerStatus::op_line(peer_op(t, now));
   }
   for (const Event& e : history_) out += PeerStatus::event_line(seconds_text(now - e.when) + " ago: " + e.describe());
+  out += PeerStatus::unpolled_line(std::chrono::duration<double>(channel_->unpolled()).count());
   return out;
 }
 
@@ -183,6 +184,9 @@ std::string Watchdog::report(const Tracked& expired, Clock::time_point now, bool
   for (int r : members) {
     if (r != world_rank_) peers.push_back(r);
   }
+  // A watchdog thread looks for questions at least every 0.5 s (and every few ms while it asks): one
+  // that did not for this long was not running (stopped, and resumed as the job is ended).
+  const double paused_s = 2.0 + std::chrono::duration<double>(options_.answer_wait).count() / 2;
   // Ask the op's group, then onward along the chain of waits, all within one answer wait.
   std::map<int, PeerStatus> statuses{{world_rank_, PeerStatus::parse(status())}};
   std::set<int> asked(peers.begin(), peers.end());
@@ -190,11 +194,11 @@ std::string Watchdog::report(const Tracked& expired, Clock::time_point now, bool
   const std::map<int, std::string> answers =
       channel_->ask(peers, options_.answer_wait, [this] { return status(); }, [&](int rank, const std::string& text) {
         statuses[rank] = PeerStatus::parse(text);
-        std::vector<int> more = follow_wait_chain(world_rank_, root, statuses, asked).to_ask;
+        std::vector<int> more = follow_wait_chain(world_rank_, root, statuses, asked, paused_s).to_ask;
         asked.insert(more.begin(), more.end());
         return more;
       });
-  const WaitChain chain = follow_wait_chain(world_rank_, root, statuses, asked);
+  const WaitChain chain = follow_wait_chain(world_rank_, root, statuses, asked, paused_s);
 
   std::vector<int> not_arrived;
   std::vector<int> silent;
@@ -257,7 +261,12 @@ std::string Watchdog::culprit_text(const WaitChain& chain, const std::map<int, P
   std::ostringstream text;
   std::vector<std::string> culprits;
   for (int r : chain.silent) {
-    culprits.push_back("world rank " + std::to_string(r) + " (host " + host_of(r) + ") does not answer (stopped, dead, or stuck inside MPI)");
+    auto s = statuses.find(r);
+    culprits.push_back("world rank " + std::to_string(r) + " (host " + host_of(r) + ") " +
+                       (s == statuses.end() ? std::string("does not answer (stopped, dead, or stuck inside MPI)")
+                                            : "did not run for " + seconds_text(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                                         std::chrono::duration<double>(s->second.unpolled_s))) +
+                                                  " before it answered (stopped, or starved of CPU)"));
   }
   for (int r : chain.busy) {
     const PeerStatus& s = statuses.at(r);

@@ -166,8 +166,12 @@ TEST(Watchdog, FollowsTheWaitChainThroughPointToPoint) {
 
 // The chain logic alone, on made-up answers: a stopped rank, and a cycle (ops in different orders).
 PeerOp op_on(std::vector<int> members, std::uint64_t sequence) {
-  return PeerOp{.what = "allreduce #" + std::to_string(sequence) + " on " + join_ranks(members),
-                .members = std::move(members), .kind = CollectiveKind::Allreduce, .sequence = sequence};
+  PeerOp op;
+  op.what = "allreduce #" + std::to_string(sequence) + " on " + join_ranks(members);
+  op.members = std::move(members);
+  op.kind = CollectiveKind::Allreduce;
+  op.sequence = sequence;
+  return op;
 }
 PeerStatus in_op(const PeerOp& op, std::uint64_t started_on_op_group = 1) {
   PeerStatus s;
@@ -180,14 +184,23 @@ TEST(WaitChain, EndsAtTheRankThatDoesNotAnswer) {
   // 0 waits in {0,1} #0; 1 answers it is in {1,3} #0 (not started {0,1}); 3 was asked, no answer.
   const PeerOp mine = op_on({0, 1}, 0);
   std::map<int, PeerStatus> answers{{0, in_op(mine)}, {1, in_op(op_on({1, 3}, 0))}};
-  WaitChain chain = follow_wait_chain(0, mine, answers, {0, 1});
+  WaitChain chain = follow_wait_chain(0, mine, answers, {0, 1}, 2.0);
   EXPECT_EQ(chain.to_ask, std::vector<int>{3});  // ask onward
-  chain = follow_wait_chain(0, mine, answers, {0, 1, 3});
+  chain = follow_wait_chain(0, mine, answers, {0, 1, 3}, 2.0);
   EXPECT_EQ(chain.silent, std::vector<int>{3});
   EXPECT_TRUE(chain.busy.empty());
   ASSERT_EQ(chain.links.size(), 2u);
   EXPECT_EQ(chain.links[1].from, 1);
   EXPECT_EQ(chain.links[1].to, 3);
+  // 3 answers after all, but only after 8 s without looking for questions (stopped, then resumed
+  // as the job ends): still the culprit, and not "busy".
+  answers[3].unpolled_s = 8.0;
+  chain = follow_wait_chain(0, mine, answers, {0, 1, 3}, 2.0);
+  EXPECT_EQ(chain.silent, std::vector<int>{3});
+  EXPECT_TRUE(chain.busy.empty());
+  answers[3].unpolled_s = 0.4;
+  chain = follow_wait_chain(0, mine, answers, {0, 1, 3}, 2.0);
+  EXPECT_EQ(chain.busy, std::vector<int>{3});
 }
 
 TEST(WaitChain, ACycleEndsWithNoCulprit) {
@@ -197,7 +210,7 @@ TEST(WaitChain, ACycleEndsWithNoCulprit) {
   PeerStatus zero = in_op(a);
   PeerStatus one = in_op(b);
   const std::map<int, PeerStatus> answers{{0, zero}, {1, one}};
-  const WaitChain chain = follow_wait_chain(0, a, answers, {0, 1});
+  const WaitChain chain = follow_wait_chain(0, a, answers, {0, 1}, 2.0);
   EXPECT_FALSE(chain.has_culprit());
   EXPECT_TRUE(chain.stuck.empty());
   EXPECT_EQ(chain.links.size(), 2u);
