@@ -1,9 +1,11 @@
 // The communication watchdog. Every op a communicator starts gets a deadline (--comm-timeout);
 // one thread per process checks them a few times a second. When one passes, the rank asks the
-// other members of that op's group what they are doing (comm/peer_status.h), then prints one
-// report: what it waited for (op, group, sequence number, bytes, where it was called), which
-// members had not started that op and what they were doing instead, which did not answer, and
-// its own last steps; then it ends the job. A job that hangs thus always ends, within the timeout
+// other members of that op's group what they are doing (comm/peer_status.h), and onward along
+// the chain of waits across groups (comm/wait_chain.h) to the culprit, a rank that does not answer
+// or is in no op; then it prints one report: what it waited for (op, group, sequence number,
+// bytes, where it was called), the culprit and the chain to it, which members had not started
+// that op and what they were doing instead, which did not answer, and its own last steps; then
+// it ends the job. A job that hangs thus always ends, within the timeout
 // plus a few seconds, with the rank to blame named.
 // defines: GroupProgress, Watchdog
 #pragma once
