@@ -1,5 +1,6 @@
 #include "comm/peer_status.h"
 
+#include <set>
 #include <thread>
 
 namespace mt {
@@ -33,6 +34,9 @@ void PeerStatusChannel::post_question_receive() {
 }
 
 void PeerStatusChannel::answer(const std::function<std::string()>& status) {
+  const auto now = std::chrono::steady_clock::now();
+  unpolled_ = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_poll_);
+  last_poll_ = now;
   for (;;) {
     int arrived = 0;
     MPI_Status from;
@@ -52,13 +56,23 @@ void PeerStatusChannel::answer(const std::function<std::string()>& status) {
 
 std::map<int, std::string> PeerStatusChannel::ask(const std::vector<int>& world_ranks, std::chrono::milliseconds limit,
                                                   const std::function<std::string()>& status) {
-  for (int peer : world_ranks) {
-    Outgoing& question = outgoing_.emplace_back(Outgoing{"?", MPI_REQUEST_NULL});
-    MT_MPI_CHECK(MPI_Isend(&kQuestion, 1, MPI_INT, peer, kQuestionTag, comm_.get(), &question.request));
-  }
+  return ask(world_ranks, limit, status, {});
+}
+
+std::map<int, std::string> PeerStatusChannel::ask(const std::vector<int>& world_ranks, std::chrono::milliseconds limit,
+                                                  const std::function<std::string()>& status, const Onward& onward) {
+  std::set<int> asked;
+  auto send_questions = [&](const std::vector<int>& ranks) {
+    for (int peer : ranks) {
+      if (!asked.insert(peer).second) continue;
+      Outgoing& question = outgoing_.emplace_back(Outgoing{"?", MPI_REQUEST_NULL});
+      MT_MPI_CHECK(MPI_Isend(&kQuestion, 1, MPI_INT, peer, kQuestionTag, comm_.get(), &question.request));
+    }
+  };
+  send_questions(world_ranks);
   std::map<int, std::string> answers;
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (answers.size() < world_ranks.size() && std::chrono::steady_clock::now() < deadline) {
+  while (answers.size() < asked.size() && std::chrono::steady_clock::now() < deadline) {
     answer(status);  // the peers may be asking us at the same time
     int waiting = 0;
     MPI_Status probe;
@@ -71,6 +85,9 @@ std::map<int, std::string> PeerStatusChannel::ask(const std::vector<int>& world_
     MT_MPI_CHECK(MPI_Get_count(&probe, MPI_CHAR, &length));
     std::string text(static_cast<std::size_t>(length), '\0');
     MT_MPI_CHECK(MPI_Recv(text.data(), length, MPI_CHAR, probe.MPI_SOURCE, kAnswerTag, comm_.get(), MPI_STATUS_IGNORE));
+    // A late answer to an earlier question is dropped: it was not asked for now.
+    if (!asked.contains(probe.MPI_SOURCE)) continue;
+    if (onward) send_questions(onward(probe.MPI_SOURCE, text));
     answers[probe.MPI_SOURCE] = std::move(text);
   }
   return answers;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "comm/peer_status.h"
+#include "comm/wait_chain.h"
 #include "runtime/error.h"
 
 namespace mt {
@@ -14,62 +16,26 @@ namespace {
 
 constexpr std::size_t kHistory = 8;
 
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::string text;
-  for (int r : ranks) {
-    if (!text.empty()) text += ',';
-    text += std::to_string(r);
-  }
-  return text;
-}
-
 std::string seconds_text(std::chrono::nanoseconds d) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", std::chrono::duration<double>(d).count());
   return buf;
 }
 
-std::vector<std::string> split_fields(const std::string& line) {
-  std::vector<std::string> fields;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t tab = line.find('\t', start);
-    fields.push_back(line.substr(start, tab - start));
-    if (tab == std::string::npos) return fields;
-    start = tab + 1;
-  }
-}
-
-// A peer's answer, as status() writes it: one line per group (G), op in flight (F) and recent
-// event (E), fields separated by tabs.
-struct PeerStatus {
-  struct Group {
-    std::uint64_t collectives = 0;
-    std::string last;  // description and place of the last collective started
-  };
-  std::map<std::string, Group> groups;  // by member list
-  std::vector<std::string> in_flight;   // "allreduce #5 ... on group "dp" (world ranks 0,2) for 3.0 s, called at ..."
-  std::vector<std::string> events;      // "2.1 s ago: step 7 of 20"
-
-  static PeerStatus parse(const std::string& text) {
-    PeerStatus s;
-    std::istringstream lines(text);
-    std::string line;
-    while (std::getline(lines, line)) {
-      const auto f = split_fields(line);
-      if (f[0] == "G" && f.size() >= 4) s.groups[f[1]] = Group{std::stoull(f[2]), f[3]};
-      if (f[0] == "F" && f.size() >= 2) s.in_flight.push_back(f[1]);
-      if (f[0] == "E" && f.size() >= 2) s.events.push_back(f[1]);
-    }
-    return s;
-  }
-};
-
 }  // namespace
 
 Watchdog::Watchdog(Options options) : options_(std::move(options)) {
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
   channel_ = std::make_unique<PeerStatusChannel>();
+  // Every rank's host, for naming a culprit that no longer answers.
+  int ranks = 0;
+  MT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ranks));
+  constexpr int kHostChars = 64;
+  std::string mine = this_host_name().substr(0, kHostChars - 1);
+  mine.resize(kHostChars, '\0');
+  std::string all(static_cast<std::size_t>(kHostChars) * static_cast<std::size_t>(ranks), '\0');
+  MT_MPI_CHECK(MPI_Allgather(mine.data(), kHostChars, MPI_CHAR, all.data(), kHostChars, MPI_CHAR, MPI_COMM_WORLD));
+  for (int r = 0; r < ranks; ++r) hosts_.emplace_back(all.c_str() + static_cast<std::size_t>(r) * kHostChars);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -127,13 +93,14 @@ void Watchdog::mark(std::string text) {
 void Watchdog::run() {
   // Ticks often enough to end a hang within a second of its deadline, rarely enough to cost nothing.
   const auto tick = std::clamp(options_.timeout / 4, std::chrono::milliseconds(20), std::chrono::milliseconds(500));
+  bool reported = false;  // to on_expiry: from then on the thread only answers the peers
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    wake_.wait_for(lock, tick, [this] { return stopping_; });
+    wake_.wait_for(lock, reported ? std::chrono::milliseconds(20) : tick, [this] { return stopping_; });
     if (stopping_) break;
     lock.unlock();
     channel_->answer([this] { return status(); });
-    std::optional<Tracked> expired = first_expired(Clock::now());
+    std::optional<Tracked> expired = reported ? std::nullopt : first_expired(Clock::now());
     if (expired) {
       bool someone_else_reports = false;
       const std::string text = report(*expired, Clock::now(), someone_else_reports);
@@ -145,11 +112,10 @@ void Watchdog::run() {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
       }
-      if (options_.on_expiry) {
-        options_.on_expiry(text);
-        return;
-      }
-      end_job(text, true);
+      if (!options_.on_expiry) end_job(text, true);
+      // A test keeps the report; the others' watchdogs may still ask this rank about its ops.
+      options_.on_expiry(text);
+      reported = true;
     }
     lock.lock();
   }
@@ -167,37 +133,72 @@ std::optional<Watchdog::Tracked> Watchdog::first_expired(Clock::time_point now) 
   return expired;
 }
 
+PeerOp Watchdog::peer_op(const Tracked& t, Clock::time_point now) {
+  PeerOp op;
+  op.members = t.group ? t.group->world_ranks : std::vector<int>{};
+  op.what = std::string(t.prefix) + t.record.describe() + " on group \"" + (t.group ? t.group->label : "?") +
+            "\" (world ranks " + join_ranks(op.members) + ")";
+  op.detail = "for " + seconds_text(now - t.started) + ", called at " + t.record.called_from();
+  op.kind = t.record.kind;
+  op.sequence = t.record.sequence;
+  if (is_point_to_point(op.kind) && t.record.peer >= 0 && static_cast<std::size_t>(t.record.peer) < op.members.size()) {
+    op.peer = op.members[static_cast<std::size_t>(t.record.peer)];
+  }
+  op.tag = t.record.tag;
+  return op;
+}
+
+std::string Watchdog::host_of(int world_rank) const {
+  return world_rank >= 0 && static_cast<std::size_t>(world_rank) < hosts_.size() ? hosts_[static_cast<std::size_t>(world_rank)]
+                                                                                  : std::string("?");
+}
+
 std::string Watchdog::status() {
   const Clock::time_point now = Clock::now();
-  std::ostringstream out;
+  std::string out;
   std::lock_guard lock(mutex_);
   for (const auto& weak : groups_) {
     auto g = weak.lock();
     if (!g) continue;
-    out << "G\t" << join_ranks(g->world_ranks) << '\t' << g->collectives << '\t'
-        << (g->last_collective ? g->last_collective->describe() + ", called at " + g->last_collective->called_from()
-                               : std::string("none"))
-        << '\n';
+    out += PeerStatus::group_line(g->world_ranks, g->collectives,
+                                  g->last_collective ? g->last_collective->describe() + ", called at " +
+                                                           g->last_collective->called_from()
+                                                     : std::string("none"));
   }
   for (const Tracked& t : tracked_) {
     WorkPtr work = t.work.lock();
     if (!work || work->test()) continue;
-    out << "F\t" << t.prefix << t.record.describe() << " on group \"" << (t.group ? t.group->label : "?") << "\" for "
-        << seconds_text(now - t.started) << ", called at " << t.record.called_from() << '\n';
+    out += PeerStatus::op_line(peer_op(t, now));
   }
-  for (const Event& e : history_) out << "E\t" << seconds_text(now - e.when) << " ago: " << e.describe() << '\n';
-  return out.str();
+  for (const Event& e : history_) out += PeerStatus::event_line(seconds_text(now - e.when) + " ago: " + e.describe());
+  out += PeerStatus::unpolled_line(std::chrono::duration<double>(channel_->unpolled()).count());
+  return out;
 }
 
 std::string Watchdog::report(const Tracked& expired, Clock::time_point now, bool& someone_else_reports) {
   const OpRecord& op = expired.record;
-  const std::vector<int> members = expired.group ? expired.group->world_ranks : std::vector<int>{};
+  const PeerOp root = peer_op(expired, now);
+  const std::vector<int>& members = root.members;
   const std::string label = expired.group ? expired.group->label : "?";
   std::vector<int> peers;
   for (int r : members) {
     if (r != world_rank_) peers.push_back(r);
   }
-  const std::map<int, std::string> answers = channel_->ask(peers, options_.answer_wait, [this] { return status(); });
+  // A watchdog thread looks for questions at least every 0.5 s (and every few ms while it asks): one
+  // that did not for this long was not running (stopped, and resumed as the job is ended).
+  const double paused_s = 2.0 + std::chrono::duration<double>(options_.answer_wait).count() / 2;
+  // Ask the op's group, then onward along the chain of waits, all within one answer wait.
+  std::map<int, PeerStatus> statuses{{world_rank_, PeerStatus::parse(status())}};
+  std::set<int> asked(peers.begin(), peers.end());
+  asked.insert(world_rank_);
+  const std::map<int, std::string> answers =
+      channel_->ask(peers, options_.answer_wait, [this] { return status(); }, [&](int rank, const std::string& text) {
+        statuses[rank] = PeerStatus::parse(text);
+        std::vector<int> more = follow_wait_chain(world_rank_, root, statuses, asked, paused_s).to_ask;
+        asked.insert(more.begin(), more.end());
+        return more;
+      });
+  const WaitChain chain = follow_wait_chain(world_rank_, root, statuses, asked, paused_s);
 
   std::vector<int> not_arrived;
   std::vector<int> silent;
@@ -209,7 +210,7 @@ std::string Watchdog::report(const Tracked& expired, Clock::time_point now, bool
       silent.push_back(peer);
       continue;
     }
-    const PeerStatus s = PeerStatus::parse(found->second);
+    const PeerStatus& s = statuses.at(peer);
     bool arrived = true;
     if (!is_point_to_point(op.kind)) {
       auto g = s.groups.find(key);
@@ -223,11 +224,11 @@ std::string Watchdog::report(const Tracked& expired, Clock::time_point now, bool
     }
     // A lower rank stuck on this very op reports it: the others stay quiet.
     const std::string same_op = op.describe() + " on group \"" + label + "\"";
-    for (const std::string& f : s.in_flight) {
-      if (peer < world_rank_ && f.find(same_op) != std::string::npos) someone_else_reports = true;
+    for (const PeerOp& f : s.in_flight) {
+      if (peer < world_rank_ && f.what.find(same_op) != std::string::npos) someone_else_reports = true;
     }
     if (!arrived || is_point_to_point(op.kind)) {
-      for (const std::string& f : s.in_flight) details << "\n    world rank " << peer << " waits in " << f;
+      for (const PeerOp& f : s.in_flight) details << "\n    world rank " << peer << " waits in " << f.what << " " << f.detail;
       if (s.in_flight.empty()) details << "\n    world rank " << peer << " waits in no communication (computing, or stuck outside it)";
       if (!s.events.empty()) details << "\n    its last step: " << s.events.back();
     }
@@ -245,12 +246,54 @@ std::string Watchdog::report(const Tracked& expired, Clock::time_point now, bool
   if (not_arrived.empty() && silent.empty() && !peers.empty() && !is_point_to_point(op.kind)) {
     text << "; every member has started it, so the transfer itself is stuck (a network or MPI problem)";
   }
+  text << culprit_text(chain, statuses);
   text << details.str();
   text << "\n  this rank (world rank " << world_rank_ << " on " << this_host_name() << "), its last steps:";
   {
     std::lock_guard lock(mutex_);
     for (const Event& e : history_) text << "\n    " << seconds_text(now - e.when) << " ago: " << e.describe();
   }
+  return text.str();
+}
+
+std::string Watchdog::culprit_text(const WaitChain& chain, const std::map<int, PeerStatus>& statuses) const {
+  if (chain.links.empty()) return "";  // the op waits for no one: said above
+  std::ostringstream text;
+  std::vector<std::string> culprits;
+  for (int r : chain.silent) {
+    auto s = statuses.find(r);
+    culprits.push_back("world rank " + std::to_string(r) + " (host " + host_of(r) + ") " +
+                       (s == statuses.end() ? std::string("does not answer (stopped, dead, or stuck inside MPI)")
+                                            : "did not run for " + seconds_text(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                                         std::chrono::duration<double>(s->second.unpolled_s))) +
+                                                  " before it answered (stopped, or starved of CPU)"));
+  }
+  for (int r : chain.busy) {
+    const PeerStatus& s = statuses.at(r);
+    culprits.push_back("world rank " + std::to_string(r) + " (host " + host_of(r) +
+                       ") is busy outside any collective; its last step: " +
+                       (s.events.empty() ? std::string("none marked") : s.events.back()));
+  }
+  if (culprits.size() == 1) {
+    text << "\n  culprit: " << culprits.front();
+  } else if (!culprits.empty()) {
+    text << "\n  culprits:";
+    for (const std::string& c : culprits) text << "\n    " << c;
+  } else if (!chain.stuck.empty()) {
+    std::vector<int> stuck = chain.stuck;
+    text << "\n  culprit: none: world rank" << (stuck.size() > 1 ? "s " : " ") << join_ranks(stuck)
+         << " wait in ops every member has started (a network or MPI problem)";
+  } else {
+    text << "\n  culprit: none: the ranks wait for each other in a cycle (their ops were started in different orders)";
+  }
+  // The chain itself, bounded: a large job's report must stay readable.
+  constexpr std::size_t kMaxLinks = 16;
+  text << "\n  the waits that lead there:";
+  for (std::size_t i = 0; i < chain.links.size() && i < kMaxLinks; ++i) {
+    const WaitLink& l = chain.links[i];
+    text << "\n    world rank " << l.from << " waits for world rank " << l.to << " in " << l.in;
+  }
+  if (chain.links.size() > kMaxLinks) text << "\n    ... and " << chain.links.size() - kMaxLinks << " more";
   return text.str();
 }
 

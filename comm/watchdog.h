@@ -1,9 +1,11 @@
 // The communication watchdog. Every op a communicator starts gets a deadline (--comm-timeout);
 // one thread per process checks them a few times a second. When one passes, the rank asks the
-// other members of that op's group what they are doing (comm/peer_status.h), then prints one
-// report: what it waited for (op, group, sequence number, bytes, where it was called), which
-// members had not started that op and what they were doing instead, which did not answer, and
-// its own last steps; then it ends the job. A job that hangs thus always ends, within the timeout
+// other members of that op's group what they are doing (comm/peer_status.h), and onward along
+// the chain of waits across groups (comm/wait_chain.h) to the culprit, a rank that does not answer
+// or is in no op; then it prints one report: what it waited for (op, group, sequence number,
+// bytes, where it was called), the culprit and the chain to it, which members had not started
+// that op and what they were doing instead, which did not answer, and its own last steps; then
+// it ends the job. A job that hangs thus always ends, within the timeout
 // plus a few seconds, with the rank to blame named.
 // defines: GroupProgress, Watchdog
 #pragma once
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +29,9 @@
 namespace mt {
 
 class PeerStatusChannel;
+struct PeerOp;
+struct PeerStatus;
+struct WaitChain;
 
 // One communicator's count of the ops it has started, for the peers' questions (under the
 // watchdog's mutex).
@@ -89,11 +95,16 @@ class Watchdog {
 
   void run();
   std::optional<Tracked> first_expired(Clock::time_point now);
+  static PeerOp peer_op(const Tracked& t, Clock::time_point now);
+  std::string host_of(int world_rank) const;
   std::string status();  // this rank's answer to a peer's question
   std::string report(const Tracked& expired, Clock::time_point now, bool& someone_else_reports);
+  // The rank(s) at the end of the chain of waits, in one line each, and the chain.
+  std::string culprit_text(const WaitChain& chain, const std::map<int, PeerStatus>& statuses) const;
 
   Options options_;
   int world_rank_ = 0;
+  std::vector<std::string> hosts_;  // by world rank
   std::unique_ptr<PeerStatusChannel> channel_;  // the watchdog thread's only
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comm/mpi_communicator.h"
+#include "comm/wait_chain.h"
 #include "tests/test_env.h"
 
 namespace mt {
@@ -84,6 +85,135 @@ TEST(Watchdog, FinishedOpsNeverExpire) {
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // several ticks past every deadline
   std::lock_guard lock(catcher->mutex);
   EXPECT_EQ(catcher->report, "");
+}
+
+// A 2 x 2 mesh of world ranks: "row" groups {0,1} and {2,3}, "col" groups {0,2} and {1,3} (as tp and dp,
+// or as pp and dp). World rank 2 stays outside every watched op while the others start ops that wait
+// in a chain on it: 0 waits for 1 (row), 1 waits for 3 (col), 3 waits for 2 (row). Every report must
+// name rank 2 as the culprit, not the neighbour each one waits for. `row_op` starts the waiting op of
+// ranks 0 and 3 on their row group (a collective, or a recv from the other member); the chain is
+// then unwound by the sleeper: it calls `row_answer` (the row op's other half) and its column op.
+struct ChainMesh {
+  std::shared_ptr<ReportCatcher> catcher = std::make_shared<ReportCatcher>();
+  std::shared_ptr<Watchdog> watchdog;
+  std::unique_ptr<MpiCommunicator> world;
+  std::unique_ptr<Communicator> row, col;
+
+  ChainMesh() {
+    watchdog = std::make_shared<Watchdog>(Watchdog::Options{
+        .timeout = std::chrono::milliseconds(1000),
+        .answer_wait = std::chrono::milliseconds(1500),
+        .on_expiry = [c = catcher](const std::string& text) { c->take(text); }});
+    world = MpiCommunicator::world(CommOptions{.timeout = std::chrono::milliseconds(1000), .watchdog = watchdog});
+    if (world->size() != 4) return;
+    const int r = world->rank();
+    row = world->split(r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, "row");
+    col = world->split(r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}, "col");
+  }
+
+  void run(const std::function<WorkPtr(Communicator&, Tensor&)>& row_op,
+           const std::function<void(Communicator&, Tensor&)>& row_answer) {
+    constexpr int sleeper = 2;
+    Tensor x = ones(8);
+    const int r = world->rank();
+    MpiComm side = MpiComm::world().dup();  // orders the test's phases, outside the watchdog
+    WorkPtr pending;
+    if (r == 0 || r == 3) pending = row_op(*row, x);
+    if (r == 1) pending = col->allreduce_async(x, x);
+    if (r == sleeper) watchdog->mark("began step 3 of 9");
+    MPI_Barrier(side.get());  // every waiting op has started before any deadline passes
+    if (r != sleeper) {
+      const std::string report = catcher->wait_for_report();
+      EXPECT_NE(report.find("culprit: world rank 2 (host "), std::string::npos) << report;
+      EXPECT_NE(report.find("is busy outside any collective"), std::string::npos) << report;
+      EXPECT_NE(report.find("began step 3 of 9"), std::string::npos) << "the culprit's last mark\n" << report;
+      for (int other : {0, 1, 3}) {
+        EXPECT_EQ(report.find("culprit: world rank " + std::to_string(other)), std::string::npos) << report;
+      }
+      if (r == 0) {  // the whole chain, each link with its group
+        EXPECT_NE(report.find("world rank 0 waits for world rank 1 in "), std::string::npos) << report;
+        EXPECT_NE(report.find("world rank 1 waits for world rank 3 in allreduce #0"), std::string::npos) << report;
+        EXPECT_NE(report.find("world rank 3 waits for world rank 2 in "), std::string::npos) << report;
+      }
+    }
+    MPI_Barrier(side.get());  // the reports are in: unwind the chain
+    if (r == sleeper) {
+      row_answer(*row, x);
+      col->allreduce(x);
+    } else {
+      pending->wait();
+      if (r == 0) col->allreduce(x);          // the sleeper's column op
+      if (r == 1) row_answer(*row, x);        // rank 0's row op
+      if (r == 3) col->allreduce(x);          // rank 1's column op
+    }
+  }
+};
+
+TEST(Watchdog, FollowsTheWaitChainAcrossCollectiveGroups) {
+  ChainMesh mesh;
+  if (mesh.world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  mesh.run([](Communicator& row, Tensor& x) { return row.allreduce_async(x, x); },
+           [](Communicator& row, Tensor& x) { row.allreduce(x); });
+}
+
+TEST(Watchdog, FollowsTheWaitChainThroughPointToPoint) {
+  ChainMesh mesh;
+  if (mesh.world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  // As a pipeline: ranks 0 and 3 receive from the other member of their row, which sends late.
+  mesh.run([](Communicator& row, Tensor& x) { return row.recv_async(x, 1 - row.rank(), {.tag = 7}); },
+           [](Communicator& row, Tensor& x) { row.send(x, 1 - row.rank(), {.tag = 7}); });
+}
+
+// The chain logic alone, on made-up answers: a stopped rank, and a cycle (ops in different orders).
+PeerOp op_on(std::vector<int> members, std::uint64_t sequence) {
+  PeerOp op;
+  op.what = "allreduce #" + std::to_string(sequence) + " on " + join_ranks(members);
+  op.members = std::move(members);
+  op.kind = CollectiveKind::Allreduce;
+  op.sequence = sequence;
+  return op;
+}
+PeerStatus in_op(const PeerOp& op, std::uint64_t started_on_op_group = 1) {
+  PeerStatus s;
+  s.groups[join_ranks(op.members)] = {started_on_op_group, "x"};
+  s.in_flight.push_back(op);
+  return s;
+}
+
+TEST(WaitChain, EndsAtTheRankThatDoesNotAnswer) {
+  // 0 waits in {0,1} #0; 1 answers it is in {1,3} #0 (not started {0,1}); 3 was asked, no answer.
+  const PeerOp mine = op_on({0, 1}, 0);
+  std::map<int, PeerStatus> answers{{0, in_op(mine)}, {1, in_op(op_on({1, 3}, 0))}};
+  WaitChain chain = follow_wait_chain(0, mine, answers, {0, 1}, 2.0);
+  EXPECT_EQ(chain.to_ask, std::vector<int>{3});  // ask onward
+  chain = follow_wait_chain(0, mine, answers, {0, 1, 3}, 2.0);
+  EXPECT_EQ(chain.silent, std::vector<int>{3});
+  EXPECT_TRUE(chain.busy.empty());
+  ASSERT_EQ(chain.links.size(), 2u);
+  EXPECT_EQ(chain.links[1].from, 1);
+  EXPECT_EQ(chain.links[1].to, 3);
+  // 3 answers after all, but only after 8 s without looking for questions (stopped, then resumed
+  // as the job ends): still the culprit, and not "busy".
+  answers[3].unpolled_s = 8.0;
+  chain = follow_wait_chain(0, mine, answers, {0, 1, 3}, 2.0);
+  EXPECT_EQ(chain.silent, std::vector<int>{3});
+  EXPECT_TRUE(chain.busy.empty());
+  answers[3].unpolled_s = 0.4;
+  chain = follow_wait_chain(0, mine, answers, {0, 1, 3}, 2.0);
+  EXPECT_EQ(chain.busy, std::vector<int>{3});
+}
+
+TEST(WaitChain, ACycleEndsWithNoCulprit) {
+  // 0 waits in {0,1} #0 for 1; 1 waits in {1,0}-ordered group "b" #0 for 0, which never started it.
+  const PeerOp a = op_on({0, 1}, 0);
+  const PeerOp b = op_on({1, 0}, 0);
+  PeerStatus zero = in_op(a);
+  PeerStatus one = in_op(b);
+  const std::map<int, PeerStatus> answers{{0, zero}, {1, one}};
+  const WaitChain chain = follow_wait_chain(0, a, answers, {0, 1}, 2.0);
+  EXPECT_FALSE(chain.has_culprit());
+  EXPECT_TRUE(chain.stuck.empty());
+  EXPECT_EQ(chain.links.size(), 2u);
 }
 
 std::string desync_error(Communicator& comm, const std::function<void()>& call) {

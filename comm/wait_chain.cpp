@@ -1,0 +1,147 @@
+#include "comm/wait_chain.h"
+
+#include <algorithm>
+#include <deque>
+#include <sstream>
+
+namespace mt {
+
+namespace {
+
+std::vector<std::string> split_fields(const std::string& line) {
+  std::vector<std::string> fields;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t tab = line.find('\t', start);
+    fields.push_back(line.substr(start, tab - start));
+    if (tab == std::string::npos) return fields;
+    start = tab + 1;
+  }
+}
+
+std::vector<int> parse_ranks(const std::string& text) {
+  std::vector<int> ranks;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) ranks.push_back(std::stoi(item));
+  }
+  return ranks;
+}
+
+bool complementary(CollectiveKind a, CollectiveKind b) {
+  return (a == CollectiveKind::Send && b == CollectiveKind::Recv) || (a == CollectiveKind::Recv && b == CollectiveKind::Send);
+}
+
+// The ranks `x`, blocked in `op`, waits for: the members that have not started the collective, or
+// the point-to-point peer when it has no matching op in flight. A rank with no answer is presumed
+// not there.
+std::vector<int> waited_for(int x, const PeerOp& op, const std::map<int, PeerStatus>& answers) {
+  const std::string key = join_ranks(op.members);
+  std::vector<int> ranks;
+  if (is_point_to_point(op.kind)) {
+    if (op.peer < 0) return ranks;
+    auto theirs = answers.find(op.peer);
+    bool matched = false;
+    if (theirs != answers.end()) {
+      for (const PeerOp& o : theirs->second.in_flight) {
+        matched = matched || (complementary(op.kind, o.kind) && o.peer == x && o.tag == op.tag && join_ranks(o.members) == key);
+      }
+    }
+    if (!matched) ranks.push_back(op.peer);
+    return ranks;
+  }
+  for (int member : op.members) {
+    if (member == x) continue;
+    auto theirs = answers.find(member);
+    if (theirs == answers.end()) {
+      ranks.push_back(member);
+      continue;
+    }
+    auto group = theirs->second.groups.find(key);
+    const std::uint64_t started = group == theirs->second.groups.end() ? 0 : group->second.collectives;
+    if (started <= op.sequence) ranks.push_back(member);
+  }
+  return ranks;
+}
+
+}  // namespace
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(r);
+  }
+  return text;
+}
+
+std::string PeerStatus::group_line(const std::vector<int>& members, std::uint64_t collectives, const std::string& last) {
+  return "G\t" + join_ranks(members) + '\t' + std::to_string(collectives) + '\t' + last + '\n';
+}
+
+std::string PeerStatus::op_line(const PeerOp& op) {
+  std::ostringstream line;
+  line << "F\t" << op.what << '\t' << op.detail << '\t' << join_ranks(op.members) << '\t' << static_cast<int>(op.kind)
+       << '\t' << op.sequence << '\t' << op.peer << '\t' << op.tag << '\n';
+  return line.str();
+}
+
+std::string PeerStatus::event_line(const std::string& event) { return "E\t" + event + '\n'; }
+
+std::string PeerStatus::unpolled_line(double seconds) { return "P\t" + std::to_string(seconds) + '\n'; }
+
+PeerStatus PeerStatus::parse(const std::string& text) {
+  PeerStatus s;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto f = split_fields(line);
+    if (f[0] == "G" && f.size() >= 4) s.groups[f[1]] = Group{std::stoull(f[2]), f[3]};
+    if (f[0] == "F" && f.size() >= 8) {
+      s.in_flight.push_back(PeerOp{f[1], f[2], parse_ranks(f[3]), static_cast<CollectiveKind>(std::stoi(f[4])),
+                                   std::stoull(f[5]), std::stoi(f[6]), std::stoi(f[7])});
+    }
+    if (f[0] == "E" && f.size() >= 2) s.events.push_back(f[1]);
+    if (f[0] == "P" && f.size() >= 2) s.unpolled_s = std::stod(f[1]);
+  }
+  return s;
+}
+
+WaitChain follow_wait_chain(int self, const PeerOp& expired, const std::map<int, PeerStatus>& answers,
+                            const std::set<int>& asked, double paused_s) {
+  WaitChain chain;
+  std::set<int> followed{self};
+  std::set<int> to_ask;
+  std::deque<std::pair<int, std::vector<PeerOp>>> blocked{{self, {expired}}};
+  while (!blocked.empty()) {
+    const auto [x, ops] = std::move(blocked.front());
+    blocked.pop_front();
+    bool waits = false;
+    for (const PeerOp& op : ops) {
+      for (int member : op.members) {
+        if (!asked.contains(member)) to_ask.insert(member);
+      }
+      for (int y : waited_for(x, op, answers)) {
+        waits = true;
+        chain.links.push_back(WaitLink{x, y, op.what});
+        if (!followed.insert(y).second) continue;  // reached before (or a cycle): followed once
+        auto theirs = answers.find(y);
+        if (theirs == answers.end() || theirs->second.unpolled_s > paused_s) {
+          chain.silent.push_back(y);
+        } else if (theirs->second.in_flight.empty()) {
+          chain.busy.push_back(y);
+        } else {
+          blocked.emplace_back(y, theirs->second.in_flight);
+        }
+      }
+    }
+    if (!waits) chain.stuck.push_back(x);
+  }
+  std::ranges::sort(chain.silent);
+  std::ranges::sort(chain.busy);
+  chain.to_ask.assign(to_ask.begin(), to_ask.end());
+  return chain;
+}
+
+}  // namespace mt
