@@ -1,9 +1,12 @@
 // Small helpers shared by the GoogleTest files.
-// defines: error_of, contains
+// defines: error_of, contains, read_text
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "runtime/error.h"
@@ -24,5 +27,13 @@ std::string error_of(Fn&& fn) {
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The whole of a text file ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace mt::testing

@@ -15,7 +15,7 @@
 
 #include "runtime/error.h"
 #include "tests/scratch_dir.h"   // defines: ScratchDir
-#include "tests/test_helpers.h"  // defines: error_of, contains
+#include "tests/test_helpers.h"  // defines: error_of, contains, read_text
 
 namespace mt::ckpt {
 namespace {
@@ -23,14 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::contains;
 using testing::error_of;
+using testing::read_text;
 using testing::ScratchDir;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void touch(const fs::path& path) { std::ofstream(path) << "x"; }
 

@@ -17,7 +17,7 @@
 #include "runtime/error.h"       // defines: this_host_name
 #include "runtime/unique_fd.h"   // defines: UniqueFd
 #include "tests/scratch_dir.h"   // defines: ScratchDir
-#include "tests/test_helpers.h"  // defines: error_of, contains
+#include "tests/test_helpers.h"  // defines: error_of, contains, read_text
 
 namespace mt::ckpt {
 namespace {
@@ -25,14 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::contains;
 using testing::error_of;
+using testing::read_text;
 using testing::ScratchDir;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // "checkpoint directory 'ROOT' is in use by another job: host H, pid PID, started T (lock file ROOT/.lock)"
 std::string refusal(const fs::path& root, long pid) {

@@ -17,7 +17,7 @@
 #include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, assemble_manifest, commit_checkpoint
 #include "runtime/error.h"
 #include "tests/scratch_dir.h"          // defines: ScratchDir
-#include "tests/test_helpers.h"         // defines: error_of, contains
+#include "tests/test_helpers.h"         // defines: error_of, contains, read_text
 
 namespace mt::ckpt {
 namespace {
@@ -25,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::contains;
 using testing::error_of;
+using testing::read_text;
 using testing::ScratchDir;
 
 constexpr int kWorld = 5;  // ranks 0-3: tp 2 x dp 2 (tp = rank % 2, dp = rank / 2); rank 4 holds nothing
@@ -98,13 +99,6 @@ void expect_reads(CheckpointReader& reader, const std::string& tensor, const Sli
   std::vector<float> out(static_cast<std::size_t>(slice.numel()), -1.0f);
   reader.read(tensor, slice, out);
   EXPECT_EQ(out, values(tensor, shape, slice)) << tensor;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 TEST(TensorIo, SaveThenReadUnderOtherSlicings) {
