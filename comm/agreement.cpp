@@ -62,6 +62,20 @@ void agree_on_error(Communicator& comm, DeviceContext& ctx, const std::optional<
   MT_FAIL_AS(JobError, message);
 }
 
+void agree_on_first_rank_error(Communicator& comm, DeviceContext& ctx, const std::optional<std::string>& mine) {
+  // Its length + 1 first (0: no error), then the text.
+  const std::string text = mine ? (mine->empty() ? std::string("unknown error") : *mine) : std::string();
+  Tensor length = Tensor::from_host(
+      std::vector<std::int32_t>{comm.rank() == 0 && mine ? static_cast<std::int32_t>(text.size()) + 1 : 0}, {1}, ctx);
+  comm.broadcast(length);
+  const std::int32_t got = length.to_host<std::int32_t>()[0];
+  if (got == 0) return;
+  const auto size = static_cast<std::size_t>(got - 1);
+  Tensor chars = Tensor::from_host(encode(comm.rank() == 0 ? text : std::string(), size + 1), {got}, ctx);
+  comm.broadcast(chars);
+  MT_FAIL_AS(JobError, decode(chars.to_host<std::int32_t>().data(), size));
+}
+
 void run_agreed(Communicator& comm, DeviceContext& ctx, const std::function<void()>& body) {
   std::optional<std::string> error;
   try {

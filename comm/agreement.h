@@ -2,7 +2,7 @@
 // (a shard file it alone reads is corrupt, its disk is full) and the others would go on into the
 // next collective and wait for it forever, every rank calls agree_on_error at the same point with
 // what it found: all go on, or all throw one JobError carrying the first failing rank's message.
-// defines: agree_on_error, run_agreed
+// defines: agree_on_error, agree_on_first_rank_error, run_agreed
 #pragma once
 
 #include <functional>
@@ -19,6 +19,11 @@ namespace mt {
 // prefixed with "rank R: " (R in the world) unless every rank failed with the same message, and followed
 // by how many other ranks failed.
 void agree_on_error(Communicator& comm, DeviceContext& ctx, const std::optional<std::string>& mine);
+
+// Collective over `comm`, for work only the group's first rank does (the others pass nullopt):
+// when it failed, every rank throws JobError with its message as it is, the job's own error said
+// once, not "rank 0: ..." of one rank.
+void agree_on_first_rank_error(Communicator& comm, DeviceContext& ctx, const std::optional<std::string>& mine);
 
 // Runs `body`, catching any std::exception as this rank's error, then agree_on_error.
 void run_agreed(Communicator& comm, DeviceContext& ctx, const std::function<void()>& body);

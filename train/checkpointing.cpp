@@ -18,26 +18,6 @@ namespace {
 
 using Moment = DistributedAdamW::Moment;
 
-// Rank 0's `mine`, on every rank (collective over `world`).
-std::optional<std::string> broadcast_from_rank0(Communicator& world, DeviceContext& ctx,
-                                                const std::optional<std::string>& mine) {
-  // Text travels as one int32 per byte, after its length + 1 (0: nothing), as the agreement does.
-  const std::int32_t size = mine ? static_cast<std::int32_t>(mine->size()) + 1 : 0;
-  Tensor length = Tensor::from_host(std::vector<std::int32_t>{size}, {1}, ctx);
-  world.broadcast(length);
-  const std::int32_t got = length.to_host<std::int32_t>()[0];
-  if (got == 0) return std::nullopt;
-  std::vector<std::int32_t> codes(static_cast<std::size_t>(got), 0);
-  if (mine)
-    for (std::size_t i = 0; i < mine->size(); ++i) codes[i] = static_cast<unsigned char>((*mine)[i]);
-  Tensor text = Tensor::from_host(codes, {got}, ctx);
-  world.broadcast(text);
-  codes = text.to_host<std::int32_t>();
-  std::string out(codes.size() - 1, '\0');
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<char>(codes[i]);
-  return out;
-}
-
 std::string hex64(std::uint64_t value) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(value));
@@ -299,8 +279,7 @@ std::unique_ptr<ckpt::CheckpointDirLock> claim_checkpoint_dir(Communicator& worl
       refused = e.what();
     }
   }
-  // The same message on every rank reads as the job's own error, not as "rank 0: ..." of one rank.
-  agree_on_error(world, ctx, broadcast_from_rank0(world, ctx, refused));
+  agree_on_first_rank_error(world, ctx, refused);
   return lock;
 }
 

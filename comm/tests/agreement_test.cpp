@@ -1,4 +1,5 @@
 // agree_on_error: one rank's failure becomes the same JobError on every rank; no failure, no error.
+// agree_on_first_rank_error: the first rank's verdict on work it alone did, the same on every rank.
 #include "comm/agreement.h"
 
 #include <gtest/gtest.h>
@@ -52,6 +53,25 @@ TEST(Agreement, RunAgreedCatchesAnyException) {
     message = e.message();
   }
   EXPECT_EQ(message, test_world().size() == 1 ? "boom" : "rank 0: boom");
+}
+
+std::string first_rank_error_of(const std::optional<std::string>& mine) {
+  try {
+    agree_on_first_rank_error(test_world(), test_context(), mine);
+  } catch (const JobError& e) {
+    return e.message();
+  }
+  return "";
+}
+
+TEST(Agreement, TheFirstRanksErrorReachesEveryRankUnprefixed) {
+  const bool first = test_world().rank() == 0;
+  EXPECT_EQ(first_rank_error_of(first ? std::optional<std::string>("directory 'ck' is in use") : std::nullopt),
+            "directory 'ck' is in use");
+  EXPECT_EQ(first_rank_error_of(std::nullopt), "");
+  // Only the first rank's verdict counts: the others pass nothing, and what they pass is not read.
+  EXPECT_EQ(first_rank_error_of(first ? std::nullopt : std::optional<std::string>("ignored")), "");
+  EXPECT_EQ(first_rank_error_of(first ? std::optional<std::string>("") : std::nullopt), "unknown error");
 }
 
 }  // namespace
