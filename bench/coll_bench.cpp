@@ -15,7 +15,7 @@
 #include "bench/coll_runner.h"
 #include "bench/raw_mpi.h"
 #include "bench/raw_nccl.h"
-#include "launch/cli.h"
+#include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
 #include "launch/options.h"
 #include "launch/session.h"

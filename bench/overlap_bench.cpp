@@ -9,7 +9,7 @@
 
 #include "bench/bench_env.h"
 #include "bench/bench_json.h"
-#include "launch/cli.h"
+#include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
 #include "launch/model_options.h"
 #include "launch/session.h"

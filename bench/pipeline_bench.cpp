@@ -17,7 +17,7 @@
 #include "bench/bench_env.h"
 #include "bench/bench_json.h"
 #include "bench/pipeline_stage.h"
-#include "launch/cli.h"
+#include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
 #include "launch/options.h"
 #include "launch/session.h"

@@ -15,8 +15,8 @@
 #include "bench/bench_json.h"
 #include "bench/scaling_layouts.h"
 #include "launch/child_process.h"
-#include "launch/cli.h"
-#include "launch/metrics_reader.h"
+#include "runtime/error.h"  // defines: UsageError
+#include "train/metrics_reader.h"
 #include "launch/model_options.h"
 #include "launch/path_option.h"
 #include "launch/table.h"

@@ -3,7 +3,7 @@
 #include <optional>
 #include <sstream>
 
-#include "launch/cli.h"
+#include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
 
 namespace mt {

@@ -16,8 +16,8 @@
 #include "launch/table.h"
 #include "models/gpt.h"
 #include "runtime/gemm_rate.h"
-#include "train/optim/adamw.h"
-#include "train/optim/grad_norm.h"
+#include "optim/adamw.h"
+#include "optim/grad_norm.h"
 
 namespace po = boost::program_options;
 

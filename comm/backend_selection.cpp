@@ -12,7 +12,7 @@ CommBackend parse_comm_backend(std::string_view name) {
   if (name == "auto") return CommBackend::Auto;
   if (name == "mpi") return CommBackend::Mpi;
   if (name == "nccl") return CommBackend::Nccl;
-  MT_FAIL("unknown communication backend '", name, "' (expected auto, mpi or nccl)");
+  MT_FAIL_AS(UsageError, "unknown communication backend '", name, "' (expected auto, mpi or nccl)");
 }
 
 const char* comm_backend_name(CommBackend backend) {

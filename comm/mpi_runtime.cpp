@@ -1,5 +1,7 @@
 #include "comm/mpi_runtime.h"
 
+#include <thread>
+
 #include <cstdlib>
 
 #include <cstdio>
@@ -38,12 +40,30 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   set_process_label(rank_, this_host_name());
+  MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ending_comm_));
 }
 
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized && ending_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ending_comm_);
   if (owns_mpi_ && !finalized) MPI_Finalize();
+}
+
+std::optional<int> MpiRuntime::lowest_reporting_rank(bool reporting, std::chrono::milliseconds limit) const {
+  if (size_ == 1) return reporting ? 0 : 1;
+  int mine = reporting ? rank_ : size_, lowest = size_;
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Iallreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, ending_comm_, &request) != MPI_SUCCESS) return std::nullopt;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return std::nullopt;
+    if (done) return lowest;
+    if (limit != std::chrono::milliseconds::max() && std::chrono::steady_clock::now() - start >= limit)
+      return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, int root) {

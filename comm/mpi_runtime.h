@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,11 +33,19 @@ class MpiRuntime {
   MpiRuntime& operator=(const MpiRuntime&) = delete;
   int world_rank() const { return rank_; }
   int world_size() const { return size_; }
-
+  // Every rank calls this once as it ends, saying whether it ends with an error to report. Returns
+  // the lowest such rank (world_size when none), or nothing when some rank did not call it within
+  // `limit` (it is still busy: the caller must then end the job). An allreduce on a communicator
+  // of its own, so it cannot meet an operation the program left unfinished; without a limit it
+  // waits as MPI_Finalize would. How the top level tells an error every rank raised (or one raised
+  // by a rank working alone) from one that leaves others waiting.
+  std::optional<int> lowest_reporting_rank(bool reporting,
+                                           std::chrono::milliseconds limit = std::chrono::milliseconds::max()) const;
  private:
   int rank_ = 0;
   int size_ = 1;
   bool owns_mpi_ = false;  // started MPI, so finalizes it
+  MPI_Comm ending_comm_ = MPI_COMM_NULL;  // lowest_reporting_rank's own
 };
 
 // Gathers one string per rank on `root` (in rank order); other ranks get an empty vector.

@@ -13,7 +13,7 @@ DeviceRequest parse_device_request(std::string_view text) {
   if (text == "auto") return DeviceRequest::Auto;
   if (text == "cpu") return DeviceRequest::Cpu;
   if (text == "cuda" || text == "gpu") return DeviceRequest::Cuda;
-  MT_FAIL("unknown --device '", text, "' (expected auto, cpu or cuda)");
+  MT_FAIL_AS(UsageError, "unknown --device '", text, "' (expected auto, cpu or cuda)");
 }
 
 NodePlacement node_placement(MPI_Comm world) {

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <typeinfo>
 
-#include "launch/cli.h"
+#include "runtime/error.h"  // defines: UsageError
 #include "launch/path_option.h"
 
 namespace po = boost::program_options;
@@ -25,7 +25,7 @@ std::string program_and_command(const std::string& command) {
 // Boost.Program_options (1.74) words an error by replacing placeholders such as %value% in its
 // template with the offending text until none is left: text that holds the placeholder itself
 // never ends (a config file line `tp = %value%` hung `meshtrain train`; found by
-// launch/tests/fuzz_config_file.cpp). Such text is refused before Boost sees it.
+// commands/tests/fuzz_config_file.cpp). Such text is refused before Boost sees it.
 void refuse_placeholders(std::string_view text, const std::string& where) {
   // Every key Boost 1.74 substitutes (errors.hpp and the library's templates).
   for (const std::string_view token :

@@ -1,7 +1,7 @@
 #include "launch/model_options.h"
 
 #include "data/tokenizer/tokenizer.h"
-#include "launch/cli.h"
+#include "runtime/error.h"  // defines: UsageError
 #include "launch/path_option.h"
 
 namespace po = boost::program_options;
@@ -25,23 +25,14 @@ void add_model_options(po::options_description& desc) {
 }
 
 GptConfig read_model_config(const po::variables_map& vm, int vocab_size) {
-  GptConfig c;
-  try {
-    c = gpt_preset(vm["model"].as<std::string>());
-  } catch (const Error& e) {
-    throw UsageError(e.message());
-  }
+  GptConfig c = gpt_preset(vm["model"].as<std::string>());
   if (vm.count("layers")) c.layers = vm["layers"].as<int>();
   if (vm.count("heads")) c.heads = vm["heads"].as<int>();
   if (vm.count("channels")) c.channels = vm["channels"].as<int>();
   if (vm.count("max-seq-len")) c.max_seq_len = vm["max-seq-len"].as<int>();
   c.vocab_size = vocab_size;
   c.padded_vocab = vm.count("padded-vocab") ? vm["padded-vocab"].as<int>() : 0;
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw UsageError(e.message());
-  }
+  c.validate();
   return c;
 }
 

@@ -1,6 +1,5 @@
 #include "launch/options.h"
 
-#include "launch/cli.h"
 #include "runtime/error.h"
 
 namespace po = boost::program_options;
@@ -37,12 +36,12 @@ RuntimeOptions read(const po::variables_map& vm) {
   o.virtual_devices = vm["virtual-devices"].as<bool>();
   o.device_memory_limit = parse_bytes(vm["device-memory-limit"].as<std::string>());
   o.cpu_threads = vm["cpu-threads"].as<int>();
-  if (o.cpu_threads < 0) MT_FAIL("--cpu-threads must be 0 (automatic) or positive, not ", o.cpu_threads);
+  if (o.cpu_threads < 0) MT_FAIL_AS(UsageError, "--cpu-threads must be 0 (automatic) or positive, not ", o.cpu_threads);
   o.comm_backend = parse_comm_backend(vm["comm-backend"].as<std::string>());
   const double seconds = vm["comm-timeout"].as<double>();
   // Up to a year: longer is "never" in practice, and clocks overflow somewhat later.
   if (!(seconds > 0 && seconds <= 365.0 * 24 * 3600)) {
-    MT_FAIL("--comm-timeout must be a number of seconds above 0 and at most a year, not ", seconds);
+    MT_FAIL_AS(UsageError, "--comm-timeout must be a number of seconds above 0 and at most a year, not ", seconds);
   }
   o.comm_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
   o.debug_collectives = vm["debug-collectives"].as<bool>();
@@ -50,13 +49,6 @@ RuntimeOptions read(const po::variables_map& vm) {
 }
 }  // namespace
 
-RuntimeOptions read_runtime_options(const po::variables_map& vm) {
-  // A bad value is the same mistake on every rank: a usage error, said once.
-  try {
-    return read(vm);
-  } catch (const Error& e) {
-    throw UsageError(e.message());
-  }
-}
+RuntimeOptions read_runtime_options(const po::variables_map& vm) { return read(vm); }
 
 }  // namespace mt

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "launch/cli.h"
+#include "runtime/error.h"  // defines: UsageError
 
 namespace po = boost::program_options;
 

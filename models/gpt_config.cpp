@@ -43,7 +43,7 @@ void GptConfig::validate() const {
   MT_REQUIRE(channels >= 1 && channels % heads == 0, "model: channels (", channels,
            ") must be a positive multiple of heads (", heads, ")");
   // The MLP is 4 x channels wide, and layouts count that width in an int (`--channels 1000000000`
-  // overflowed it; found with launch/tests/fuzz_config_file.cpp).
+  // overflowed it; found with commands/tests/fuzz_config_file.cpp).
   MT_REQUIRE(channels <= std::numeric_limits<int>::max() / 4, "model: channels (", channels, ") is too large: at most ",
              std::numeric_limits<int>::max() / 4);
   MT_REQUIRE(max_seq_len >= 1, "model: max_seq_len must be at least 1, got ", max_seq_len);
@@ -96,7 +96,7 @@ GptConfig gpt_preset(const std::string& name) {
   }
   std::string known;
   for (const Preset& p : kPresets) known += (known.empty() ? "" : ", ") + std::string(p.name);
-  MT_FAIL("unknown model preset '", name, "' (known: ", known, ")");
+  MT_FAIL_AS(UsageError, "unknown model preset '", name, "' (known: ", known, ")");
 }
 
 std::vector<std::string> gpt_preset_names() {

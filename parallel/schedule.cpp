@@ -17,7 +17,7 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
   if (name == "interleaved") return ScheduleKind::Interleaved;
-  MT_FAIL("unknown pipeline schedule '", name, "' (expected gpipe, 1f1b or interleaved)");
+  MT_FAIL_AS(UsageError, "unknown pipeline schedule '", name, "' (expected gpipe, 1f1b or interleaved)");
 }
 
 const char* schedule_kind_name(ScheduleKind kind) {

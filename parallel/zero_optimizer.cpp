@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "runtime/error.h"
-#include "train/optim/grad_norm.h"
+#include "optim/grad_norm.h"
 
 namespace mt {
 

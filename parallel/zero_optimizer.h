@@ -26,7 +26,7 @@
 #include "parallel/grad_reducer.h"  // defines: GradReducer
 #include "runtime/context.h"        // defines: DeviceContext
 #include "runtime/tensor.h"         // defines: Tensor
-#include "train/optim/adamw.h"      // defines: AdamW, AdamWConfig
+#include "optim/adamw.h"      // defines: AdamW, AdamWConfig
 
 namespace mt {
 

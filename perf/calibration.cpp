@@ -68,7 +68,7 @@ CalibrationData read_calibration(const std::vector<std::filesystem::path>& files
       try {
         row = json::parse(line);
       } catch (const json::exception&) {
-        MT_FAIL(where, ": not a JSON line: ", line.substr(0, 80));
+        MT_FAIL_AS(UsageError, where, ": not a JSON line: ", line.substr(0, 80));
       }
       MT_REQUIRE(row.is_object(), where, ": not a JSON object");
       const auto bench = row.find("bench");
@@ -142,7 +142,7 @@ Calibration calibrate(const CalibrationData& data, const Cluster& cluster) {
     } catch (const Error& e) {
       std::string files;
       for (const auto& f : data.files) files += (files.empty() ? "" : ", ") + f.string();
-      MT_FAIL("calibration ", files, ": ", kind, " link: ", e.message());
+      MT_FAIL_AS(UsageError, "calibration ", files, ": ", kind, " link: ", e.message());
     }
   };
   if (!data.intra.empty()) c.intra = fit(data.intra, "intra-node");

@@ -165,7 +165,7 @@ Cluster cluster_preset(const std::string& name) {
     if (name == p.name) return p.make();
   std::string known;
   for (const Preset& p : kPresets) known += (known.empty() ? "" : ", ") + std::string(p.name);
-  MT_FAIL("unknown cluster preset '", name, "' (known: ", known, ", or an .ini file)");
+  MT_FAIL_AS(UsageError, "unknown cluster preset '", name, "' (known: ", known, ", or an .ini file)");
 }
 
 std::vector<std::string> cluster_preset_names() {
@@ -216,7 +216,7 @@ void set_cluster_field(Cluster& c, const std::string& key, const std::string& va
   } else {
     std::string known;
     for (const std::string& k : cluster_field_names()) known += (known.empty() ? "" : ", ") + k;
-    MT_FAIL("unknown cluster field '", key, "' (known: preset, ", known, ")");
+    MT_FAIL_AS(UsageError, "unknown cluster field '", key, "' (known: preset, ", known, ")");
   }
 }
 
@@ -246,14 +246,14 @@ Cluster read_cluster_file(const std::filesystem::path& path) {
         set_cluster_field(c, key, value);
       }
     } catch (const Error& e) {
-      MT_FAIL(path.string(), ":", number, ": ", e.message());
+      MT_FAIL_AS(UsageError, path.string(), ":", number, ": ", e.message());
     }
     any_field = true;
   }
   try {
     c.validate();
   } catch (const Error& e) {
-    MT_FAIL(path.string(), ": ", e.message());
+    MT_FAIL_AS(UsageError, path.string(), ": ", e.message());
   }
   return c;
 }

@@ -24,7 +24,7 @@ Device Device::parse(std::string_view text) {
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
     if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0) return cuda(index);
   }
-  MT_FAIL("unknown device '", text, "' (expected cpu, cuda or cuda:N)");
+  MT_FAIL_AS(UsageError, "unknown device '", text, "' (expected cpu, cuda or cuda:N)");
 }
 
 namespace {
@@ -91,7 +91,7 @@ std::size_t parse_bytes(std::string_view text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
   std::string_view suffix(end, text.data() + text.size() - end);
   if (ec != std::errc() || number < 0 || !std::isfinite(number)) {
-    MT_FAIL("cannot read the size '", text, "' (expected a number with an optional K, M, G or T suffix)");
+    MT_FAIL_AS(UsageError, "cannot read the size '", text, "' (expected a number with an optional K, M, G or T suffix)");
   }
   double scale = 1;
   if (!suffix.empty()) {
@@ -104,12 +104,12 @@ std::size_t parse_bytes(std::string_view text) {
       case 'M': scale = 1024.0 * 1024; break;
       case 'G': scale = 1024.0 * 1024 * 1024; break;
       case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
-      default: MT_FAIL("cannot read the size '", text, "': unknown unit '", suffix, "' (use K, M, G or T)");
+      default: MT_FAIL_AS(UsageError, "cannot read the size '", text, "': unknown unit '", suffix, "' (use K, M, G or T)");
     }
   }
   const double bytes = number * scale;
   // 2^63 bytes is far beyond any device, and the conversion of larger values is undefined.
-  if (bytes >= 9223372036854775808.0) MT_FAIL("the size '", text, "' is too large");
+  if (bytes >= 9223372036854775808.0) MT_FAIL_AS(UsageError, "the size '", text, "' is too large");
   return static_cast<std::size_t>(bytes);
 }
 

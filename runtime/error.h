@@ -1,5 +1,9 @@
 // Errors that say where: every meshtrain error carries file:line, the rank and the host.
-// defines: Error, TimeoutError, OutOfMemoryError, JobError, ProcessLabel, MT_CHECK, MT_REQUIRE, MT_FAIL
+// Three kinds, by whose move it is: UsageError (what the user gave is wrong: MT_REQUIRE),
+// InternalError (a broken invariant, our bug: MT_CHECK), and plain Error (the machine or the
+// network failed: MT_FAIL). JobError marks an error every rank raised together.
+// defines: Error, UsageError, InternalError, TimeoutError, OutOfMemoryError, JobError, ProcessLabel,
+//          MT_CHECK, MT_REQUIRE, MT_FAIL, MT_FAIL_AS
 #pragma once
 
 #include <source_location>
@@ -27,6 +31,21 @@ class Error : public std::runtime_error {
 
  private:
   std::string message_;
+};
+
+// A mistake in what the user gave (an option, a file, a layout): message() alone tells what to fix.
+// Options are read alike on every rank, so the top level (launch/guard.h) prints one raised on every
+// rank once; one raised on some ranks only ends the job naming the rank.
+class UsageError : public Error {
+ public:
+  explicit UsageError(const std::string& what, const std::source_location& where = std::source_location::current())
+      : Error(what, where) {}
+};
+
+// A condition the code itself guarantees did not hold: a bug in meshtrain, never the user's doing.
+class InternalError : public Error {
+ public:
+  using Error::Error;
 };
 
 class TimeoutError : public Error {
@@ -61,12 +80,15 @@ template <class E = Error, class... Parts>
 
 #define MT_FAIL(...) ::mt::fail_at(std::source_location::current(), __VA_ARGS__)
 #define MT_FAIL_AS(E, ...) ::mt::fail_at<E>(std::source_location::current(), __VA_ARGS__)
-// For checks of what a user gave (options, files): the message alone, without the condition's text.
-#define MT_REQUIRE(cond, ...)                                                   \
-  do {                                                                          \
-    if (!(cond)) ::mt::fail_at(std::source_location::current(), __VA_ARGS__);   \
+// For checks of what a user gave (options, files): a UsageError, the message alone without the
+// condition's text.
+#define MT_REQUIRE(cond, ...)                                                                     \
+  do {                                                                                            \
+    if (!(cond)) ::mt::fail_at<::mt::UsageError>(std::source_location::current(), __VA_ARGS__);   \
   } while (0)
-#define MT_CHECK(cond, ...)                                                          \
-  do {                                                                               \
-    if (!(cond)) ::mt::fail_at(std::source_location::current(), "check failed: " #cond ": ", __VA_ARGS__); \
+// For what the code guarantees: an InternalError quoting the condition.
+#define MT_CHECK(cond, ...)                                                                       \
+  do {                                                                                            \
+    if (!(cond))                                                                                  \
+      ::mt::fail_at<::mt::InternalError>(std::source_location::current(), "check failed: " #cond ": ", __VA_ARGS__); \
   } while (0)

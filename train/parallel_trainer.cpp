@@ -8,7 +8,7 @@
 #include "parallel/layout_check.h"
 #include "parallel/stage_partition.h"
 #include "runtime/kernels.h"
-#include "train/optim/grad_norm.h"
+#include "optim/grad_norm.h"
 
 namespace mt {
 namespace {

@@ -18,7 +18,7 @@
 #include "parallel/schedule.h"
 #include "parallel/zero_optimizer.h"
 #include "train/metrics.h"
-#include "train/trainer.h"
+#include "train/train_settings.h"
 
 namespace mt {
 

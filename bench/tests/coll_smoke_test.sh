@@ -10,7 +10,7 @@ meshbench=$1
 mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 run_timeout=240
-. "$here/../../launch/tests/cli_test_lib.sh"
+. "$here/../../commands/tests/cli_test_lib.sh"
 program=meshbench
 
 ops=(allreduce reduce_scatter allgather broadcast alltoall sendrecv)

@@ -5,7 +5,7 @@
 # Arguments: MESHBENCH MPIEXEC MESHTRAIN. No timing is asserted.
 set -u
 meshbench=$1 mpiexec=$2
-source "$(dirname "$0")/../../launch/tests/cli_test_lib.sh"
+source "$(dirname "$0")/../../commands/tests/cli_test_lib.sh"
 program=meshbench
 
 small=(--model tiny --layers 2 --batch 2 --seq-len 16 --steps 2 --warmup 1 --bucket-mb 0.1 --device cpu --cpu-threads 1)

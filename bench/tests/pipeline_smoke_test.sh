@@ -12,7 +12,7 @@ mpiexec=$2
 here=$(cd "$(dirname "$0")" && pwd)
 run_timeout=180
 program=meshbench
-. "$here/../../launch/tests/cli_test_lib.sh"
+. "$here/../../commands/tests/cli_test_lib.sh"
 
 tiny=(--forward-ms 0.4 --steps 2 --warmup 1 --activation-bytes 4K --cpu-threads 1 --device cpu)
 fields=(bench ranks hosts device backend pipelines stages schedule virtual_stages micro_batches work overlap forward_s

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "launch/cli.h"
+#include "runtime/error.h"  // defines: UsageError
 
 namespace mt {
 namespace {

@@ -7,7 +7,7 @@
 set -u
 meshbench=$1 mpiexec=$2 meshtrain=$3
 run_timeout=240
-source "$(dirname "$0")/../../launch/tests/cli_test_lib.sh"
+source "$(dirname "$0")/../../commands/tests/cli_test_lib.sh"
 program=meshbench
 prepare_corpus 7
 

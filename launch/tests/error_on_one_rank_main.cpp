@@ -7,6 +7,10 @@
 //            watchdog of a waiting rank names it, the op and the group, and ends the job.
 //   desync:  with --debug-collectives: the last rank calls a barrier where the others call an
 //            allreduce; one report names who called what and from where, and the job ends.
+//   usage-everywhere: every rank raises the same UsageError (a bad option): one plain line from
+//            rank 0, exit 2 on every rank, no abort.
+//   usage-on-last: the last rank alone raises a UsageError while the others wait in a barrier: the
+//            job ends (after the guard's 10 s window) with the message, its place and the rank.
 #include <chrono>
 #include <string>
 #include <thread>
@@ -21,6 +25,13 @@ int main(int argc, char** argv) {
     const std::string mode = argc_left > 1 ? argv_left[1] : "fail";
     const int last = mpi.world_size() - 1;
     const bool me_last = mpi.world_rank() == last;
+    if (mode == "usage-everywhere") MT_REQUIRE(false, "--layers must be at least 1, got 0");
+    if (mode == "usage-on-last") {
+      auto world = mt::MpiCommunicator::world(mt::CommOptions{.timeout = std::chrono::seconds(60)});
+      MT_REQUIRE(!me_last, "cannot read file 'only-here.bin' on the last rank");
+      world->barrier();  // waits for a rank that will never come
+      return 0;
+    }
     if (mode == "fail" || mode == "timeout") {
       auto world = mt::MpiCommunicator::world(mt::CommOptions{.timeout = std::chrono::seconds(2)});
       if (me_last) {

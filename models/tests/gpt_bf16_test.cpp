@@ -26,7 +26,7 @@
 #include "runtime/context.h"         // defines: DeviceContext, DeviceOptions
 #include "runtime/kernels.h"         // defines: kernels::scale
 #include "runtime/tensor.h"          // defines: Tensor
-#include "train/optim/adamw.h"       // defines: AdamW, ParamSlot
+#include "optim/adamw.h"       // defines: AdamW, ParamSlot
 #include "tests/float_bits.h"  // defines: bits
 #include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
 

@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
 command -v ip >/dev/null && command -v tc >/dev/null || { echo "SKIP: needs ip and tc (iproute2)"; exit 77; }
 run_timeout=180
-. "$here/../launch/tests/cli_test_lib.sh"
+. "$here/../commands/tests/cli_test_lib.sh"
 prefix=mt$$
 cleanup() { "$here/local_hosts.sh" down "$prefix" 3; rm -rf "$dir"; }
 trap cleanup EXIT

@@ -13,7 +13,7 @@
 set -u
 run_timeout=120
 . "$(dirname "$0")/slurm_test_lib.sh"
-. "$here/../launch/tests/fault_test_lib.sh"
+. "$here/../commands/tests/fault_test_lib.sh"
 
 prepare_fault_training 19
 

@@ -1,7 +1,7 @@
 # Shared by the tests that run a real SLURM cluster on this machine (slurm_cluster_test.sh,
 # slurm_fault_test.sh), sourced right after `set -u`: takes the tests' arguments
 # (MESHTRAIN MPIEXEC COMPARE_LOSSES), skips (exit 77, saying why) without root or the SLURM packages,
-# sources launch/tests/cli_test_lib.sh, and brings the local cluster (slurm/local_cluster.sh) up and
+# sources commands/tests/cli_test_lib.sh, and brings the local cluster (slurm/local_cluster.sh) up and
 # down; its daemons are stopped on every exit, ctest's timeout included.
 # Optional before sourcing: run_timeout (seconds per command, as for cli_test_lib.sh).
 # defines: meshtrain, mpiexec, compare, here (slurm/), cluster, cluster_up, cluster_down
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 for tool in slurmctld slurmd sbatch; do
   command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (apt-get install slurmctld slurmd slurm-client)"; exit 77; }
 done
-. "$here/../launch/tests/cli_test_lib.sh"
+. "$here/../commands/tests/cli_test_lib.sh"
 cluster=$dir/cluster
 
 cluster_down() { "$here/local_cluster.sh" down "$cluster"; }

@@ -26,7 +26,7 @@
 #include "tests/test_env.h"
 #include "train/parallel_trainer.h"
 #include "train/tests/tiny_corpus.h"
-#include "train/trainer.h"
+#include "train/tests/trainer.h"
 
 namespace mt {
 namespace {

@@ -27,9 +27,9 @@
 #include "tests/float_bits.h"           // defines: same_bits
 #include "tests/scratch_dir.h"          // defines: ScratchDir
 #include "tests/test_helpers.h"         // defines: error_of, contains
-#include "train/optim/grad_norm.h"      // defines: sum_of_squares
+#include "optim/grad_norm.h"      // defines: sum_of_squares
 #include "train/tests/tiny_corpus.h"    // defines: corpus
-#include "train/trainer.h"              // defines: Trainer, TrainSettings
+#include "train/tests/trainer.h"              // defines: Trainer, TrainSettings
 
 namespace mt {
 namespace {

@@ -1,0 +1,265 @@
+// `meshtrain plan --model M --global-batch B [--cluster C] [--layout ...]`: the performance model
+// of perf/ on the command line. Runs anywhere, one process is enough; under mpirun every rank
+// parses the options (usage errors are the same everywhere) and rank 0 alone prints.
+#include "commands/plan_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "launch/command_line.h"  // defines: parse_command_line
+#include "launch/table.h"         // defines: TextTable
+#include "perf/calibration.h"
+#include "perf/cost_model.h"
+#include "perf/layout_search.h"
+#include "runtime/error.h"
+
+namespace po = boost::program_options;
+
+namespace mt {
+namespace {
+
+using namespace mt::perf;
+
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+int parse_int(const std::string& what, const std::string& text) {
+  const std::optional<int> v = parse_whole_number(text);
+  if (!v) throw UsageError(what + ": '" + text + "' is not a whole number");
+  return *v;
+}
+
+// "dp=2,tp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b"; dp defaults to what the cluster's devices leave.
+Layout parse_layout(const std::string& text, int devices, std::optional<int> micro_batch) {
+  std::map<std::string, std::string> fields;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw UsageError("--layout: expected key=value, got '" + item + "' in '" + text + "'");
+    const std::string key = item.substr(0, eq);
+    if (key != "dp" && key != "tp" && key != "pp" && key != "v" && key != "zero" && key != "micro" && key != "schedule")
+      throw UsageError("--layout: unknown key '" + key + "' (known: dp, tp, pp, v, zero, micro, schedule)");
+    fields[key] = item.substr(eq + 1);
+  }
+  Layout l;
+  const auto get = [&](const char* key, int fallback) {
+    return fields.count(key) ? parse_int(std::string("--layout ") + key, fields[key]) : fallback;
+  };
+  l.tp = get("tp", 1);
+  l.pp = get("pp", 1);
+  if (l.tp < 1 || l.pp < 1) throw UsageError("--layout: tp and pp must be at least 1");
+  l.dp = get("dp", devices / (l.tp * l.pp));
+  l.virtual_stages = get("v", 1);
+  l.zero = get("zero", 0);
+  l.micro_batch = get("micro", micro_batch.value_or(1));
+  try {
+    l.schedule = fields.count("schedule") ? parse_schedule_kind(fields["schedule"])
+                 : l.virtual_stages > 1   ? ScheduleKind::Interleaved
+                                          : ScheduleKind::OneFOneB;
+  } catch (const Error& e) {
+    throw UsageError("--layout: " + e.message());
+  }
+  if (l.dp * l.tp * l.pp != devices)
+    throw UsageError("--layout " + text + ": dp x tp x pp = " + std::to_string(l.dp * l.tp * l.pp) +
+                     ", but the cluster has " + std::to_string(devices) + " devices (see --nodes, --gpus-per-node)");
+  return l;
+}
+
+Cluster read_cluster(const po::variables_map& vm) {
+  const std::string name = vm["cluster"].as<std::string>();
+  Cluster c = name.size() > 4 && name.substr(name.size() - 4) == ".ini" ? read_cluster_file(name) : cluster_preset(name);
+  if (vm.count("nodes")) c.nodes = vm["nodes"].as<int>();
+  if (vm.count("gpus-per-node")) c.devices_per_node = vm["gpus-per-node"].as<int>();
+  if (vm.count("set")) {
+    for (const std::string& kv : vm["set"].as<std::vector<std::string>>()) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos) throw UsageError("--set: expected KEY=VALUE, got '" + kv + "'");
+      set_cluster_field(c, kv.substr(0, eq), kv.substr(eq + 1));
+    }
+  }
+  if (vm.count("calibrate")) {
+    std::vector<std::filesystem::path> files;
+    for (const std::string& f : vm["calibrate"].as<std::vector<std::string>>()) files.emplace_back(f);
+    const Calibration cal = calibrate(read_calibration(files), c);
+    apply_calibration(cal, c);
+    std::cout << describe(cal) << "\n";
+  }
+  c.validate();
+  return c;
+}
+
+ModelShape read_model(const po::variables_map& vm) {
+  ModelShape m = gpt_preset(vm["model"].as<std::string>());
+  if (vm.count("layers")) m.layers = vm["layers"].as<int>();
+  if (vm.count("heads")) m.heads = vm["heads"].as<int>();
+  if (vm.count("channels")) m.channels = vm["channels"].as<int>();
+  if (vm.count("vocab")) m.vocab_size = vm["vocab"].as<int>();
+  if (vm.count("max-seq-len")) m.max_seq_len = vm["max-seq-len"].as<int>();
+  m.validate();
+  return m;
+}
+
+std::vector<std::string> plan_row(int rank, const Prediction& p) {
+  const TimeBreakdown& t = p.time;
+  const Layout& l = p.layout;
+  const auto share = [&](double s) { return format_cell("%.3g", s); };
+  return {std::to_string(rank),
+          std::to_string(l.dp) + "x" + std::to_string(l.tp) + "x" + std::to_string(l.pp),
+          std::string(schedule_kind_name(l.schedule)) + (l.virtual_stages > 1 ? std::string("/").append(std::to_string(l.virtual_stages)) : ""),
+          std::to_string(l.zero),
+          std::to_string(l.micro_batch),
+          std::to_string(p.micro_batches),
+          format_cell("%.2f", p.memory.total() / GiB),
+          format_cell("%.4g", p.step_s),
+          format_cell("%.4g", p.tokens_per_s),
+          format_cell("%.3f", p.mfu),
+          share(t.compute),
+          share(t.tp_comm),
+          share(t.pp_comm),
+          share(t.bubble),
+          share(t.dp_exposed),
+          share(t.optimizer + t.embedding_sync + t.norm + t.core_wait)};
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
+  std::string models, clusters;
+  for (const std::string& p : gpt_preset_names()) models += (models.empty() ? "" : ", ") + p;
+  for (const std::string& p : cluster_preset_names()) clusters += (clusters.empty() ? "" : ", ") + p;
+  std::string fields;
+  for (const std::string& f : cluster_field_names()) fields += (fields.empty() ? "" : ", ") + f;
+  po::options_description desc("options");
+  desc.add_options()
+      ("model", po::value<std::string>()->default_value("gpt2"), ("model preset: " + models).c_str())
+      ("layers", po::value<int>(), "transformer blocks (overrides the preset)")
+      ("heads", po::value<int>(), "attention heads (overrides the preset)")
+      ("channels", po::value<int>(), "model width C (overrides the preset)")
+      ("vocab", po::value<int>(), "vocabulary size (default 50257, GPT-2's; padded to a multiple of 128)")
+      ("max-seq-len", po::value<int>(), "context length of the model (overrides the preset)")
+      ("seq-len", po::value<int>(), "tokens per sequence (default: the model's context)")
+      ("global-batch", po::value<int>()->required(), "sequences per optimizer step, whole job")
+      ("micro-batch", po::value<int>(), "sequences per forward pass (default: every divisor is tried)")
+      ("dtype", po::value<std::string>(), "compute dtype, fp32 or bf16 (default: the cluster's peak dtype)")
+      ("cluster", preset_or_file_value(".ini")->default_value("dgx-a100"),
+       ("a preset (" + clusters + ") or an .ini file of `key = value` lines with the keys of --set "
+        "(and optionally `preset = NAME` first)").c_str())
+      ("nodes", po::value<int>(), "number of nodes (overrides the cluster)")
+      ("gpus-per-node", po::value<int>(), "devices (ranks) per node (overrides the cluster)")
+      ("set", po::value<std::vector<std::string>>(),
+       ("KEY=VALUE, repeatable: override one cluster field (SI units: bytes, bytes/s, seconds, FLOP/s). "
+        "Keys: " + fields).c_str())
+      ("calibrate", path_values(PathKind::ReadFile)->multitoken(),
+       "JSON-lines files of `meshbench --json`: fit link latency and bandwidth from allreduce rows "
+       "(hosts 1: intra-node, more: inter-node) and the GEMM rate and achieved fraction from train rows")
+      ("layout", po::value<std::string>(),
+       "predict this one layout in full, e.g. dp=2,tp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b "
+       "(dp defaults to the devices left, micro to --micro-batch or 1, schedule to 1f1b or interleaved for v > 1)")
+      ("top", po::value<int>()->default_value(10), "how many of the best layouts to list")
+      ("bucket-mb", po::value<double>()->default_value(25.0), "data-parallel gradient bucket size (as `train`)")
+      ("no-overlap", po::bool_switch(), "predict `train --no-overlap`: no communication hidden under compute")
+      ("allow-cross-node-tp", po::bool_switch(), "also try tensor-parallel groups larger than a node")
+      ("recompute", po::bool_switch(),
+       "what-if: full activation recomputation as Megatron-LM does it (layer inputs kept, forward run again "
+       "in backward). meshtrain does not recompute; this predicts runs that did, for comparison");
+  const auto parsed = parse_command_line(
+      "plan",
+      "meshtrain plan --model M --global-batch B [--cluster C] [--layout ...]\n\n"
+      "Predicts, without running anything, the memory per device and the time of a training step for\n"
+      "every dp x tp x pp layout (schedule, virtual stages, micro-batch, ZeRO) meshtrain could train the\n"
+      "model with on the cluster, and lists the fastest that fit. The model of a step: GEMM FLOPs at an\n"
+      "achieved fraction of the peak, tensor-parallel allreduces exposed, the pipeline schedule simulated,\n"
+      "data-parallel buckets overlapped with backward, the optimizer bound by memory bandwidth; links per\n"
+      "group inside or across nodes (mesh order tp, dp, pp). Memory as meshtrain allocates it: fp32 master\n"
+      "weights, gradients and AdamW moments, activations of every micro-batch in flight (no recomputation).\n"
+      "Under mpirun only rank 0 prints.",
+      desc, args, mpi.world_rank());
+  if (!parsed) return 0;
+  const po::variables_map& vm = *parsed;
+  const ModelShape model = read_model(vm);
+  if (mpi.world_rank() != 0) return 0;
+  const Cluster cluster = read_cluster(vm);
+
+  TrainingShape training;
+  training.seq_len = vm.count("seq-len") ? vm["seq-len"].as<int>() : model.max_seq_len;
+  training.global_batch = vm["global-batch"].as<int>();
+  if (training.seq_len < 1 || training.seq_len > model.max_seq_len)
+    throw UsageError("--seq-len " + std::to_string(training.seq_len) + " must be in [1, " +
+                     std::to_string(model.max_seq_len) + "] (the model's context; see --max-seq-len)");
+  if (training.global_batch < 1) throw UsageError("--global-batch must be at least 1");
+  const std::string dtype = vm.count("dtype") ? vm["dtype"].as<std::string>() : cluster.peak_dtype;
+  if (dtype != "fp32" && dtype != "bf16") throw UsageError("--dtype must be fp32 or bf16, got '" + dtype + "'");
+  training.precision = dtype == "bf16" ? Precision::BF16 : Precision::FP32;
+  training.recompute = vm["recompute"].as<bool>();
+  std::optional<int> micro;
+  if (vm.count("micro-batch")) {
+    micro = vm["micro-batch"].as<int>();
+    if (*micro < 1) throw UsageError("--micro-batch must be at least 1");
+  }
+  const int top = vm["top"].as<int>();
+  if (top < 1) throw UsageError("--top must be at least 1");
+  const double bucket_mb = vm["bucket-mb"].as<double>();
+  if (!(bucket_mb > 0)) throw UsageError("--bucket-mb must be positive");
+
+  std::printf("model %s: %.4g B parameters, %.4g GFLOP per token (seq %d), %s compute\n", model.describe().c_str(),
+              static_cast<double>(model.real_parameter_count()) / 1e9, model.training_flops_per_token(training.seq_len) / 1e9,
+              training.seq_len, dtype.c_str());
+  std::printf("training: global batch %d x %d tokens%s\n%s\n", training.global_batch, training.seq_len,
+              training.recompute ? ", with activation recomputation (what-if: meshtrain does not recompute)" : "",
+              describe(cluster).c_str());
+
+  if (vm.count("layout")) {
+    Layout layout = parse_layout(vm["layout"].as<std::string>(), cluster.devices(), micro);
+    layout.bucket_mb = bucket_mb;
+    layout.overlap = !vm["no-overlap"].as<bool>();
+    Prediction p;
+    try {
+      p = predict_step(model, training, layout, cluster);
+    } catch (const Error& e) {
+      throw UsageError("--layout " + vm["layout"].as<std::string>() + ": " + e.message());
+    }
+    std::printf("\n%s\n", describe(p).c_str());
+    std::fflush(stdout);
+    return 0;
+  }
+
+  SearchOptions options;
+  options.micro_batch = micro;
+  options.allow_cross_node_tp = vm["allow-cross-node-tp"].as<bool>();
+  options.bucket_mb = bucket_mb;
+  options.overlap = !vm["no-overlap"].as<bool>();
+  const SearchResult result = search_layouts(model, training, cluster, options);
+  if (result.considered == 0)
+    throw UsageError("no valid layout of " + std::to_string(cluster.devices()) + " devices for this model and --global-batch " +
+                     std::to_string(training.global_batch) + " (dp must divide the batch, tp the heads, pp at most the layers)");
+  if (result.plans.empty()) {
+    const Prediction& s = *result.smallest_rejected;
+    throw UsageError("the model fits in no layout of " + std::to_string(cluster.devices()) + " devices with " +
+                     format_cell("%.1f", cluster.memory_bytes / GiB) + " GiB each: all " +
+                     std::to_string(result.rejected_for_memory) + " layouts need more; the smallest, " +
+                     describe(s.layout) + ", needs " + describe(s.memory) +
+                     " (try more devices: --nodes, or a smaller --micro-batch or model)");
+  }
+  TextTable table({"#", "dpxtpxpp", "schedule", "zero", "micro", "M", "GiB/dev", "step s", "tokens/s", "MFU",
+                   "compute", "tp", "pp", "bubble", "dp", "opt+other"});
+  const int shown = std::min<int>(top, static_cast<int>(result.plans.size()));
+  for (int i = 0; i < shown; ++i) table.add_row(plan_row(i + 1, result.plans[static_cast<std::size_t>(i)]));
+  std::printf("\n%d valid layouts predicted; the %d fastest that fit (times in seconds per step):\n%s", result.considered,
+              shown, table.render().c_str());
+  if (result.rejected_for_memory > 0) {
+    const Prediction& s = *result.smallest_rejected;
+    std::printf("%d layouts rejected for memory, e.g. %s: needs %s\n", result.rejected_for_memory,
+                describe(s.layout).c_str(), describe(s.memory).c_str());
+  } else {
+    std::printf("no layout was rejected for memory\n");
+  }
+  std::printf("\nbest plan:\n%s\n", describe(result.plans.front()).c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace mt

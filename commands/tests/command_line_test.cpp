@@ -1,0 +1,250 @@
+// parse_command_line with a --config ini file, as `meshtrain train` reads it: values from the file,
+// the command line winning, the last of an option given twice winning, relative paths of the file
+// taken from its folder, path options checked (launch/path_option.h), the default micro-batch, and
+// the inputs commands/tests/fuzz_config_file.cpp found to hang or to
+// overflow, each now a clear UsageError.
+#include "launch/command_line.h"  // defines: parse_command_line
+
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/error.h"  // defines: UsageError
+#include "launch/model_options.h"  // defines: read_model_config
+#include "launch/path_option.h"    // defines: check_path
+#include "commands/train_command.h"  // defines: train_options, read_settings, read_layout
+#include "tests/scratch_dir.h"     // defines: ScratchDir
+
+namespace mt {
+namespace {
+
+namespace po = boost::program_options;
+using testing::ScratchDir;
+
+// The variables of `meshtrain train ARGS --config FILE` with FILE holding `text`.
+po::variables_map parse_train(const ScratchDir& dir, const std::string& text, std::vector<std::string> args = {}) {
+  const std::string file = (dir / "train.ini").string();
+  std::ofstream(file) << text;
+  args.insert(args.end(), {"--config", file});
+  po::options_description desc = train_options();
+  return *parse_command_line("train", "test", desc, args, /*rank=*/1);
+}
+
+// The message of the UsageError `fn` throws, or a failure when it throws none.
+template <class Fn>
+std::string usage_error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const UsageError& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "expected a UsageError";
+  return "";
+}
+
+TEST(ConfigFile, ValuesComeFromTheFileAndTheCommandLineWins) {
+  ScratchDir dir("command_line");
+  const po::variables_map vm = parse_train(dir, "steps = 7\n# a comment\nlr = 0.5\n\nmodel = small\n", {"--steps", "9"});
+  EXPECT_EQ(vm["steps"].as<int>(), 9);
+  EXPECT_EQ(vm["lr"].as<float>(), 0.5f);
+  EXPECT_EQ(vm["model"].as<std::string>(), "small");
+  EXPECT_EQ(parse_train(dir, "")["steps"].as<int>(), 100);  // an empty file changes nothing
+}
+
+// Found by fuzz_config_file: Boost fills its messages by replacing %value% with the value until no
+// %value% is left, so a value holding "%value%" hung `meshtrain train` for ever.
+TEST(ConfigFile, PlaceholderTextIsRefusedInsteadOfHanging) {
+  ScratchDir dir("command_line");
+  const std::string file = (dir / "train.ini").string();
+  EXPECT_EQ(usage_error_of([&] { parse_train(dir, "tp = %value%\n"); }),
+            "config file '" + file + "' contains '%value%', which the option parser cannot quote in its messages: remove it");
+  EXPECT_EQ(usage_error_of([&] { parse_train(dir, "x%canonical_option% = 1\n"); }),
+            "config file '" + file +
+                "' contains '%canonical_option%', which the option parser cannot quote in its messages: remove it");
+  // An invalid line quotes the line itself (found by a longer fuzz_config_file run).
+  EXPECT_EQ(usage_error_of([&] { parse_train(dir, "ch&%Aci%invalid_line%tion\n"); }),
+            "config file '" + file +
+                "' contains '%invalid_line%', which the option parser cannot quote in its messages: remove it");
+  EXPECT_EQ(usage_error_of([&] { parse_train(dir, "", {"--tp=%value%"}); }),
+            "the argument '--tp=%value%' contains '%value%', which the option parser cannot quote in its messages: "
+            "remove it");
+  // Other percent signs are ordinary text (a relative path: next to the file).
+  EXPECT_EQ(parse_train(dir, "metrics = 100%.jsonl\n")["metrics"].as<std::string>(), (dir / "100%.jsonl").string());
+}
+
+// Found with fuzz_config_file: 4 x channels (the MLP width) overflowed an int in the layout checks.
+TEST(ConfigFile, ChannelsTooLargeForTheMlpWidthAreRefused) {
+  ScratchDir dir("command_line");
+  const po::variables_map vm = parse_train(dir, "tokenizer = bytes\nheads = 1\nchannels = 1000000000\n");
+  EXPECT_EQ(usage_error_of([&] { read_model_config(vm, 256); }),
+            "model: channels (1000000000) is too large: at most 536870911");
+}
+
+// A shape whose parameter count does not fit the int64 arithmetic of GptConfig::parameter_count.
+TEST(ConfigFile, ModelsBeyondCountableParametersAreRefused) {
+  ScratchDir dir("command_line");
+  const po::variables_map vm = parse_train(dir, "tokenizer = bytes\nheads = 1\nchannels = 536870911\nlayers = 10000\n");
+  const std::string message = usage_error_of([&] { read_model_config(vm, 256); });
+  EXPECT_NE(message.find("model: layers=10000 channels=536870911 vocab=256 max_seq_len=64 is "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("parameters, more than meshtrain can count (2^48)"), std::string::npos) << message;
+  EXPECT_EQ(usage_error_of([&] { read_model_config(parse_train(dir, "tokenizer = bytes\nlayers = 2000000000\n"), 256); }),
+            "model: layers must be 1 to 10000, got 2000000000");
+  // gpt3-175b is well inside.
+  EXPECT_NO_THROW(read_model_config(parse_train(dir, "model = gpt3-175b\n"), 50257));
+}
+
+// Found by fuzz_config_file in CI: sizes whose products or sums pass INT_MAX were signed overflows
+// (undefined behaviour, caught by UBSan) in the layout checks; each is now a clear UsageError.
+TEST(ConfigFile, LayoutProductsAndSumsBeyondIntAreRefused) {
+  ScratchDir dir("command_line");
+  const auto layout_error = [&](const std::string& text) {
+    const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n" + text);
+    const GptConfig config = read_model_config(vm, 256);
+    TrainSettings settings = read_settings(vm);
+    return usage_error_of([&] { read_layout(vm, 8, config, settings); });
+  };
+  // --dp 0 (the default) divides the ranks by tp x pp.
+  EXPECT_EQ(layout_error("tp = 100000\npp = 100000\n"),
+            "--tp 100000 x --pp 100000 = 10000000000 does not divide the job's 8 ranks (launch a multiple of it, or "
+            "give --dp)");
+  EXPECT_EQ(layout_error("dp = 100000\ntp = 100000\npp = 3\n"),
+            "--dp 100000 x --tp 100000 x --pp 3 = 30000000000 ranks, more than MPI can number");
+  EXPECT_EQ(layout_error("dp = 4\npp = 2\nlayers = 4\npp-layers = 2147483647,2147483647\n"),
+            "--pp-layers '2147483647,2147483647' sums to 4294967294 layers but the model has 4");
+  EXPECT_EQ(layout_error("dp = 1\npp = 8\nlayers = 8\nschedule = interleaved\nvirtual-stages = 2147483647\n"),
+            "--schedule interleaved with --pp 8 x --virtual-stages 2147483647 = 17179869176 model chunks needs the "
+            "model's 8 layers divisible by 17179869176 (every chunk takes the same number of layers)");
+  EXPECT_EQ(layout_error("dp = 8\nmicro-batch = 2147483647\nglobal-batch = 2147483647\n"),
+            "--global-batch 2147483647 must be a positive multiple of --dp 8 x --micro-batch 2147483647 = 17179869176 (each "
+            "data-parallel rank takes global-batch/dp sequences in micro-batches of --micro-batch)");
+}
+
+// A wrapper passes its defaults, then "$@": the user's later value must win (Boost alone refused
+// the second occurrence: "option '--steps' cannot be specified more than once").
+TEST(LastOccurrence, WinsOnTheCommandLineAndInTheFile) {
+  ScratchDir dir("command_line");
+  po::variables_map vm = parse_train(dir, "", {"--steps", "3", "--lr", "0.5", "--steps", "9", "--no-overlap", "--no-overlap"});
+  EXPECT_EQ(vm["steps"].as<int>(), 9);
+  EXPECT_EQ(vm["lr"].as<float>(), 0.5f);
+  EXPECT_TRUE(vm["no-overlap"].as<bool>());
+  // In the file too; and the command line still wins over the file.
+  EXPECT_EQ(parse_train(dir, "steps = 3\nsteps = 4\n")["steps"].as<int>(), 4);
+  EXPECT_EQ(parse_train(dir, "steps = 3\nsteps = 4\n", {"--steps", "7"})["steps"].as<int>(), 7);
+  // --config itself: the last file is read (parse_train adds its own --config last).
+  const std::string first = (dir / "first.ini").string();
+  std::ofstream(first) << "steps = 11\n";
+  EXPECT_EQ(parse_train(dir, "steps = 12\n", {"--config", first})["steps"].as<int>(), 12);
+}
+
+// A list option (several files, --set KEY=VALUE...) keeps gathering every occurrence.
+TEST(LastOccurrence, ListsKeepEveryValue) {
+  ScratchDir dir("command_line");
+  po::options_description desc("options");
+  desc.add_options()("input", po::value<std::vector<std::string>>()->multitoken(), "files")(
+      "name", po::value<std::string>(), "a name");
+  const po::variables_map vm =
+      *parse_command_line("prepare", "test", desc, {"--input", "a", "b", "--name", "x", "--input", "c", "--name", "y"}, 1);
+  EXPECT_EQ(vm["input"].as<std::vector<std::string>>(), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(vm["name"].as<std::string>(), "y");
+}
+
+// Relative paths in the file are the file's folder's, whatever the current directory; absolute
+// ones, keywords (--resume latest) and the command line's own paths are left as they are.
+TEST(ConfigFile, RelativePathsResolveAgainstTheFilesFolder) {
+  ScratchDir dir("command_line");
+  const std::filesystem::path folder = dir / "configs";
+  std::filesystem::create_directories(folder / "corpus");
+  std::ofstream(folder / "w.bin") << "x";
+  const std::string file = (folder / "run.ini").string();
+  std::ofstream(file) << "data = corpus\ninit-weights = w.bin\nmetrics = out/m.jsonl\ncheckpoint-dir = "
+                      << (dir / "ckpt").string() << "\nsteps = 5\n";
+  po::options_description desc = train_options();
+  const po::variables_map vm =
+      *parse_command_line("train", "test", desc, {"--config", file, "--save-weights", "here.bin"}, 1);
+  EXPECT_EQ(vm["data"].as<std::string>(), (folder / "corpus").string());
+  EXPECT_EQ(vm["init-weights"].as<std::string>(), (folder / "w.bin").string());
+  EXPECT_EQ(vm["metrics"].as<std::string>(), (folder / "out/m.jsonl").string());
+  EXPECT_EQ(vm["checkpoint-dir"].as<std::string>(), (dir / "ckpt").string());
+  EXPECT_EQ(vm["save-weights"].as<std::string>(), "here.bin");
+  EXPECT_EQ(vm["steps"].as<int>(), 5);
+  std::ofstream(file) << "resume = latest\n";
+  po::options_description again = train_options();
+  EXPECT_EQ((*parse_command_line("train", "test", again, {"--config", file}, 1))["resume"].as<std::string>(), "latest");
+}
+
+// A config path that is a directory threw std::ios_base::failure ("basic_filebuf::underflow error
+// reading the file: Is a directory") on every rank, which ended the job in MPI_Abort.
+TEST(PathOptions, ConfigThatIsNoReadableFileIsAUsageError) {
+  ScratchDir dir("command_line");
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto config_error = [&](const std::string& path) {
+    return usage_error_of([&] {
+      po::options_description desc = train_options();
+      parse_command_line("train", "test", desc, {"--config", path}, 1);
+    });
+  };
+  EXPECT_EQ(config_error(dir.path().string()), "--config '" + dir.path().string() + "' is a directory, where a file is wanted");
+  // stat, never open: a FIFO nobody writes to would block the reader for ever.
+  EXPECT_EQ(config_error(fifo), "--config '" + fifo + "' is a FIFO, not a regular file");
+  EXPECT_EQ(config_error((dir / "none.ini").string()), "--config '" + (dir / "none.ini").string() + "' does not exist");
+}
+
+// Every kind, through the shared check: what each refuses, and what it accepts.
+TEST(PathOptions, CheckPathNamesTheOptionAndThePath) {
+  ScratchDir dir("command_line");
+  const std::string folder = dir.path().string(), file = (dir / "f").string(), fifo = (dir / "fifo").string();
+  std::ofstream(file) << "x";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto error = [](const std::string& path, PathKind kind) {
+    return usage_error_of([&] { check_path("opt", path, kind); });
+  };
+  EXPECT_EQ(error(folder, PathKind::ReadFile), "--opt '" + folder + "' is a directory, where a file is wanted");
+  EXPECT_EQ(error(file, PathKind::ReadDir), "--opt '" + file + "' is a file, where a directory is wanted");
+  EXPECT_EQ(error(fifo, PathKind::ReadFileOrDir), "--opt '" + fifo + "' is a FIFO, not a regular file");
+  EXPECT_EQ(error(folder, PathKind::WriteFile), "--opt '" + folder + "' is a directory, where a file is wanted");
+  EXPECT_EQ(error(fifo, PathKind::WriteFile), "--opt '" + fifo + "' is a FIFO, not a regular file");
+  EXPECT_EQ(error(file, PathKind::WriteDir), "--opt '" + file + "' is a file, where a directory is wanted");
+  EXPECT_EQ(error(file + "/sub/x", PathKind::WriteFile),
+            "--opt '" + file + "/sub/x' does not exist (a folder on its way is a file)");
+  EXPECT_NO_THROW(check_path("opt", file, PathKind::ReadFile));
+  EXPECT_NO_THROW(check_path("opt", folder, PathKind::ReadFileOrDir));
+  EXPECT_NO_THROW(check_path("opt", folder + "/new/deeper/m.jsonl", PathKind::WriteFile));  // folders made later
+  EXPECT_NO_THROW(check_path("opt", "/dev/null", PathKind::WriteFile));
+}
+
+// Without --micro-batch, the largest of 4, 2, 1 dividing global-batch / dp: the defaults (global
+// batch 8) train on 1, 2, 4 and 8 ranks. Before, 4 ranks failed with "--global-batch 8 must be a
+// positive multiple of --dp 4 x --micro-batch 4 = 16".
+TEST(MicroBatch, DefaultDividesEachReplicasShare) {
+  ScratchDir dir("command_line");
+  const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n");
+  const GptConfig config = read_model_config(vm, 256);
+  for (const auto& [ranks, micro] : std::vector<std::pair<int, int>>{{1, 4}, {2, 4}, {4, 2}, {8, 1}}) {
+    TrainSettings settings = read_settings(vm);
+    EXPECT_NO_THROW(read_layout(vm, ranks, config, settings)) << ranks << " ranks";
+    EXPECT_EQ(settings.micro_batch, micro) << ranks << " ranks";
+  }
+  // A global batch dp does not divide: micro-batch 1, and the message names only that.
+  const po::variables_map odd = parse_train(dir, "tokenizer = bytes\nglobal-batch = 6\n");
+  TrainSettings settings = read_settings(odd);
+  EXPECT_EQ(usage_error_of([&] { read_layout(odd, 4, config, settings); }),
+            "--global-batch 6 must be a positive multiple of --dp 4 x --micro-batch 1 = 4 (each data-parallel rank "
+            "takes global-batch/dp sequences in micro-batches of --micro-batch)");
+  // A given --micro-batch is kept and checked as before.
+  const po::variables_map given = parse_train(dir, "tokenizer = bytes\nmicro-batch = 4\n");
+  settings = read_settings(given);
+  EXPECT_EQ(usage_error_of([&] { read_layout(given, 4, config, settings); }),
+            "--global-batch 8 must be a positive multiple of --dp 4 x --micro-batch 4 = 16 (each data-parallel rank "
+            "takes global-batch/dp sequences in micro-batches of --micro-batch)");
+}
+
+}  // namespace
+}  // namespace mt
