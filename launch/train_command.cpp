@@ -419,7 +419,8 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     }
   }
   try {
-    check_pipeline_backend(layout.parallel.schedule, layout.mesh.pp, comm_backend_name(session.backend.backend));
+    check_pipeline_backend(layout.parallel.schedule, layout.mesh.pp, session.world->capabilities(),
+                           session.world->backend_name());
   } catch (const Error& e) {
     throw UsageError(e.message());
   }
