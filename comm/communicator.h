@@ -2,7 +2,7 @@
 // Every operation has an async form returning a Work; the plain form waits for it.
 // Every op is numbered, registered with the job's watchdog (a deadline: --comm-timeout) and, with
 // --debug-collectives, checked against the other members' before it starts.
-// defines: CollectiveDesc, Work, WorkPtr, CommOptions, Communicator
+// defines: CollectiveDesc, Work, WorkPtr, CommOptions, Communicator (CommCapabilities: comm/comm_capabilities.h)
 #pragma once
 
 #include <chrono>
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm_capabilities.h"
 #include "comm/op_record.h"
 #include "runtime/stream.h"
 #include "runtime/tensor.h"
@@ -115,7 +116,10 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const CommOptions& options() const { return options_; }
+  // For messages and reports only: behaviour follows capabilities(), never the name.
   virtual std::string backend_name() const = 0;
+  // What this backend can do (comm/comm_capabilities.h); the same for every group split from it.
+  virtual CommCapabilities capabilities() const = 0;
   // Members in the numbering of the world communicator.
   virtual std::vector<int> world_ranks() const = 0;
 

@@ -19,6 +19,14 @@ class MpiCommunicator final : public Communicator {
   static std::unique_ptr<MpiCommunicator> world(CommOptions options = {});
 
   std::string backend_name() const override { return "mpi"; }
+  // Every op is non-blocking and progressed on the engine thread, so receives may be posted early
+  // and neighbours may send and receive in any order; device tensors are staged (see stage()).
+  CommCapabilities capabilities() const override {
+    return {.early_receives = true,
+            .unordered_point_to_point = true,
+            .host_memory = MemoryAccess::Direct,
+            .device_memory = MemoryAccess::Staged};
+  }
   std::vector<int> world_ranks() const override { return world_ranks_; }
 
  protected:

@@ -277,6 +277,16 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::string backend_name() const override { return "nccl"; }
+  // One stream, issue order (see the ordering rules above): no early receives, and a send blocks
+  // until its receive runs, so neighbours must pair their sends and receives. Grouped send/receive
+  // pairs (ncclGroupStart/End) would make unordered_point_to_point true. Tensors must be on
+  // device_ (launch checks).
+  CommCapabilities capabilities() const override {
+    return {.early_receives = false,
+            .unordered_point_to_point = false,
+            .host_memory = MemoryAccess::None,
+            .device_memory = MemoryAccess::Direct};
+  }
   std::vector<int> world_ranks() const override { return world_ranks_; }
 
  protected:

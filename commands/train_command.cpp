@@ -410,7 +410,8 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       run.peak_flops = 0;
     }
   }
-  check_pipeline_backend(layout.parallel.schedule, layout.mesh.pp, comm_backend_name(session.backend.backend));
+  check_pipeline_backend(layout.parallel.schedule, layout.mesh.pp, session.world->capabilities(),
+                         session.world->backend_name());
   ParallelGroups groups = build_groups(*session.world, Mesh(layout.mesh));
   // No collective runs while the trainer is built: a rank that cannot build its part (out of memory
   // under --device-memory-limit) agrees with the others instead of leaving them in the first step.

@@ -2,6 +2,7 @@
 // parallelism against the model's widths, then stages, batches and the schedule.
 #include "parallel/layout_check.h"
 
+#include <cctype>
 #include <cstdint>
 #include <numeric>
 #include <sstream>
@@ -91,6 +92,12 @@ void check_batches(const LayoutRequest& request, const LayoutLimits& limits) {
   }
 }
 
+// "nccl" -> "NCCL", as the backends are written in prose.
+std::string upper(std::string name) {
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
 }  // namespace
 
 void check_layout(const LayoutRequest& request, const LayoutLimits& limits) {
@@ -112,11 +119,10 @@ int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& lim
   return static_cast<int>(limits.global_batch / per_step);
 }
 
-void check_pipeline_backend(ScheduleKind schedule, int pp, const std::string& backend) {
-  MT_REQUIRE(pp == 1 || schedule == ScheduleKind::GPipe || backend != "nccl", "--schedule ",
-             schedule_kind_name(schedule), " with --pp ", pp,
-             " needs grouped send/receive pairs that the NCCL backend does not issue yet: use --schedule gpipe, "
-             "or --comm-backend mpi");
+void check_pipeline_backend(ScheduleKind schedule, int pp, const CommCapabilities& caps, const std::string& backend) {
+  MT_REQUIRE(pp == 1 || schedule == ScheduleKind::GPipe || caps.unordered_point_to_point, "--schedule ",
+             schedule_kind_name(schedule), " with --pp ", pp, " needs grouped send/receive pairs that the ",
+             upper(backend), " backend does not issue yet: use --schedule gpipe, or --comm-backend mpi");
 }
 
 }  // namespace mt

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm_capabilities.h"
 #include "parallel/mesh.h"
 #include "parallel/schedule_kind.h"
 
@@ -36,10 +37,10 @@ void check_layout(const LayoutRequest& request, const LayoutLimits& limits);
 // global_batch / (dp x micro_batch): the micro-batches each pipeline runs per step.
 int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits);
 
-// What the communication backend ("mpi", "nccl") allows: NCCL matches point-to-point messages in
-// issue order on one stream and a send holds that stream until its receive runs, so 1F1B's
-// neighbours, each sending before receiving from the other, would wait for each other; GPipe sends
-// one way at a time. (Grouped send/receive pairs would lift this.)
-void check_pipeline_backend(ScheduleKind schedule, int pp, const std::string& backend);
+// What the communication backend allows: 1F1B and interleaved pipelines (pp > 1) need
+// CommCapabilities::unordered_point_to_point, since neighbouring stages each send before receiving
+// from the other; GPipe sends one way at a time. `backend` (Communicator::backend_name()) only
+// names the backend in the message.
+void check_pipeline_backend(ScheduleKind schedule, int pp, const CommCapabilities& caps, const std::string& backend);
 
 }  // namespace mt

@@ -15,7 +15,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Communicator& pp, const Stream& stream, ExecutorOptions options)
-    : pp_(pp), stream_(stream), options_(options), early_receives_(options.overlap && pp.backend_name() == "mpi") {}
+    : pp_(pp),
+      stream_(stream),
+      options_(options),
+      early_receives_(options.overlap && pp.capabilities().early_receives) {}
 
 void PipelineExecutor::post_receive(const Schedule& schedule, std::size_t index, PipelineStageRunner& runner) {
   if (receives_.count(index)) return;

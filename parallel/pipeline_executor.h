@@ -2,15 +2,16 @@
 // through a PipelineStageRunner (the trainer's model), sends and receives over the pp group.
 //
 // Overlap: sends are asynchronous (a slot's buffers are released only once its sends completed),
-// and with the MPI backend each receive is posted one computation early, before the computation
-// that precedes it, so the transfer runs during that computation on the communication thread.
-// With NCCL every op goes on one comm stream in schedule order (NCCL matches point-to-point
-// messages in issue order; a receive posted early would hold the stream ahead of this stage's own
-// sends), and the GPU overlaps the comm stream with compute. With overlap off each receive is
-// posted and waited for where the schedule puts it, so a transfer runs while its receiver waits,
-// not while it computes. Sends are never waited for before the stage goes on, with overlap or
-// without: a large message completes only once its receiver posted the receive, which in the
-// interleaved schedule may come after this stage's next computation (waiting would deadlock).
+// and where the pp communicator has CommCapabilities::early_receives (MPI) each receive is posted
+// one computation early, before the computation that precedes it, so the transfer runs during that
+// computation on the communication thread. Otherwise (NCCL) every op goes on one comm stream in
+// schedule order (NCCL matches point-to-point messages in issue order; a receive posted early
+// would hold the stream ahead of this stage's own sends), and the GPU overlaps the comm stream
+// with compute. With overlap off each receive is posted and waited for where the schedule puts
+// it, so a transfer runs while its receiver waits, not while it computes. Sends are never waited
+// for before the stage goes on, with overlap or without: a large message completes only once its
+// receiver posted the receive, which in the interleaved schedule may come after this stage's next
+// computation (waiting would deadlock).
 // A stage sending to itself (one stage with virtual chunks) copies the tensor.
 // defines: PipelineStageRunner, ExecutorOptions, ExecutorStats, PipelineExecutor
 #pragma once

@@ -130,7 +130,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
     if (runner_ != nullptr && runner_->reducing) reducer_->mark_ready(static_cast<int>(param));
   });
   executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{parallel_.overlap});
-  check_pipeline_backend(parallel_.schedule, mesh.pp, groups_.pp->backend_name());
+  check_pipeline_backend(parallel_.schedule, mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
   train_schedule_ = make_schedule(parallel_.schedule, mesh.pp, micro_batches_, parallel_.virtual_stages);
   // Evaluation runs one global batch at a time, so a schedule's message tags stay within a step's.
   eval_schedule_ = make_forward_only_schedule(mesh.pp, micro_batches_, parallel_.virtual_stages);

@@ -14,6 +14,7 @@ namespace mt {
 namespace {
 
 using testing::test_context;
+using testing::test_group;
 using testing::test_world;
 
 Tensor ints(std::vector<std::int32_t> values) {
@@ -231,6 +232,38 @@ TEST(PointToPoint, TagsKeepMessagesApart) {
     sb->wait();
   }
   world.barrier();
+}
+
+// The MPI backend's answers (comm/comm_capabilities.h), which the pipeline acts on: its groups
+// answer alike, and the two point-to-point claims hold for messages past the eager limit.
+TEST(Capabilities, MpiPostsEarlyAndSendsInEitherOrderOnHostAndStagedDeviceMemory) {
+  Communicator& world = test_world();
+  std::vector<int> everyone(static_cast<std::size_t>(world.size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  Communicator* group = test_group("capabilities", everyone);
+  ASSERT_NE(group, nullptr);
+  for (const CommCapabilities& caps : {world.capabilities(), group->capabilities()}) {
+    EXPECT_TRUE(caps.early_receives);
+    EXPECT_TRUE(caps.unordered_point_to_point);
+    EXPECT_EQ(caps.host_memory, MemoryAccess::Direct);
+    EXPECT_EQ(caps.device_memory, MemoryAccess::Staged);
+  }
+  if (world.size() < 2) return;
+  // Every rank posts its receive first, then sends to its right neighbour and receives from its
+  // left (early receive); then every rank sends before it receives (unordered). 1 MiB per message.
+  const int right = (world.rank() + 1) % world.size();
+  const int left = (world.rank() + world.size() - 1) % world.size();
+  const std::int64_t n = 1 << 18;
+  for (const bool receive_first : {true, false}) {
+    Tensor out = ints(std::vector<std::int32_t>(static_cast<std::size_t>(n), world.rank()));
+    Tensor in = ints(std::vector<std::int32_t>(static_cast<std::size_t>(n), -1));
+    WorkPtr recv = receive_first ? world.recv_async(in, left, {3}) : nullptr;
+    WorkPtr send = world.send_async(out, right, {3});
+    if (!receive_first) recv = world.recv_async(in, left, {3});
+    send->wait();
+    recv->wait();
+    EXPECT_EQ(in.to_host<std::int32_t>()[n - 1], left);
+  }
 }
 
 TEST(Async, ManyOutstandingCollectivesCompleteInOrder) {

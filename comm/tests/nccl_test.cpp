@@ -127,6 +127,15 @@ TEST_F(Nccl, BackendIsNccl) {
   EXPECT_EQ(comm().world_ranks(), all);
 }
 
+// What the pipeline asks (comm/comm_capabilities.h): one stream in issue order, device memory only.
+TEST_F(Nccl, CapabilitiesOfOneStreamInIssueOrder) {
+  const CommCapabilities caps = comm().capabilities();
+  EXPECT_FALSE(caps.early_receives);
+  EXPECT_FALSE(caps.unordered_point_to_point);
+  EXPECT_EQ(caps.host_memory, MemoryAccess::None);
+  EXPECT_EQ(caps.device_memory, MemoryAccess::Direct);
+}
+
 TEST_F(Nccl, AllreduceSumOutOfPlaceAndInPlace) {
   const i64 s = size(), r = rank();
   for (i64 n : {i64{1}, i64{1000}, (i64{1} << 20) + 3}) {

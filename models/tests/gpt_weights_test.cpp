@@ -58,6 +58,7 @@ class ShapeOnlyGroup final : public Communicator {
  public:
   ShapeOnlyGroup(int rank, int size) : Communicator(rank, size, CommOptions{}) {}
   std::string backend_name() const override { return "shape-only"; }
+  CommCapabilities capabilities() const override { return {}; }  // it moves no data
   std::vector<int> world_ranks() const override { return {}; }
 
  protected:
