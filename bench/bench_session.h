@@ -1,13 +1,11 @@
 // The session a multi-rank meshbench command measures in, with what its rows say about it.
-// defines: BenchSession, open_bench_session, device_kind
+// defines: BenchSession, open_bench_session
 #pragma once
 
+#include "bench/bench_env.h"
 #include "launch/session.h"
 
 namespace mt {
-
-// "cpu" or "cuda", as the JSON rows name the device.
-inline const char* device_kind(const Device& device) { return device.is_cuda() ? "cuda" : "cpu"; }
 
 struct BenchSession {
   Session session;
