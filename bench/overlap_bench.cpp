@@ -83,8 +83,10 @@ const char* kSummary =
 
 OverlapOptions read_options(const po::variables_map& vm) {
   OverlapOptions o;
-  o.batch = vm["batch"].as<int>(), o.seq_len = vm["seq-len"].as<int>();
-  o.steps = vm["steps"].as<int>(), o.warmup = vm["warmup"].as<int>();
+  o.batch = vm["batch"].as<int>();
+  o.seq_len = vm["seq-len"].as<int>();
+  o.steps = vm["steps"].as<int>();
+  o.warmup = vm["warmup"].as<int>();
   o.zero = vm["zero"].as<int>();
   if (o.batch < 1 || o.seq_len < 1 || o.steps < 1 || o.warmup < 0)
     throw UsageError("--batch, --seq-len and --steps must be positive");

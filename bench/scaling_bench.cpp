@@ -188,8 +188,10 @@ void read_runs(const po::variables_map& vm, ScalingOptions& o) {
   if (o.mode != "strong" && o.mode != "weak" && o.mode != "both") throw UsageError("--mode must be strong, weak or both");
   if (o.mode != "weak") o.modes.push_back("strong");
   if (o.mode != "strong") o.modes.push_back("weak");
-  o.steps = vm["steps"].as<int>(), o.skip = vm["skip"].as<int>();
-  o.batch = vm["global-batch"].as<int>(), o.micro = vm["micro-batch"].as<int>();
+  o.steps = vm["steps"].as<int>();
+  o.skip = vm["skip"].as<int>();
+  o.batch = vm["global-batch"].as<int>();
+  o.micro = vm["micro-batch"].as<int>();
   if (o.steps <= o.skip || o.skip < 0) throw UsageError("--steps must be larger than --skip");
   if (o.batch < 1 || o.micro < 1) throw UsageError("--global-batch and --micro-batch must be positive");
   o.layouts = parse_scaling_layouts(vm["layouts"].as<std::string>());
@@ -211,7 +213,8 @@ ScalingOptions read_scaling_options(const po::variables_map& vm) {
   o.title = vm["title"].as<std::string>();
   o.model_name = vm["model"].as<std::string>();
   const std::string tokenizer = vm["tokenizer"].as<std::string>();
-  o.seq_len = vm["seq-len"].as<int>(), o.threads = vm["cpu-threads"].as<int>();
+  o.seq_len = vm["seq-len"].as<int>();
+  o.threads = vm["cpu-threads"].as<int>();
   if (o.seq_len < 1 || o.threads < 1) throw UsageError("--seq-len and --cpu-threads must be positive");
   o.model = gpt_preset(o.model_name);
   o.model.vocab_size = tokenizer_vocab_size(tokenizer);

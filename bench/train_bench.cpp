@@ -117,8 +117,10 @@ struct TrainOptions {
 TrainOptions read_options(const po::variables_map& vm) {
   TrainOptions o;
   o.models = split_list(vm["models"].as<std::string>());
-  o.batch = vm["batch"].as<int>(), o.seq_len = vm["seq-len"].as<int>();
-  o.steps = vm["steps"].as<int>(), o.warmup = vm["warmup"].as<int>();
+  o.batch = vm["batch"].as<int>();
+  o.seq_len = vm["seq-len"].as<int>();
+  o.steps = vm["steps"].as<int>();
+  o.warmup = vm["warmup"].as<int>();
   o.device.cpu_threads = vm["cpu-threads"].as<int>() > 0 ? vm["cpu-threads"].as<int>() : default_cpu_threads(1);
   o.device.device = Device::parse(vm["device"].as<std::string>());
   o.dtype_name = vm["dtype"].as<std::string>();
