@@ -1,13 +1,18 @@
-// What every multi-rank benchmark reports about where it ran: the number of distinct hosts, and
-// the time of a region as the job sees it (the slowest rank's).
-// defines: count_hosts, slowest_rank_seconds
+// What every benchmark reports about where it ran: the device kind, the number of distinct hosts,
+// and the time of a region as the job sees it (the slowest rank's).
+// defines: device_kind, count_hosts, slowest_rank_seconds
 #pragma once
 
 #include <mpi.h>
 
 #include <string>
 
+#include "runtime/device.h"
+
 namespace mt {
+
+// "cpu" or "cuda", as the JSON rows name the device.
+inline const char* device_kind(const Device& device) { return device.is_cuda() ? "cuda" : "cpu"; }
 
 // Collective over `comm`: how many distinct host names its ranks report.
 int count_hosts(MPI_Comm comm, const std::string& host);

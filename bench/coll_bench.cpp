@@ -12,13 +12,14 @@
 
 #include "bench/bench_env.h"
 #include "bench/bench_json.h"
+#include "bench/bench_options.h"
+#include "bench/bench_session.h"
 #include "bench/coll_runner.h"
 #include "bench/raw_mpi.h"
 #include "bench/raw_nccl.h"
 #include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
 #include "launch/options.h"
-#include "launch/session.h"
 #include "launch/table.h"
 
 namespace po = boost::program_options;
@@ -68,8 +69,8 @@ po::options_description coll_options() {
        "before timing, run one op of each kind and placement and compare every output element with the value "
        "computed on the host (a mismatch is an error naming the op, size, rank and element)")
       ("out-of-place", po::bool_switch(), "time out of place (with neither flag: both placements)")
-      ("in-place", po::bool_switch(), "time in place (with neither flag: both placements)")
-      ("json", path_value(PathKind::WriteFile)->default_value(""), "append one JSON line per row to this file (rank 0)");
+      ("in-place", po::bool_switch(), "time in place (with neither flag: both placements)");
+  add_json_option(desc, "append one JSON line per row to this file (rank 0)");
   add_runtime_options(desc);
   return desc;
 }
@@ -149,123 +150,152 @@ int scaled(int n, int floor, std::size_t bytes) {
 
 nlohmann::ordered_json or_null(bool ran, double v) { return ran ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
 
+// What every row of the run says about where and how it ran.
+struct CollRun {
+  const CollConfig& config;
+  int ranks = 0, hosts = 0;
+  std::string device, backend;
+  const char* dtype = "";
+  std::string raw_name;   // the raw library: mpi or nccl
+  std::string raw_label;  // the JSON's "raw": the name, -nonblocking where the raw MPI calls are
+  bool raw_host_buffers = false;
+};
+
+void print_header(const BenchSession& s, const CollRun& run, const RawColl& raw) {
+  const CollConfig& config = run.config;
+  const Device device = s.ctx().device();
+  std::printf("meshbench coll: %d rank(s) on %d host(s), backend %s (%s), device %s, dtype %s\n", run.ranks, run.hosts,
+              run.backend.c_str(), s.session.backend.reason.c_str(), device.str().c_str(), run.dtype);
+  std::printf("iterations: %d timed after %d warm-up per size and placement up to 4 MiB, scaled down above "
+              "(at least 3 and 1); %d op(s) in flight; time = mean per op of the slowest rank, fastest of %d "
+              "round(s)\n",
+              config.iters, config.warmup, config.settings.in_flight, config.settings.rounds);
+  std::printf("ours: Communicator *_async + Work::wait; %s\n", raw.describe().c_str());
+  if (run.raw_host_buffers) {
+    std::printf("note: raw %s runs on host buffers of the same sizes; ours runs on device tensors (staged "
+                "through pinned host memory by the MPI backend)\n",
+                run.raw_name.c_str());
+  }
+  std::printf("columns: bytes = size as in nccl-tests (reduce_scatter: whole input, allgather: whole output, "
+              "alltoall: whole buffer); count = elements per call; us = microseconds; algbw = bytes / time and "
+              "busbw = algbw x factor, in GB/s (1e9 B/s); oop = out of place, ip = in place; %s = the raw "
+              "library; ours/%s = busbw of ours / busbw of raw, same placement\n",
+              run.raw_name.c_str(), run.raw_name.c_str());
+}
+
+// The JSON row's fields before the timings: the run, the op and the size.
+nlohmann::ordered_json row_context(const CollRun& run, const CollOpInfo& op, double factor, const CollShape& shape,
+                                   const CollRow& row) {
+  nlohmann::ordered_json j;
+  j["bench"] = "coll";
+  j["op"] = op.name;
+  j["ranks"] = run.ranks;
+  j["hosts"] = run.hosts;
+  j["device"] = run.device;
+  j["backend"] = run.backend;
+  j["dtype"] = run.dtype;
+  j["bytes"] = shape.bytes;
+  j["count"] = shape.count;
+  j["bus_factor"] = factor;
+  j["iters"] = row.iters;
+  j["warmup"] = row.warmup;
+  j["in_flight"] = run.config.settings.in_flight;
+  j["rounds"] = run.config.settings.rounds;
+  return j;
+}
+
+// One size: its table cells and JSON row, ours per placement ("-" where it did not run), then raw.
+void add_size_row(const CollRun& run, const CollOpInfo& op, double factor, const CollShape& shape, const CollRow& row,
+                  TextTable& table, const BenchJson& json) {
+  const auto bytes = static_cast<double>(shape.bytes);
+  std::vector<std::string> cells = {std::to_string(shape.bytes), std::to_string(shape.count), run.dtype};
+  nlohmann::ordered_json j = row_context(run, op, factor, shape, row);
+  for (Placement p : {Placement::OutOfPlace, Placement::InPlace}) {
+    const CollTiming& t = row.ours[static_cast<std::size_t>(p)];
+    const std::string key = p == Placement::OutOfPlace ? "out_of_place" : "in_place";
+    j[key + "_time_s"] = or_null(t.ran, t.seconds);
+    j[key + "_algbw_bytes_per_s"] = or_null(t.ran, bytes / t.seconds);
+    j[key + "_busbw_bytes_per_s"] = or_null(t.ran, bytes / t.seconds * factor);
+    if (!t.ran) {
+      cells.insert(cells.end(), {"-", "-", "-"});
+      continue;
+    }
+    cells.push_back(format_cell("%.1f", t.seconds * 1e6));
+    cells.push_back(format_cell("%.3f", bytes / t.seconds / 1e9));
+    cells.push_back(format_cell("%.3f", bytes / t.seconds * factor / 1e9));
+  }
+  // Bus bandwidths share the factor, so their ratio is the inverse ratio of the times.
+  const CollTiming& mine = row.ours[static_cast<std::size_t>(row.raw_placement)];
+  const double ratio = row.raw.seconds / mine.seconds;
+  cells.push_back(format_cell("%.1f", row.raw.seconds * 1e6));
+  cells.push_back(format_cell("%.3f", bytes / row.raw.seconds * factor / 1e9));
+  cells.push_back(format_cell("%.2f", ratio));
+  j["raw"] = run.raw_label;
+  j["raw_placement"] = placement_name(row.raw_placement);
+  j["raw_host_buffers"] = run.raw_host_buffers;
+  j["raw_time_s"] = row.raw.seconds;
+  j["raw_busbw_bytes_per_s"] = bytes / row.raw.seconds * factor;
+  j["ratio"] = ratio;
+  table.add_row(std::move(cells));
+  json.append(j);
+}
+
+// Collective: the op over every size of the sweep; rank 0 prints its table.
+void run_op(const CollRun& run, const CollOpInfo& op, std::size_t max_bytes, CollRunner& runner, bool root,
+            const BenchJson& json) {
+  const CollConfig& config = run.config;
+  const double factor = op.bus_factor(run.ranks);
+  const std::optional<Placement> raw_p = runner.raw_placement(op);
+  if (!raw_p) {
+    if (root) {
+      std::printf("\n# %s: skipped (%s)\n", op.name,
+                  run.ranks < op.min_ranks ? "needs at least 2 ranks" : "no in-place form; run without --in-place");
+    }
+    return;
+  }
+  const std::string& rn = run.raw_name;
+  TextTable table({"bytes", "count", "type", "oop_us", "oop_algbw", "oop_busbw", "ip_us", "ip_algbw", "ip_busbw",
+                   rn + "_us", rn + "_busbw", "ours/" + rn});
+  std::size_t previous = 0;
+  for (std::size_t size = config.min_bytes; size <= max_bytes; size *= static_cast<std::size_t>(config.step_factor)) {
+    const std::optional<CollShape> shape = coll_shape(op.op, size, dtype_size(config.settings.dtype), run.ranks);
+    if (!shape || shape->bytes == previous) continue;  // rounds to nothing, or to the last row
+    previous = shape->bytes;
+    const CollRow row = runner.run(op, *shape, scaled(config.warmup, 1, shape->bytes),
+                                   scaled(config.iters, 3, shape->bytes));
+    if (root) add_size_row(run, op, factor, *shape, row, table, json);
+  }
+  if (root) {
+    std::printf("\n# %s: busbw = algbw x %s = %.3f; ours/%s compares %s\n%s", op.name, op.factor_text, factor,
+                rn.c_str(), placement_name(*raw_p), table.render().c_str());
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int coll_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   po::options_description desc = coll_options();
-  const auto parsed = parse_command_line("meshbench coll", kSummary, desc, args, mpi.world_rank());
-  if (!parsed) return 0;
-  const po::variables_map& vm = *parsed;
-  CollConfig config = read_config(vm, mpi.world_size());
-  const RuntimeOptions runtime = read_runtime_options(vm);
+  const auto vm = parse_command_line("meshbench coll", kSummary, desc, args, mpi.world_rank());
+  if (!vm) return 0;
+  const CollConfig config = read_config(*vm, mpi.world_size());
 
-  Session session = open_session(runtime);
-  DeviceContext& ctx = *session.context;
-  Communicator& comm = *session.world;
+  BenchSession s = open_bench_session(read_runtime_options(*vm));
+  DeviceContext& ctx = s.ctx();
+  Communicator& comm = s.world();
   const std::size_t max_bytes = decide_max_bytes(config, ctx.device());
   const bool root = comm.rank() == 0;
-  const int ranks = comm.size();
-  const int hosts = count_hosts(MPI_COMM_WORLD, session.placement.host);
-  const bool nccl = session.backend.backend == CommBackend::Nccl;
+  const bool nccl = s.session.backend.backend == CommBackend::Nccl;
   std::unique_ptr<RawColl> raw = nccl ? make_raw_nccl(MPI_COMM_WORLD, ctx.device()) : std::make_unique<RawMpi>(config.raw_nonblocking);
   CollRunner runner(comm, ctx, *raw, config.settings);
+  const CollRun run{config, comm.size(), s.hosts, device_kind(ctx.device()), comm.backend_name(),
+                    dtype_name(config.settings.dtype), raw->name(),
+                    config.raw_nonblocking && !nccl ? raw->name() + "-nonblocking" : raw->name(),
+                    raw->host_memory_only() && !ctx.device().is_cpu()};
+  if (root) print_header(s, run, *raw);
+
   const BenchJson json(root ? config.json : "");
-  const std::string device = ctx.device().is_cpu() ? "cpu" : "cuda";
-  const char* dtype = dtype_name(config.settings.dtype);
-
-  if (root) {
-    std::printf("meshbench coll: %d rank(s) on %d host(s), backend %s (%s), device %s, dtype %s\n", ranks, hosts,
-                comm.backend_name().c_str(), session.backend.reason.c_str(), ctx.device().str().c_str(), dtype);
-    std::printf("iterations: %d timed after %d warm-up per size and placement up to 4 MiB, scaled down above "
-                "(at least 3 and 1); %d op(s) in flight; time = mean per op of the slowest rank, fastest of %d "
-                "round(s)\n",
-                config.iters, config.warmup, config.settings.in_flight, config.settings.rounds);
-    std::printf("ours: Communicator *_async + Work::wait; %s\n", raw->describe().c_str());
-    if (raw->host_memory_only() && !ctx.device().is_cpu()) {
-      std::printf("note: raw %s runs on host buffers of the same sizes; ours runs on device tensors (staged "
-                  "through pinned host memory by the MPI backend)\n",
-                  raw->name().c_str());
-    }
-    std::printf("columns: bytes = size as in nccl-tests (reduce_scatter: whole input, allgather: whole output, "
-                "alltoall: whole buffer); count = elements per call; us = microseconds; algbw = bytes / time and "
-                "busbw = algbw x factor, in GB/s (1e9 B/s); oop = out of place, ip = in place; %s = the raw "
-                "library; ours/%s = busbw of ours / busbw of raw, same placement\n",
-                raw->name().c_str(), raw->name().c_str());
-  }
-
-  const std::string rn = raw->name();
-  for (const CollOpInfo* op : config.ops) {
-    const double factor = op->bus_factor(ranks);
-    const std::optional<Placement> raw_p = runner.raw_placement(*op);
-    if (!raw_p) {
-      if (root) {
-        std::printf("\n# %s: skipped (%s)\n", op->name,
-                    ranks < op->min_ranks ? "needs at least 2 ranks" : "no in-place form; run without --in-place");
-      }
-      continue;
-    }
-    TextTable table({"bytes", "count", "type", "oop_us", "oop_algbw", "oop_busbw", "ip_us", "ip_algbw", "ip_busbw",
-                     rn + "_us", rn + "_busbw", "ours/" + rn});
-    std::size_t previous = 0;
-    for (std::size_t size = config.min_bytes; size <= max_bytes; size *= static_cast<std::size_t>(config.step_factor)) {
-      const std::optional<CollShape> shape = coll_shape(op->op, size, dtype_size(config.settings.dtype), ranks);
-      if (!shape || shape->bytes == previous) continue;  // rounds to nothing, or to the last row
-      previous = shape->bytes;
-      const CollRow row = runner.run(*op, *shape, scaled(config.warmup, 1, shape->bytes),
-                                     scaled(config.iters, 3, shape->bytes));
-      if (!root) continue;
-      const auto bytes = static_cast<double>(shape->bytes);
-      std::vector<std::string> cells = {std::to_string(shape->bytes), std::to_string(shape->count), dtype};
-      nlohmann::ordered_json j;
-      j["bench"] = "coll";
-      j["op"] = op->name;
-      j["ranks"] = ranks;
-      j["hosts"] = hosts;
-      j["device"] = device;
-      j["backend"] = comm.backend_name();
-      j["dtype"] = dtype;
-      j["bytes"] = shape->bytes;
-      j["count"] = shape->count;
-      j["bus_factor"] = factor;
-      j["iters"] = row.iters;
-      j["warmup"] = row.warmup;
-      j["in_flight"] = config.settings.in_flight;
-      j["rounds"] = config.settings.rounds;
-      for (Placement p : {Placement::OutOfPlace, Placement::InPlace}) {
-        const CollTiming& t = row.ours[static_cast<std::size_t>(p)];
-        const std::string key = p == Placement::OutOfPlace ? "out_of_place" : "in_place";
-        j[key + "_time_s"] = or_null(t.ran, t.seconds);
-        j[key + "_algbw_bytes_per_s"] = or_null(t.ran, bytes / t.seconds);
-        j[key + "_busbw_bytes_per_s"] = or_null(t.ran, bytes / t.seconds * factor);
-        if (!t.ran) {
-          cells.insert(cells.end(), {"-", "-", "-"});
-          continue;
-        }
-        cells.push_back(format_cell("%.1f", t.seconds * 1e6));
-        cells.push_back(format_cell("%.3f", bytes / t.seconds / 1e9));
-        cells.push_back(format_cell("%.3f", bytes / t.seconds * factor / 1e9));
-      }
-      // Bus bandwidths share the factor, so their ratio is the inverse ratio of the times.
-      const CollTiming& mine = row.ours[static_cast<std::size_t>(row.raw_placement)];
-      const double ratio = row.raw.seconds / mine.seconds;
-      cells.push_back(format_cell("%.1f", row.raw.seconds * 1e6));
-      cells.push_back(format_cell("%.3f", bytes / row.raw.seconds * factor / 1e9));
-      cells.push_back(format_cell("%.2f", ratio));
-      j["raw"] = config.raw_nonblocking && !nccl ? rn + "-nonblocking" : rn;
-      j["raw_placement"] = placement_name(row.raw_placement);
-      j["raw_host_buffers"] = raw->host_memory_only() && !ctx.device().is_cpu();
-      j["raw_time_s"] = row.raw.seconds;
-      j["raw_busbw_bytes_per_s"] = bytes / row.raw.seconds * factor;
-      j["ratio"] = ratio;
-      table.add_row(std::move(cells));
-      json.append(j);
-    }
-    if (root) {
-      std::printf("\n# %s: busbw = algbw x %s = %.3f; ours/%s compares %s\n%s", op->name, op->factor_text, factor,
-                  rn.c_str(), placement_name(*raw_p), table.render().c_str());
-      std::fflush(stdout);
-    }
-  }
+  for (const CollOpInfo* op : config.ops) run_op(run, *op, max_bytes, runner, root, json);
   return 0;
 }
 

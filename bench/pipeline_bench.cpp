@@ -5,7 +5,6 @@
 
 #include <boost/program_options.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -16,7 +15,10 @@
 
 #include "bench/bench_env.h"
 #include "bench/bench_json.h"
+#include "bench/bench_options.h"
+#include "bench/bench_session.h"
 #include "bench/pipeline_stage.h"
+#include "bench/step_timer.h"
 #include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
 #include "launch/options.h"
@@ -30,21 +32,7 @@ namespace po = boost::program_options;
 namespace mt {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
 constexpr int kMaxTags = 32767;  // the MPI standard's least MPI_TAG_UB
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!item.empty()) items.push_back(item);
-    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
-  }
-  return items;
-}
 
 std::vector<int> parse_positive_list(const std::string& option, const std::string& text) {
   std::vector<int> values;
@@ -83,6 +71,7 @@ struct Result {
   std::vector<double> rank_step_s, rank_compute_s, rank_wait_s;  // rank_step_s: its own, not the slowest
   double bubble = 0, theory = 0, simulated = 0, model_step_s = 0;
   int peak_in_flight = 0;
+  double ratio() const { return theory > 0 ? bubble / theory : std::nan(""); }  // measured / theory
 };
 
 std::vector<double> all_gather(double mine) {
@@ -103,40 +92,56 @@ struct RunSettings {
   int steps = 0, warmup = 0;
 };
 
+// What this rank saw over the timed steps of one config: its own means and its runner's calls.
+struct RankSteps {
+  StepTimes slowest;  // the slowest rank's step
+  double own = 0, compute = 0, wait = 0;
+  double forward_calls_s = 0, backward_calls_s = 0;  // summed over the timed steps
+  int peak_slots = 0;
+};
+
 // Every rank of the world runs the config on its pipeline (pp), each step after a world barrier.
-Result measure(const Config& c, Communicator& world, Communicator& pp, PipelineExecutor& executor, TimedWork& work,
-               DeviceContext& ctx, const RunSettings& rs) {
+RankSteps run_steps(const Config& c, Communicator& world, Communicator& pp, PipelineExecutor& executor,
+                    TimedWork& work, DeviceContext& ctx, const RunSettings& rs) {
   SyntheticStage runner(ctx, c.schedule, pp.rank(), work, rs.forward_s / c.v(), rs.activation_bytes);
-  Result r;
-  double own = 0, compute = 0, wait = 0, forward_before = 0, backward_before = 0;
+  RankSteps t;
+  double forward_before = 0, backward_before = 0;
   for (int step = 0; step < rs.warmup + rs.steps; ++step) {
     if (step == rs.warmup) {
       forward_before = runner.forward_s_total();
       backward_before = runner.backward_s_total();
     }
     runner.begin_step(step);
-    world.barrier();
-    const auto start = clock_type::now();
-    const ExecutorStats stats = executor.run(c.schedule, runner);
-    const double mine = std::chrono::duration<double>(clock_type::now() - start).count();
+    ExecutorStats stats;
+    const double mine = time_after_barrier(world, [&] { stats = executor.run(c.schedule, runner); });
     const double slowest = slowest_rank_seconds(MPI_COMM_WORLD, mine);
     if (step < rs.warmup) continue;
-    r.step_s += slowest / rs.steps;
-    r.step_min_s = std::min(r.step_min_s, slowest);
-    own += mine / rs.steps;
-    compute += stats.compute_s / rs.steps;
-    wait += stats.receive_wait_s / rs.steps;
+    t.slowest.add(slowest, rs.steps);
+    t.own += mine / rs.steps;
+    t.compute += stats.compute_s / rs.steps;
+    t.wait += stats.receive_wait_s / rs.steps;
   }
-  const double calls = static_cast<double>(rs.steps) * c.m() * c.v();
-  r.rank_step_s = all_gather(own);
-  r.rank_compute_s = all_gather(compute);
-  r.rank_wait_s = all_gather(wait);
+  t.forward_calls_s = runner.forward_s_total() - forward_before;
+  t.backward_calls_s = runner.backward_s_total() - backward_before;
+  t.peak_slots = runner.peak_slots();
+  return t;
+}
+
+// Collective: the ranks' steps gathered into the row's numbers, next to the schedule's models.
+Result summarise(const Config& c, const RankSteps& t, int steps) {
+  Result r;
+  r.step_s = t.slowest.mean_s;
+  r.step_min_s = t.slowest.min_s;
+  const double calls = static_cast<double>(steps) * c.m() * c.v();
+  r.rank_step_s = all_gather(t.own);
+  r.rank_compute_s = all_gather(t.compute);
+  r.rank_wait_s = all_gather(t.wait);
   r.ideal_s = mean(r.rank_compute_s);
   r.wait_s = mean(r.rank_wait_s);
   r.other_s = mean(r.rank_step_s) - r.ideal_s - r.wait_s;
-  r.forward_call_s = mean(all_gather((runner.forward_s_total() - forward_before) / calls));
-  r.backward_call_s = mean(all_gather((runner.backward_s_total() - backward_before) / calls));
-  const std::vector<double> held = all_gather(runner.peak_slots());
+  r.forward_call_s = mean(all_gather(t.forward_calls_s / calls));
+  r.backward_call_s = mean(all_gather(t.backward_calls_s / calls));
+  const std::vector<double> held = all_gather(t.peak_slots);
   r.held_peak = static_cast<int>(*std::max_element(held.begin(), held.end()));
 
   r.bubble = 1.0 - r.ideal_s / r.step_s;
@@ -152,78 +157,16 @@ Result measure(const Config& c, Communicator& world, Communicator& pp, PipelineE
 
 bool within_tenth(const Result& r) { return r.theory > 0 && std::abs(r.bubble / r.theory - 1.0) <= 0.10; }
 
-// The schedules asked for, built (and so checked) before anything runs: a bad combination is a
-// usage error, said once.
-std::vector<Config> build_configs(const std::vector<int>& stages, const std::vector<std::string>& kinds,
-                                  const std::vector<int>& virtuals, const std::vector<int>& micros, int world_size) {
-  std::vector<Config> configs;
-  for (int p : stages) {
-    if (world_size % p != 0)
-      throw UsageError("--stages " + std::to_string(p) + " does not divide the " + std::to_string(world_size) +
-                       " ranks into whole pipelines");
-    for (const std::string& name : kinds) {
-      ScheduleKind kind{};
-      try {
-        kind = parse_schedule_kind(name);
-      } catch (const Error& e) {
-        throw UsageError("--schedules: " + e.message());
-      }
-      const std::vector<int> vs = kind == ScheduleKind::Interleaved ? virtuals : std::vector<int>{1};
-      for (int v : vs) {
-        for (int m : micros) {
-          Config c{p, {}};
-          try {
-            c.schedule = make_schedule(kind, p, m, v);
-          } catch (const Error& e) {
-            throw UsageError(name + " with " + std::to_string(p) + " stage(s), " + std::to_string(m) +
-                             " micro-batch(es), " + std::to_string(v) + " virtual stage(s): " + e.message());
-          }
-          if (c.schedule.tag_count() > kMaxTags)
-            throw UsageError(name + " with " + std::to_string(m) + " micro-batches and " + std::to_string(v) +
-                             " virtual stages needs more message tags than MPI guarantees (" +
-                             std::to_string(kMaxTags) + ")");
-          configs.push_back(std::move(c));
-        }
-      }
-    }
-  }
-  return configs;
-}
+struct PipelineOptions {
+  std::vector<int> stages, micros, virtuals;
+  std::vector<std::string> kinds;  // schedule names
+  RunSettings run;
+  StageWork work = StageWork::Sleep;
+  bool overlap = true;
+  std::string json;
+};
 
-// One message's time from world rank 0 to 1 through the communicator (half a round trip, mean of
-// `trips`), the others idle: what each message on a schedule's critical path adds at least.
-double one_way_seconds(Communicator& world, DeviceContext& ctx, std::int64_t bytes, int trips) {
-  if (world.size() < 2) return 0;
-  Tensor out = Tensor::zeros({std::max<std::int64_t>(1, (bytes + 3) / 4)}, DType::F32, ctx);
-  Tensor in = Tensor::zeros(out.shape(), DType::F32, ctx);
-  double total = 0;
-  for (int t = -1; t < trips; ++t) {  // the first trip sets the path up, untimed
-    world.barrier();
-    const auto start = clock_type::now();
-    if (world.rank() == 0) {
-      world.send(out, 1);
-      world.recv(in, 1);
-    } else if (world.rank() == 1) {
-      world.recv(in, 0);
-      world.send(out, 0);
-    }
-    if (t >= 0) total += std::chrono::duration<double>(clock_type::now() - start).count();
-  }
-  double mine = world.rank() == 0 ? total / (2.0 * trips) : 0;
-  MT_MPI_CHECK(MPI_Bcast(&mine, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-  return mine;
-}
-
-// This rank's pipeline when the world is cut into pipelines of p consecutive ranks.
-std::vector<int> pipeline_members(int world_rank, int p) {
-  std::vector<int> members(static_cast<std::size_t>(p));
-  std::iota(members.begin(), members.end(), world_rank / p * p);
-  return members;
-}
-
-}  // namespace
-
-int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
+po::options_description pipeline_options() {
   po::options_description desc("options");
   desc.add_options()
       ("stages", po::value<std::string>()->default_value(""),
@@ -244,170 +187,268 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
        "sgemm calls of that duration, calibrated once: honest only with a core per rank)")
       ("no-overlap", po::bool_switch(),
        "run the executor without overlap (receives posted where the schedule puts them, sends waited for "
-       "before the next computation)")
-      ("steps", po::value<int>()->default_value(4), "timed steps per configuration")
-      ("warmup", po::value<int>()->default_value(1), "untimed steps first")
-      ("json", path_value(PathKind::WriteFile)->default_value(""),
-       "append one JSON line per configuration (bench \"pipeline\")");
+       "before the next computation)");
+  add_repeat_options(desc, 4, "timed steps per configuration", "untimed steps first");
+  add_json_option(desc, "append one JSON line per configuration (bench \"pipeline\")");
   add_runtime_options(desc);
-  auto vm = parse_command_line(
-      "meshbench pipeline",
-      "Runs meshtrain's PipelineExecutor on a synthetic model: each forward of a micro-batch through a stage "
-      "takes --forward-ms, each backward twice that, and every stage boundary carries a real tensor of "
-      "--activation-bytes. For each configuration, the mean over --steps of the slowest rank's step; ideal = "
-      "the stage's measured compute (m x (t_f + t_b)); bubble = 1 - ideal / step, next to the formula and to the "
-      "schedule's unit-cost simulation. Run as meshbench pipeline under mpirun -np P.",
-      desc, args, mpi.world_rank());
-  if (!vm) return 0;
-  const int world_size = mpi.world_size();
-  const std::string stages_text = (*vm)["stages"].as<std::string>();
-  const std::vector<int> stages =
-      stages_text.empty() ? std::vector<int>{world_size} : parse_positive_list("stages", stages_text);
-  const std::vector<int> micros = parse_positive_list("micro-batches", (*vm)["micro-batches"].as<std::string>());
-  const std::vector<int> virtuals = parse_positive_list("virtual", (*vm)["virtual"].as<std::string>());
-  const std::vector<std::string> kinds = split_list((*vm)["schedules"].as<std::string>());
-  if (kinds.empty()) throw UsageError("--schedules is empty");
+  return desc;
+}
+
+const char* kSummary =
+    "Runs meshtrain's PipelineExecutor on a synthetic model: each forward of a micro-batch through a stage "
+    "takes --forward-ms, each backward twice that, and every stage boundary carries a real tensor of "
+    "--activation-bytes. For each configuration, the mean over --steps of the slowest rank's step; ideal = "
+    "the stage's measured compute (m x (t_f + t_b)); bubble = 1 - ideal / step, next to the formula and to the "
+    "schedule's unit-cost simulation. Run as meshbench pipeline under mpirun -np P.";
+
+RunSettings read_run_settings(const po::variables_map& vm) {
   RunSettings rs;
-  rs.forward_s = (*vm)["forward-ms"].as<double>() / 1e3;
-  rs.steps = (*vm)["steps"].as<int>();
-  rs.warmup = (*vm)["warmup"].as<int>();
+  rs.forward_s = vm["forward-ms"].as<double>() / 1e3;
+  rs.steps = vm["steps"].as<int>();
+  rs.warmup = vm["warmup"].as<int>();
   if (!(rs.forward_s > 0 && rs.forward_s < 60)) throw UsageError("--forward-ms must be above 0 and below a minute");
   if (rs.steps < 1 || rs.warmup < 0) throw UsageError("--steps must be at least 1 and --warmup at least 0");
   try {
-    rs.activation_bytes = static_cast<std::int64_t>(parse_bytes((*vm)["activation-bytes"].as<std::string>()));
+    rs.activation_bytes = static_cast<std::int64_t>(parse_bytes(vm["activation-bytes"].as<std::string>()));
   } catch (const Error& e) {
     throw UsageError("--activation-bytes: " + e.message());
   }
   if (rs.activation_bytes < 16) throw UsageError("--activation-bytes must be at least 16 (the message's check head)");
-  StageWork work_kind{};
+  return rs;
+}
+
+PipelineOptions read_options(const po::variables_map& vm, int world_size) {
+  PipelineOptions o;
+  const std::string stages_text = vm["stages"].as<std::string>();
+  o.stages = stages_text.empty() ? std::vector<int>{world_size} : parse_positive_list("stages", stages_text);
+  o.micros = parse_positive_list("micro-batches", vm["micro-batches"].as<std::string>());
+  o.virtuals = parse_positive_list("virtual", vm["virtual"].as<std::string>());
+  o.kinds = split_list(vm["schedules"].as<std::string>());
+  if (o.kinds.empty()) throw UsageError("--schedules is empty");
+  o.run = read_run_settings(vm);
+  o.work = parse_stage_work(vm["work"].as<std::string>());
+  o.overlap = !vm["no-overlap"].as<bool>();
+  o.json = vm["json"].as<std::string>();
+  return o;
+}
+
+// One schedule, built (and so checked) now: a bad combination is a usage error naming it.
+Config build_config(int p, ScheduleKind kind, const std::string& name, int v, int m) {
+  Config c{p, {}};
   try {
-    work_kind = parse_stage_work((*vm)["work"].as<std::string>());
+    c.schedule = make_schedule(kind, p, m, v);
   } catch (const Error& e) {
-    throw UsageError(e.message());
+    throw UsageError(name + " with " + std::to_string(p) + " stage(s), " + std::to_string(m) +
+                     " micro-batch(es), " + std::to_string(v) + " virtual stage(s): " + e.message());
   }
-  const bool overlap = !(*vm)["no-overlap"].as<bool>();
-  const std::vector<Config> configs = build_configs(stages, kinds, virtuals, micros, world_size);
+  if (c.schedule.tag_count() > kMaxTags)
+    throw UsageError(name + " with " + std::to_string(m) + " micro-batches and " + std::to_string(v) +
+                     " virtual stages needs more message tags than MPI guarantees (" + std::to_string(kMaxTags) +
+                     ")");
+  return c;
+}
 
-  Session s = open_session(read_runtime_options(*vm));
-  DeviceContext& ctx = *s.context;
-  Communicator& world = *s.world;
-  const bool root = s.placement.world_rank == 0;
-  const int hosts = count_hosts(MPI_COMM_WORLD, s.placement.host);
-  world.barrier();  // calibrate together: a gemm's rate is the one it has while the others compute
-  TimedWork work(ctx, work_kind);
-  const double gemm_call_s = mean(all_gather(work.gemm_call_s()));
-  const double one_way_s = one_way_seconds(world, ctx, rs.activation_bytes, 20);
-
-  if (root) {
-    std::printf("meshbench pipeline: %d rank(s) on %d host(s), backend %s, device %s, executor overlap %s\n",
-                world.size(), hosts, world.backend_name().c_str(), s.binding.device.str().c_str(),
-                overlap ? "on" : "off (--no-overlap)");
-    std::printf("synthetic stage: forward %.3g ms + backward %.3g ms per micro-batch (each of v chunks: 1/v of "
-                "that), work %s, %lld-byte activations per message\n",
-                1e3 * rs.forward_s, 2e3 * rs.forward_s, stage_work_name(work_kind),
-                static_cast<long long>(rs.activation_bytes));
-    if (work_kind == StageWork::Gemm) {
-      const unsigned cores = std::thread::hardware_concurrency();
-      std::printf("gemm work: %d x %d sgemm calls of %.3g ms each (calibrated, mean over ranks); honest only "
-                  "when ranks <= cores: here %d rank(s) x %d thread(s) on %u core(s)%s\n",
-                  TimedWork::kGemmSize, TimedWork::kGemmSize, 1e3 * gemm_call_s, s.placement.local_size,
-                  ctx.cpu_threads(), cores,
-                  static_cast<unsigned>(s.placement.local_size * ctx.cpu_threads()) > cores
-                      ? ": oversubscribed, the bubble mixes the schedule with CPU contention (use --work sleep)"
-                      : "");
+// The schedules asked for, built (and so checked) before anything runs: a bad combination is a
+// usage error, said once.
+std::vector<Config> build_configs(const PipelineOptions& o, int world_size) {
+  std::vector<Config> configs;
+  for (int p : o.stages) {
+    if (world_size % p != 0)
+      throw UsageError("--stages " + std::to_string(p) + " does not divide the " + std::to_string(world_size) +
+                       " ranks into whole pipelines");
+    for (const std::string& name : o.kinds) {
+      ScheduleKind kind{};
+      try {
+        kind = parse_schedule_kind(name);
+      } catch (const Error& e) {
+        throw UsageError("--schedules: " + e.message());
+      }
+      const std::vector<int> vs = kind == ScheduleKind::Interleaved ? o.virtuals : std::vector<int>{1};
+      for (int v : vs)
+        for (int m : o.micros) configs.push_back(build_config(p, kind, name, v, m));
     }
-    std::printf("one message rank 0 -> 1 (ping-pong / 2, the other ranks idle): %.1f us\n", 1e6 * one_way_s);
-    std::printf("each row: mean of %d step(s) after %d warm-up; step = slowest rank, ideal = mean over ranks of "
-                "the measured compute, bubble = 1 - ideal / step\n",
-                rs.steps, rs.warmup);
-    std::printf("theory: gpipe, 1f1b (p-1)/(m+p-1); interleaved ((p-1)/v)/(m+(p-1)/v) (idle (p-1)(t_f+t_b)/v "
-                "over m(t_f+t_b) of work plus that); sim = the schedule's simulate() bubble at unit cost, "
-                "t_b = 2 t_f\n");
-    std::fflush(stdout);
   }
+  return configs;
+}
 
+// One message's time from world rank 0 to 1 through the communicator (half a round trip, mean of
+// `trips`), the others idle: what each message on a schedule's critical path adds at least.
+double one_way_seconds(Communicator& world, DeviceContext& ctx, std::int64_t bytes, int trips) {
+  if (world.size() < 2) return 0;
+  Tensor out = Tensor::zeros({std::max<std::int64_t>(1, (bytes + 3) / 4)}, DType::F32, ctx);
+  Tensor in = Tensor::zeros(out.shape(), DType::F32, ctx);
+  double total = 0;
+  for (int t = -1; t < trips; ++t) {  // the first trip sets the path up, untimed
+    const double trip = time_after_barrier(world, [&] {
+      if (world.rank() == 0) {
+        world.send(out, 1);
+        world.recv(in, 1);
+      } else if (world.rank() == 1) {
+        world.recv(in, 0);
+        world.send(out, 0);
+      }
+    });
+    if (t >= 0) total += trip;
+  }
+  double mine = world.rank() == 0 ? total / (2.0 * trips) : 0;
+  MT_MPI_CHECK(MPI_Bcast(&mine, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  return mine;
+}
+
+// This rank's pipeline when the world is cut into pipelines of p consecutive ranks.
+std::vector<int> pipeline_members(int world_rank, int p) {
+  std::vector<int> members(static_cast<std::size_t>(p));
+  std::iota(members.begin(), members.end(), world_rank / p * p);
+  return members;
+}
+
+// What the rows are read against, measured once before the configurations.
+struct Probes {
+  double gemm_call_s = 0;  // one sgemm call of the gemm work, mean over ranks
+  double one_way_s = 0;    // one message rank 0 -> 1
+};
+
+void print_header(const BenchSession& s, const PipelineOptions& o, const Probes& probes) {
+  const RunSettings& rs = o.run;
+  std::printf("meshbench pipeline: %d rank(s) on %d host(s), backend %s, device %s, executor overlap %s\n",
+              s.world().size(), s.hosts, s.world().backend_name().c_str(), s.session.binding.device.str().c_str(),
+              o.overlap ? "on" : "off (--no-overlap)");
+  std::printf("synthetic stage: forward %.3g ms + backward %.3g ms per micro-batch (each of v chunks: 1/v of "
+              "that), work %s, %lld-byte activations per message\n",
+              1e3 * rs.forward_s, 2e3 * rs.forward_s, stage_work_name(o.work),
+              static_cast<long long>(rs.activation_bytes));
+  if (o.work == StageWork::Gemm) {
+    const unsigned cores = std::thread::hardware_concurrency();
+    const int local_size = s.session.placement.local_size, threads = s.ctx().cpu_threads();
+    std::printf("gemm work: %d x %d sgemm calls of %.3g ms each (calibrated, mean over ranks); honest only "
+                "when ranks <= cores: here %d rank(s) x %d thread(s) on %u core(s)%s\n",
+                TimedWork::kGemmSize, TimedWork::kGemmSize, 1e3 * probes.gemm_call_s, local_size, threads, cores,
+                static_cast<unsigned>(local_size * threads) > cores
+                    ? ": oversubscribed, the bubble mixes the schedule with CPU contention (use --work sleep)"
+                    : "");
+  }
+  std::printf("one message rank 0 -> 1 (ping-pong / 2, the other ranks idle): %.1f us\n", 1e6 * probes.one_way_s);
+  std::printf("each row: mean of %d step(s) after %d warm-up; step = slowest rank, ideal = mean over ranks of "
+              "the measured compute, bubble = 1 - ideal / step\n",
+              rs.steps, rs.warmup);
+  std::printf("theory: gpipe, 1f1b (p-1)/(m+p-1); interleaved ((p-1)/v)/(m+(p-1)/v) (idle (p-1)(t_f+t_b)/v "
+              "over m(t_f+t_b) of work plus that); sim = the schedule's simulate() bubble at unit cost, "
+              "t_b = 2 t_f\n");
+  std::fflush(stdout);
+}
+
+// Collective: every config in turn, one pipeline group (and executor) per stage count.
+std::vector<Result> run_configs(const std::vector<Config>& configs, BenchSession& s, TimedWork& work,
+                                const PipelineOptions& o) {
   std::vector<Result> results;
   for (std::size_t i = 0; i < configs.size();) {
-    // One pipeline group (and executor) per stage count, then every config of that count.
     const int p = configs[i].stages;
-    std::unique_ptr<Communicator> pp = world.split(pipeline_members(s.placement.world_rank, p));
-    PipelineExecutor executor(*pp, ctx.stream(), ExecutorOptions{overlap});
+    std::unique_ptr<Communicator> pp = s.world().split(pipeline_members(s.session.placement.world_rank, p));
+    PipelineExecutor executor(*pp, s.ctx().stream(), ExecutorOptions{o.overlap});
     for (; i < configs.size() && configs[i].stages == p; ++i) {
-      results.push_back(measure(configs[i], world, *pp, executor, work, ctx, rs));
+      const RankSteps steps = run_steps(configs[i], s.world(), *pp, executor, work, s.ctx(), o.run);
+      results.push_back(summarise(configs[i], steps, o.run.steps));
     }
   }
-  if (!root) return 0;
+  return results;
+}
 
-  TextTable table({"p", "schedule", "v", "m", "step ms", "ideal ms", "bubble", "theory", "sim", "meas/theory",
-                   "excess ms", "wait ms", "other ms", "peak act"});
-  // 1F1B's measured bubble at each (p, m), for the interleaved rows to compare against.
-  std::map<std::pair<int, int>, double> one_f_one_b;
+// 1F1B's measured bubble at each (p, m), for the interleaved rows to compare against.
+using BubbleByShape = std::map<std::pair<int, int>, double>;
+
+BubbleByShape one_f_one_b_bubbles(const std::vector<Config>& configs, const std::vector<Result>& results) {
+  BubbleByShape one_f_one_b;
   for (std::size_t i = 0; i < configs.size(); ++i)
     if (configs[i].schedule.kind == ScheduleKind::OneFOneB)
       one_f_one_b[{configs[i].stages, configs[i].m()}] = results[i].bubble;
-  const BenchJson json((*vm)["json"].as<std::string>());
+  return one_f_one_b;
+}
+
+// The JSON row's fields up to the measurement: where it ran and what it ran.
+nlohmann::ordered_json settings_row(const BenchSession& s, const PipelineOptions& o, const Config& c) {
+  nlohmann::ordered_json row;
+  row["bench"] = "pipeline";
+  row["ranks"] = s.world().size();
+  row["hosts"] = s.hosts;
+  row["device"] = device_kind(s.session.binding.device);
+  row["backend"] = s.world().backend_name();
+  row["pipelines"] = s.world().size() / c.stages;
+  row["stages"] = c.stages;
+  row["schedule"] = c.name();
+  row["virtual_stages"] = c.v();
+  row["micro_batches"] = c.m();
+  row["work"] = stage_work_name(o.work);
+  row["overlap"] = o.overlap;
+  row["forward_s"] = o.run.forward_s;
+  row["backward_s"] = 2 * o.run.forward_s;
+  row["activation_bytes"] = o.run.activation_bytes;
+  row["steps"] = o.run.steps;
+  row["warmup"] = o.run.warmup;
+  return row;
+}
+
+void add_measurement(nlohmann::ordered_json& row, const Result& r, double one_way_s) {
+  row["step_s"] = r.step_s;
+  row["step_min_s"] = r.step_min_s;
+  row["ideal_s"] = r.ideal_s;
+  row["bubble"] = r.bubble;
+  row["bubble_best_step"] = 1.0 - r.ideal_s / r.step_min_s;  // one slow step (a hiccup) moves the mean
+  row["theory"] = r.theory;
+  row["simulated"] = r.simulated;
+  row["ratio"] = r.theory > 0 ? nlohmann::ordered_json(r.ratio()) : nlohmann::ordered_json(nullptr);
+  row["within_10pct"] = within_tenth(r);
+  row["model_step_s"] = r.model_step_s;
+  row["excess_s"] = r.step_s - r.model_step_s;
+  row["receive_wait_s"] = r.wait_s;
+  row["other_s"] = r.other_s;
+  row["forward_call_s"] = r.forward_call_s;
+  row["backward_call_s"] = r.backward_call_s;
+  row["one_way_s"] = one_way_s;
+  row["peak_in_flight"] = r.peak_in_flight;
+  row["held_slots_peak"] = r.held_peak;
+  row["rank_step_s"] = r.rank_step_s;
+  row["rank_compute_s"] = r.rank_compute_s;
+  row["rank_receive_wait_s"] = r.rank_wait_s;
+}
+
+void write_json_rows(const BenchSession& s, const PipelineOptions& o, const Probes& probes,
+                     const std::vector<Config>& configs, const std::vector<Result>& results) {
+  const BubbleByShape one_f_one_b = one_f_one_b_bubbles(configs, results);
+  const BenchJson json(o.json);
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const Config& c = configs[i];
+    nlohmann::ordered_json row = settings_row(s, o, c);
+    add_measurement(row, results[i], probes.one_way_s);
+    const auto base = one_f_one_b.find({c.stages, c.m()});
+    if (c.schedule.kind == ScheduleKind::Interleaved && base != one_f_one_b.end() && base->second > 0)
+      row["bubble_vs_1f1b"] = results[i].bubble / base->second;
+    if (o.work == StageWork::Gemm) row["gemm_call_s"] = probes.gemm_call_s;
+    json.append(row);
+  }
+}
+
+void print_results(const std::vector<Config>& configs, const std::vector<Result>& results) {
+  TextTable table({"p", "schedule", "v", "m", "step ms", "ideal ms", "bubble", "theory", "sim", "meas/theory",
+                   "excess ms", "wait ms", "other ms", "peak act"});
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
     const Result& r = results[i];
-    const double ratio = r.theory > 0 ? r.bubble / r.theory : std::nan("");
     table.add_row({std::to_string(c.stages), c.name(), std::to_string(c.v()), std::to_string(c.m()),
                    format_cell("%.2f", 1e3 * r.step_s), format_cell("%.2f", 1e3 * r.ideal_s), format_cell("%.4f", r.bubble),
-                   format_cell("%.4f", r.theory), format_cell("%.4f", r.simulated), r.theory > 0 ? format_cell("%.3f", ratio) : "-",
+                   format_cell("%.4f", r.theory), format_cell("%.4f", r.simulated), r.theory > 0 ? format_cell("%.3f", r.ratio()) : "-",
                    format_cell("%.2f", 1e3 * (r.step_s - r.model_step_s)), format_cell("%.2f", 1e3 * r.wait_s),
-                   format_cell("%.2f", 1e3 * r.other_s),
-                   std::to_string(r.peak_in_flight)});
-    nlohmann::ordered_json row;
-    row["bench"] = "pipeline";
-    row["ranks"] = world.size();
-    row["hosts"] = hosts;
-    row["device"] = s.binding.device.is_cuda() ? "cuda" : "cpu";
-    row["backend"] = world.backend_name();
-    row["pipelines"] = world.size() / c.stages;
-    row["stages"] = c.stages;
-    row["schedule"] = c.name();
-    row["virtual_stages"] = c.v();
-    row["micro_batches"] = c.m();
-    row["work"] = stage_work_name(work_kind);
-    row["overlap"] = overlap;
-    row["forward_s"] = rs.forward_s;
-    row["backward_s"] = 2 * rs.forward_s;
-    row["activation_bytes"] = rs.activation_bytes;
-    row["steps"] = rs.steps;
-    row["warmup"] = rs.warmup;
-    row["step_s"] = r.step_s;
-    row["step_min_s"] = r.step_min_s;
-    row["ideal_s"] = r.ideal_s;
-    row["bubble"] = r.bubble;
-    row["bubble_best_step"] = 1.0 - r.ideal_s / r.step_min_s;  // one slow step (a hiccup) moves the mean
-    row["theory"] = r.theory;
-    row["simulated"] = r.simulated;
-    row["ratio"] = r.theory > 0 ? nlohmann::ordered_json(ratio) : nlohmann::ordered_json(nullptr);
-    row["within_10pct"] = within_tenth(r);
-    row["model_step_s"] = r.model_step_s;
-    row["excess_s"] = r.step_s - r.model_step_s;
-    row["receive_wait_s"] = r.wait_s;
-    row["other_s"] = r.other_s;
-    row["forward_call_s"] = r.forward_call_s;
-    row["backward_call_s"] = r.backward_call_s;
-    row["one_way_s"] = one_way_s;
-    row["peak_in_flight"] = r.peak_in_flight;
-    row["held_slots_peak"] = r.held_peak;
-    row["rank_step_s"] = r.rank_step_s;
-    row["rank_compute_s"] = r.rank_compute_s;
-    row["rank_receive_wait_s"] = r.rank_wait_s;
-    const auto base = one_f_one_b.find({c.stages, c.m()});
-    if (c.schedule.kind == ScheduleKind::Interleaved && base != one_f_one_b.end() && base->second > 0)
-      row["bubble_vs_1f1b"] = r.bubble / base->second;
-    if (work_kind == StageWork::Gemm) row["gemm_call_s"] = gemm_call_s;
-    json.append(row);
+                   format_cell("%.2f", 1e3 * r.other_s), std::to_string(r.peak_in_flight)});
   }
   std::printf("%s", table.render().c_str());
   std::printf("excess = step - the schedule simulated with the measured compute times and free messages "
               "(transfers, wake-ups); wait = mean time blocked on receives; other = mean of a rank's own step - "
               "compute - wait (sends, posting, bookkeeping); peak act = most (chunk, micro-batch) "
               "activations a stage holds (parallel/schedule.h peak_in_flight; a chunk's is 1/v of a stage's)\n");
+}
 
-  // The summary: interleaving (v = 2) against 1F1B, and the distance from the formula.
+// The summary: interleaving (v = 2) against 1F1B at the same (p, m).
+void print_interleaving_summary(const std::vector<Config>& configs, const std::vector<Result>& results) {
+  const BubbleByShape one_f_one_b = one_f_one_b_bubbles(configs, results);
   TextTable vs({"p", "m", "1f1b bubble", "interleaved v=2", "ratio", "theory ratio", "< 0.6"});
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
@@ -423,6 +464,10 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   std::printf("\nsummary: interleaved (v=2) bubble / 1F1B bubble at the same (p, m); goal < 0.6 (theory ratio = "
               "(m+p-1)/(2m+p-1))\n%s",
               vs.render().c_str());
+}
+
+// How many measured bubbles lie within 10% of the formula, naming those that do not.
+void print_distance_from_theory(const std::vector<Config>& configs, const std::vector<Result>& results) {
   int near = 0, measurable = 0, missed = 0;
   std::ostringstream far;
   for (std::size_t i = 0; i < configs.size(); ++i) {
@@ -438,6 +483,31 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   }
   std::printf("measured bubble within 10%% of theory (relative): %d of %d configuration(s)%s\n", near, measurable,
               far.str().c_str());
+}
+
+}  // namespace
+
+int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
+  po::options_description desc = pipeline_options();
+  const auto vm = parse_command_line("meshbench pipeline", kSummary, desc, args, mpi.world_rank());
+  if (!vm) return 0;
+  const PipelineOptions options = read_options(*vm, mpi.world_size());
+  const std::vector<Config> configs = build_configs(options, mpi.world_size());
+
+  BenchSession s = open_bench_session(read_runtime_options(*vm));
+  s.world().barrier();  // calibrate together: a gemm's rate is the one it has while the others compute
+  TimedWork work(s.ctx(), options.work);
+  Probes probes;
+  probes.gemm_call_s = mean(all_gather(work.gemm_call_s()));
+  probes.one_way_s = one_way_seconds(s.world(), s.ctx(), options.run.activation_bytes, 20);
+  if (s.root()) print_header(s, options, probes);
+
+  const std::vector<Result> results = run_configs(configs, s, work, options);
+  if (!s.root()) return 0;
+  write_json_rows(s, options, probes, configs, results);
+  print_results(configs, results);
+  print_interleaving_summary(configs, results);
+  print_distance_from_theory(configs, results);
   return 0;
 }
 

@@ -23,7 +23,7 @@ constexpr float kActivation = 1.0f, kGradient = 2.0f;  // the kind
 StageWork parse_stage_work(std::string_view name) {
   if (name == "sleep") return StageWork::Sleep;
   if (name == "gemm") return StageWork::Gemm;
-  MT_FAIL("unknown --work '", name, "' (expected sleep or gemm)");
+  MT_FAIL_AS(UsageError, "unknown --work '", name, "' (expected sleep or gemm)");
 }
 
 const char* stage_work_name(StageWork work) { return work == StageWork::Sleep ? "sleep" : "gemm"; }
