@@ -58,16 +58,16 @@ std::vector<Sample> write_samples(const fs::path& root) {
   for (int i = 0; i < 2; ++i) {
     Sample s;
     s.state = sample_state(i == 0);
-    mt::MeshShape mesh;
-    mesh.tp = i == 0 ? 2 : 1;
-    mesh.pp = i == 0 ? 2 : 1;
+    mt::LayoutRequest request;
+    request.tp = i == 0 ? 2 : 1;
+    request.pp = i == 0 ? 2 : 1;
+    const mt::LayoutPlan plan(request, mt::layout_dims(s.state.config, 8), request.world_size(), request.pp);
     mt::ckpt::Manifest base;
     base.step = 3;
     base.training = {{"optimizer_steps", 3}, {"seq_len", 8}};
     base.data = {{"sequences_consumed", 24}};
     base.rng = {{"state", "fuzz"}};
-    s.step_dir = mt::write_checkpoint_for_layout(root / ("sample_" + std::to_string(i)), s.state, mesh,
-                                                 mt::ParallelSettings{}, 8, base);
+    s.step_dir = mt::write_checkpoint_for_layout(root / ("sample_" + std::to_string(i)), s.state, plan, base);
     s.manifest = read_all(s.step_dir / "manifest.json");
     samples.push_back(std::move(s));
   }

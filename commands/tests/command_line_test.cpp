@@ -18,7 +18,7 @@
 #include "runtime/error.h"  // defines: UsageError
 #include "launch/model_options.h"  // defines: read_model_config
 #include "launch/path_option.h"    // defines: check_path
-#include "commands/train_command.h"  // defines: train_options, read_settings, read_layout
+#include "commands/train_options.h"  // defines: train_options, read_settings, read_layout
 #include "tests/scratch_dir.h"     // defines: ScratchDir
 
 namespace mt {

@@ -20,7 +20,7 @@
 #include "launch/command_line.h"   // defines: parse_command_line
 #include "launch/model_options.h"  // defines: tokenizer_name, read_model_config, tokenizer_vocab_size
 #include "launch/options.h"        // defines: read_runtime_options
-#include "commands/train_command.h"  // defines: train_options, read_settings, read_layout
+#include "commands/train_options.h"  // defines: train_options, read_settings, read_layout
 #include "tests/fuzz_support.h"
 
 namespace {

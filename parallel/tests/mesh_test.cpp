@@ -205,7 +205,13 @@ LayoutLimits limits8() {
 }
 
 LayoutRequest request(int dp, int tp, int pp, ScheduleKind schedule = ScheduleKind::OneFOneB, int v = 1) {
-  return LayoutRequest{.mesh = {.dp = dp, .tp = tp, .pp = pp}, .schedule = schedule, .virtual_stages = v, .pp_layers = {}};
+  LayoutRequest r;
+  r.dp = dp;
+  r.tp = tp;
+  r.pp = pp;
+  r.schedule = schedule;
+  r.virtual_stages = v;
+  return r;
 }
 
 std::string layout_error(const LayoutRequest& r, const LayoutLimits& l) {
@@ -272,7 +278,7 @@ TEST(LayoutCheck, WorldSizeMismatch) {
 
 TEST(LayoutCheck, BadMeshComesFirst) {
   LayoutRequest r = request(8, 1, 1);
-  r.mesh.order = "tp-tp-pp";
+  r.order = "tp-tp-pp";
   EXPECT_TRUE(contains(layout_error(r, limits8()), "--mesh-order 'tp-tp-pp'"));
   EXPECT_TRUE(contains(layout_error(request(0, 8, 1), limits8()), "--dp must be at least 1"));
 }

@@ -104,18 +104,23 @@ std::size_t measured_peak(const Case& c, int& stage) {
   DeviceContext ctx(DeviceOptions{});
   ParallelGroups groups = build_groups(world, Mesh({c.dp, c.tp, c.pp}));
   stage = groups.coord.pp;
-  ParallelSettings parallel;
-  parallel.schedule = c.schedule;
-  parallel.virtual_stages = c.virtual_stages;
-  parallel.zero = c.zero;
-  parallel.bucket_mb = 0.05;  // several buckets even for the tiny model
   const TrainSettings s = settings(c);
+  LayoutRequest request;
+  request.dp = c.dp;
+  request.tp = c.tp;
+  request.pp = c.pp;
+  request.schedule = c.schedule;
+  request.virtual_stages = c.virtual_stages;
+  request.zero = c.zero;
+  request.micro_batch = s.micro_batch;
+  request.bucket_mb = 0.05;  // several buckets even for the tiny model
+  const LayoutPlan plan(request, layout_dims(tiny_config(), s.seq_len), world.size(), s.global_batch);
   const auto& dir = testing::corpus().path();
   data::DataLoader train = data::DataLoader::for_split(dir, "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(dir, "val", s.seq_len, kSeed, 256);
   {
     ParallelTrainer trainer(ctx, world, groups, tiny_config(), c.compute, train, c.validation ? &val : nullptr, s,
-                            parallel);
+                            plan);
     trainer.init(kSeed);
     for (int i = 0; i < s.steps; ++i) trainer.step();
   }

@@ -110,15 +110,20 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
   SCOPED_TRACE(what);
   const Reference& ref = reference(micro_batch);
   ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
-  ParallelSettings parallel;
-  parallel.schedule = layout.schedule;
-  parallel.virtual_stages = layout.virtual_stages;
-  parallel.zero = zero;
-  parallel.bucket_mb = 0.05;  // several buckets even for the tiny model (about 200K parameters)
   const TrainSettings s = settings(micro_batch);
+  LayoutRequest request;
+  request.dp = layout.dp;
+  request.tp = layout.tp;
+  request.pp = layout.pp;
+  request.schedule = layout.schedule;
+  request.virtual_stages = layout.virtual_stages;
+  request.zero = zero;
+  request.micro_batch = s.micro_batch;
+  request.bucket_mb = 0.05;  // several buckets even for the tiny model (about 200K parameters)
+  const LayoutPlan plan(request, layout_dims(tiny_config(), s.seq_len), world.size(), s.global_batch);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(corpus().path(), "val", s.seq_len, kSeed, 256);
-  ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, &val, s, parallel);
+  ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, &val, s, plan);
   trainer.init(kSeed);
   double val_loss = 0;
   for (int i = 0; i < kSteps; ++i) {
@@ -225,12 +230,17 @@ TEST(ParallelTrainer, OverlapsReductionAndTransfersWithBackwardAndShardsTheState
     for (const Layout layout : {Layout{n, 1, 1}, Layout{n / 2, 1, 2}}) {
       SCOPED_TRACE(layout.name() + (overlap ? " overlap" : " no overlap"));
       ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
-      ParallelSettings parallel;
-      parallel.zero = 1;
-      parallel.bucket_mb = 0.05;
-      parallel.overlap = overlap;
+      LayoutRequest request;
+      request.dp = layout.dp;
+      request.tp = layout.tp;
+      request.pp = layout.pp;
+      request.zero = 1;
+      request.micro_batch = s.micro_batch;
+      request.bucket_mb = 0.05;
+      request.overlap = overlap;
+      const LayoutPlan plan(request, layout_dims(tiny_config(), s.seq_len), world.size(), s.global_batch);
       data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
-      ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s, parallel);
+      ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s, plan);
       trainer.init(kSeed);
       trainer.step();
       const GradReducer& reducer = trainer.reducer();

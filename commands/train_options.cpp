@@ -1,0 +1,295 @@
+// The options of `meshtrain train` and their reading, before any device, data or MPI is touched:
+// the settings of the run and its one LayoutPlan (the config-file fuzzer,
+// commands/tests/fuzz_config_file.cpp, runs these alone).
+#include "commands/train_options.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "launch/model_options.h"
+#include "launch/options.h"
+#include "launch/path_option.h"
+#include "perf/memory_model.h"
+#include "runtime/error.h"
+#include "train/metrics.h"
+
+namespace po = boost::program_options;
+
+namespace mt {
+namespace {
+
+// --micro-batch not given: LayoutRequest's value for "the plan chooses".
+constexpr int kMicroBatchFromPlan = 0;
+
+template <class T>
+T get(const po::variables_map& vm, const char* name) {
+  return vm[name].as<T>();
+}
+
+// What a run trains: the model's options aside, the data, the batches, the optimizer and its
+// schedule, evaluation, progress and what is written.
+void add_run_options(po::options_description& desc) {
+  desc.add_options()
+      ("config", path_value(PathKind::ReadFile),
+       "read options from this ini file: one `name = value` per line, names as below without the "
+       "dashes; options given on the command line win. A relative path in the file (data, metrics, "
+       "checkpoint-dir...) is taken from the file's own folder, not the current directory")
+      ("data", path_value(PathKind::ReadDir)->default_value("assets/corpus/fortunes"),
+       "directory of llm.c token shards: *_train_NNNNNN.bin and, for validation, *_val_NNNNNN.bin "
+       "(made by `meshtrain prepare`)")
+      ("global-batch", po::value<int>()->default_value(8),
+       "sequences per optimizer step, whatever the layout (a multiple of dp x --micro-batch)")
+      ("micro-batch", po::value<int>(),
+       "sequences per forward/backward pass; gradients accumulate over global-batch / (dp x micro-batch) "
+       "passes (default: the largest of 4, 2, 1 that divides --global-batch / dp, so the defaults run on "
+       "any rank count that divides the global batch)")
+      ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T (at most the model's context)")
+      ("steps", po::value<int>()->default_value(100), "optimizer steps to run")
+      ("lr", po::value<float>()->default_value(6e-4f, "6e-4"), "peak learning rate")
+      ("lr-schedule", po::value<std::string>()->default_value("cosine"),
+       "cosine, linear or constant decay after the warmup")
+      ("warmup", po::value<int>()->default_value(0), "steps of linear learning-rate warmup")
+      ("lr-decay-steps", po::value<int>(),
+       "steps the learning rate decays over, reaching its floor there (default: --steps). A checkpoint keeps "
+       "it: --resume with another --steps continues the saved decay (past its end at the floor) unless this "
+       "option sets a new horizon")
+      ("min-lr-fraction", po::value<float>()->default_value(0.1f, "0.1"),
+       "final learning rate as a fraction of --lr (cosine and linear)")
+      ("weight-decay", po::value<float>()->default_value(0.1f, "0.1"),
+       "AdamW decoupled weight decay, applied to matrices and embeddings (not to biases or layernorms)")
+      ("beta1", po::value<float>()->default_value(0.9f, "0.9"), "AdamW first-moment decay")
+      ("beta2", po::value<float>()->default_value(0.95f, "0.95"), "AdamW second-moment decay")
+      ("eps", po::value<float>()->default_value(1e-8f, "1e-8"), "AdamW epsilon")
+      ("grad-clip", po::value<float>()->default_value(1.0f),
+       "clip the global gradient norm to this value; 0 disables clipping")
+      ("seed", po::value<std::uint64_t>()->default_value(1337),
+       "seeds the initialization and the data order: the same seed gives the same run, bit for bit")
+      ("eval-every", po::value<int>()->default_value(0),
+       "steps between validation losses (0: only after the last step)")
+      ("eval-batches", po::value<int>()->default_value(4), "global batches of validation data per evaluation (the same sequences every time)")
+      ("log-every", po::value<int>()->default_value(10),
+       "steps between progress lines (loss, tokens/s, MFU, ETA); the first and last steps are always shown")
+      ("metrics", path_value(PathKind::WriteFile), "write one JSON line per step to this file")
+      ("init-weights", path_value(PathKind::ReadFile),
+       "start from this llm.c GPT-2 checkpoint (its shape must match the model options)")
+      ("save-weights", path_value(PathKind::WriteFile), "write the trained weights as an llm.c checkpoint here")
+      ("save-dtype", po::value<std::string>()->default_value("fp32"), "fp32 (llm.c version 3) or bf16 (version 5)")
+      ("compute-dtype", po::value<std::string>()->default_value("fp32"),
+       "fp32, or bf16: bf16 matrix multiplies and activations over fp32 master weights, gradients and "
+       "optimizer state. bf16 is meant for CUDA; on the CPU it runs, slowly (its GEMMs widen to fp32), "
+       "for testing")
+      ("peak-tflops", po::value<double>(),
+       "the device's matrix-multiply peak per rank, in TFLOP/s, for MFU (default on the CPU: the fastest of a "
+       "few 1024^3 sgemm calls at start, about 0.2 s; on GPUs MFU is not reported unless given). An MFU over "
+       "100% means the peak is too low: the progress line says so");
+}
+
+po::options_description layout_options() {
+  po::options_description layout("parallel layout (dp x tp x pp must equal the number of ranks)");
+  layout.add_options()
+      ("dp", po::value<int>()->default_value(0),
+       "data-parallel replicas: each takes global-batch/dp sequences per step (0: ranks / (tp x pp))")
+      ("tp", po::value<int>()->default_value(1),
+       "tensor-parallel ranks per layer: split heads, MLP and vocabulary (must divide each); keep them on one node")
+      ("pp", po::value<int>()->default_value(1), "pipeline stages: the layers cut into pp consecutive parts")
+      ("mesh-order", po::value<std::string>()->default_value("tp-dp-pp"),
+       "how ranks map to coordinates, fastest-varying first: the default puts tensor-parallel groups on "
+       "neighbouring ranks (one node), then data parallel, then pipeline stages")
+      ("schedule", po::value<std::string>()->default_value("1f1b"),
+       "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (one forward one backward: "
+       "activations of at most pp micro-batches held), or interleaved (1F1B over --virtual-stages chunks per "
+       "stage: a smaller bubble)")
+      ("virtual-stages", po::value<int>()->default_value(1),
+       "model chunks per pipeline stage for --schedule interleaved (at least 2; layers divisible by pp x v)")
+      ("pp-layers", po::value<std::string>()->default_value(""),
+       "layers per pipeline stage, e.g. 3,2,1 (default: balanced by estimated cost, the embedding on the "
+       "first stage and the LM head on the last)")
+      ("zero", po::value<int>()->default_value(0),
+       "0: every data-parallel rank keeps the whole AdamW state; 1 (ZeRO-1): the state is sharded over the "
+       "dp group (gradients reduce-scattered, parameters all-gathered)")
+      ("bucket-mb", po::value<double>()->default_value(25.0),
+       "size of the gradient buckets, in MiB: each bucket's reduction starts during backward as soon as its "
+       "gradients are complete")
+      ("no-overlap", po::bool_switch(),
+       "do not overlap communication with compute (buckets reduced after backward, pipeline transfers waited "
+       "for in place): the baseline that shows what overlap gains");
+  return layout;
+}
+
+po::options_description checkpoint_options() {
+  po::options_description checkpoints("checkpoints (resuming works on any layout: dp, tp, pp, v, zero and the rank count may change)");
+  checkpoints.add_options()
+      ("checkpoint-dir", path_value(PathKind::WriteDir),
+       "save checkpoints here as step_NNNNNNNN/ (every rank writes its shards, rank 0 a manifest.json with "
+       "checksums); `latest` names the newest complete one. Saves are atomic: a run killed while saving leaves "
+       "the previous checkpoint in force. One job at a time: rank 0 locks DIR/.lock (flock) for the run, a second "
+       "job is refused naming the holder, a killed job's lock goes with it")
+      ("save-every", po::value<int>()->default_value(0),
+       "steps between checkpoints (0: only after the last step); needs --checkpoint-dir")
+      ("keep", po::value<int>()->default_value(3), "keep the newest K checkpoints, deleting older ones (0: keep all)")
+      ("resume", path_value(PathKind::ReadDir, "latest")->implicit_value("latest"),
+       "continue a run: --resume alone takes the latest checkpoint of --checkpoint-dir, --resume DIR/step_N a given "
+       "one. Parameters, AdamW state, the step and the data position are restored, so the same layout continues "
+       "bit for bit and another layout within fp32 rounding; --steps is the total to reach, and the learning "
+       "rate keeps the checkpoint's decay horizon (see --lr-decay-steps)");
+  return checkpoints;
+}
+
+}  // namespace
+
+po::options_description train_options() {
+  po::options_description desc("options");
+  add_run_options(desc);
+  desc.add(layout_options());
+  desc.add(checkpoint_options());
+  add_model_options(desc);
+  add_tokenizer_options(desc);
+  add_runtime_options(desc);
+  return desc;
+}
+
+// Reads the options into settings; any invalid value is a usage error (same on every rank).
+TrainSettings read_settings(const po::variables_map& vm) {
+  TrainSettings s;
+  s.global_batch = get<int>(vm, "global-batch");
+  // Not given: the layout plan chooses it (its default depends on dp), and read_layout sets it.
+  s.micro_batch = vm.count("micro-batch") ? get<int>(vm, "micro-batch") : kMicroBatchFromPlan;
+  s.seq_len = get<int>(vm, "seq-len");
+  s.steps = get<int>(vm, "steps");
+  s.grad_clip = get<float>(vm, "grad-clip");
+  s.eval_every = get<int>(vm, "eval-every");
+  s.eval_batches = get<int>(vm, "eval-batches");
+  s.adamw = {get<float>(vm, "beta1"), get<float>(vm, "beta2"), get<float>(vm, "eps"), get<float>(vm, "weight-decay")};
+  s.schedule.kind = parse_lr_schedule_kind(get<std::string>(vm, "lr-schedule"));
+  s.schedule.max_lr = get<float>(vm, "lr");
+  s.schedule.warmup_steps = get<int>(vm, "warmup");
+  s.schedule.total_steps = vm.count("lr-decay-steps") ? get<int>(vm, "lr-decay-steps") : s.steps;
+  MT_REQUIRE(s.schedule.total_steps >= 1, "--lr-decay-steps must be at least 1, got ", s.schedule.total_steps);
+  s.schedule.min_lr_fraction = get<float>(vm, "min-lr-fraction");
+  MT_REQUIRE(!vm.count("micro-batch") || s.micro_batch >= 1, "--micro-batch must be at least 1, got ", s.micro_batch);
+  // 1 stands in for a micro-batch the plan will choose: it divides any global batch.
+  TrainSettings checked = s;
+  if (checked.micro_batch == kMicroBatchFromPlan) checked.micro_batch = 1;
+  checked.validate();
+  return s;
+}
+
+LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptConfig& config, TrainSettings& settings) {
+  LayoutRequest request;
+  request.tp = get<int>(vm, "tp");
+  request.pp = get<int>(vm, "pp");
+  request.order = get<std::string>(vm, "mesh-order");
+  request.dp = get<int>(vm, "dp");
+  request.schedule = parse_schedule_kind(get<std::string>(vm, "schedule"));
+  request.virtual_stages = get<int>(vm, "virtual-stages");
+  const std::string pp_layers = get<std::string>(vm, "pp-layers");
+  if (!pp_layers.empty()) {
+    MT_REQUIRE(request.virtual_stages == 1, "--pp-layers cannot be combined with --virtual-stages");
+    MT_REQUIRE(request.pp >= 1, "--tp and --pp must be at least 1");
+    request.pp_layers = parse_stage_layers(pp_layers, config.layers, request.pp);
+  }
+  request.zero = get<int>(vm, "zero");
+  request.micro_batch = settings.micro_batch;  // kMicroBatchFromPlan: the plan chooses
+  request.bucket_mb = get<double>(vm, "bucket-mb");
+  request.overlap = !get<bool>(vm, "no-overlap");
+  LayoutPlan plan(std::move(request), layout_dims(config, settings.seq_len), world_size, settings.global_batch);
+  settings.micro_batch = plan.micro_batch();
+  return plan;
+}
+
+namespace {
+
+// A cap below what the model needs would fail at the first allocation over it, on some ranks and deep
+// inside a step, where only MPI_Abort can free the ranks waiting for them. The cap and the model's
+// size are known on every rank before anything is allocated, and the estimate is arithmetic
+// (perf/memory_model.h): an upper bound on each rank's allocator peak, counted block by block from
+// what the model, the optimizer, the pipeline executor's slots (validation's included: it is
+// counted whether or not the data has a val split) and a step's temporary buffers hold. A cap at
+// the estimate runs; one below it is a usage error, said once. save_weights: --save-weights gathers
+// the whole model's fp32 parameters into one buffer on every rank after the last step.
+void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, const TrainSettings& settings,
+                      const LayoutPlan& plan, bool save_weights) {
+  if (cap == 0) return;
+  const perf::Layout& l = plan.layout();
+  perf::TrainingShape training;
+  training.seq_len = settings.seq_len;
+  training.global_batch = settings.global_batch;
+  training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
+  const Schedule eval = plan.eval_schedule();
+  perf::MemoryBreakdown m = perf::estimate_memory(config, training, l, perf::Cluster{}, plan.chunk_layers(),
+                                                  perf::held_slots(plan.train_schedule(), &eval));
+  if (save_weights) m.transient = std::max(m.transient, 4.0 * static_cast<double>(config.parameter_count()) + 256.0);
+  const auto need = m.total();
+  if (need <= static_cast<double>(cap)) return;
+  const auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
+  const std::string who = l.pp > 1 ? "a rank of pipeline stage " + std::to_string(m.stage) : std::string("a rank");
+  throw UsageError("--device-memory-limit " + bytes(static_cast<double>(cap)) + " is too small for this model: " + who +
+                   " needs up to " + bytes(need) + ", " + bytes(need - static_cast<double>(cap)) +
+                   " more (parameters " + bytes(m.parameters) + ", gradients " + bytes(m.gradients) +
+                   ", AdamW moments " + bytes(m.optimizer) + ", activations " + bytes(m.activations + m.logits) +
+                   " in " + std::to_string(m.in_flight) + " micro-batch slot(s), workspace " +
+                   bytes(m.workspace + m.transient) +
+                   "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp");
+}
+
+DType read_dtype(const po::variables_map& vm, const char* option) {
+  const std::string name = get<std::string>(vm, option);
+  if (name != "fp32" && name != "bf16") throw UsageError("unknown --" + std::string(option) + " '" + name + "' (known: fp32, bf16)");
+  return name == "bf16" ? DType::BF16 : DType::F32;
+}
+
+CheckpointPolicy read_checkpoint_policy(const po::variables_map& vm) {
+  CheckpointPolicy p;
+  if (vm.count("checkpoint-dir")) p.dir = get<std::string>(vm, "checkpoint-dir");
+  p.save_every = get<int>(vm, "save-every");
+  p.keep = get<int>(vm, "keep");
+  if (p.save_every < 0 || p.keep < 0) throw UsageError("--save-every and --keep must be at least 0");
+  if (p.save_every > 0 && p.dir.empty()) throw UsageError("--save-every needs --checkpoint-dir");
+  return p;
+}
+
+template <class T>
+std::optional<T> optional_value(const po::variables_map& vm, const char* name) {
+  return vm.count(name) ? std::optional<T>(get<T>(vm, name)) : std::nullopt;
+}
+
+}  // namespace
+
+TrainJob read_train_job(const po::variables_map& vm, int world_size) {
+  const std::string tokenizer = tokenizer_name(vm);
+  const GptConfig config = read_model_config(vm, tokenizer_vocab_size(tokenizer));
+  TrainSettings settings = read_settings(vm);
+  const DType save_dtype = read_dtype(vm, "save-dtype");
+  const DType compute = read_dtype(vm, "compute-dtype");
+  if (settings.seq_len > config.max_seq_len)
+    throw UsageError("--seq-len " + std::to_string(settings.seq_len) + " exceeds the model's context of " +
+                     std::to_string(config.max_seq_len));
+  const int log_every = get<int>(vm, "log-every");
+  if (log_every < 1) throw UsageError("--log-every must be at least 1");
+  const CheckpointPolicy checkpoints = read_checkpoint_policy(vm);
+  if (vm.count("resume") && vm.count("init-weights"))
+    throw UsageError("--resume and --init-weights exclude each other (a checkpoint holds the weights)");
+  LayoutPlan plan = read_layout(vm, world_size, config, settings);
+  const RuntimeOptions runtime = read_runtime_options(vm);
+  check_memory_cap(runtime.device_memory_limit, config, compute, settings, plan, vm.count("save-weights") > 0);
+  return TrainJob{.tokenizer = tokenizer,
+                  .config = config,
+                  .settings = settings,
+                  .plan = std::move(plan),
+                  .compute = compute,
+                  .save_dtype = save_dtype,
+                  .log_every = log_every,
+                  .checkpoints = checkpoints,
+                  .resume = optional_value<std::string>(vm, "resume"),
+                  .lr_decay_steps_given = vm.count("lr-decay-steps") > 0,
+                  .init_weights = optional_value<std::string>(vm, "init-weights"),
+                  .save_weights = optional_value<std::string>(vm, "save-weights"),
+                  .metrics = optional_value<std::string>(vm, "metrics"),
+                  .data_dir = get<std::string>(vm, "data"),
+                  .seed = get<std::uint64_t>(vm, "seed"),
+                  .peak_tflops = optional_value<double>(vm, "peak-tflops"),
+                  .runtime = runtime};
+}
+
+}  // namespace mt

@@ -1,0 +1,65 @@
+// `meshtrain train`'s options and what they ask for, read and checked before any device, data or
+// MPI is touched: the run's settings and its one LayoutPlan, identical on every rank, so that a bad
+// option is one UsageError said once (the config-file fuzzer, commands/tests/fuzz_config_file.cpp,
+// runs these alone).
+// defines: train_options, read_settings, read_layout, CheckpointPolicy, TrainJob, read_train_job
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "launch/options.h"           // defines: RuntimeOptions
+#include "models/gpt_config.h"        // defines: GptConfig
+#include "parallel/layout_plan.h"     // defines: LayoutPlan
+#include "runtime/dtype.h"
+#include "train/train_settings.h"     // defines: TrainSettings
+
+namespace mt {
+
+// Every option of `meshtrain train` (--config names an ini file of the same options).
+boost::program_options::options_description train_options();
+// The training settings; an invalid value throws UsageError (the same on every rank). Without
+// --micro-batch, micro_batch is kMicroBatchFromPlan until read_layout.
+TrainSettings read_settings(const boost::program_options::variables_map& vm);
+// The layout options as one LayoutPlan for this job and model; UsageError when they do not fit.
+// Sets settings.micro_batch to the plan's (its default depends on dp).
+LayoutPlan read_layout(const boost::program_options::variables_map& vm, int world_size, const GptConfig& config,
+                       TrainSettings& settings);
+
+// When checkpoints are written and how many are kept.
+struct CheckpointPolicy {
+  std::filesystem::path dir;  // empty: none
+  int save_every = 0;         // 0: after the last step only
+  int keep = 3;               // 0: all
+  bool due(int step, int last_step) const {
+    return !dir.empty() && ((save_every > 0 && step % save_every == 0) || step == last_step);
+  }
+};
+
+// Everything `meshtrain train` was asked to do.
+struct TrainJob {
+  std::string tokenizer;
+  GptConfig config;
+  TrainSettings settings;
+  LayoutPlan plan;
+  DType compute = DType::F32;
+  DType save_dtype = DType::F32;
+  int log_every = 10;
+  CheckpointPolicy checkpoints;
+  std::optional<std::string> resume;  // "latest" or a step directory
+  bool lr_decay_steps_given = false;
+  std::optional<std::filesystem::path> init_weights, save_weights, metrics;
+  std::filesystem::path data_dir;
+  std::uint64_t seed = 0;
+  std::optional<double> peak_tflops;
+  RuntimeOptions runtime;
+};
+
+// Reads and checks every option in the order a user would fix them; the device memory cap is
+// checked against the model's estimated peak too (perf/memory_model.h).
+TrainJob read_train_job(const boost::program_options::variables_map& vm, int world_size);
+
+}  // namespace mt
