@@ -24,6 +24,24 @@ std::string decode(const std::int32_t* data, std::size_t length) {
 
 }  // namespace
 
+std::vector<std::string> allgather_strings(Communicator& comm, DeviceContext& ctx, const std::string& mine) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  Tensor length = Tensor::from_host(std::vector<std::int32_t>{static_cast<std::int32_t>(mine.size())}, {1}, ctx);
+  Tensor lengths = Tensor::empty({static_cast<std::int64_t>(n)}, DType::I32, ctx);
+  comm.allgather(length, lengths);
+  const std::vector<std::int32_t> sizes = lengths.to_host<std::int32_t>();
+  const std::int32_t widest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::string> out(n);
+  if (widest == 0) return out;
+  const auto width = static_cast<std::size_t>(widest);
+  Tensor local = Tensor::from_host(encode(mine, width), {widest}, ctx);
+  Tensor all = Tensor::empty({static_cast<std::int64_t>(n * width)}, DType::I32, ctx);
+  comm.allgather(local, all);
+  const std::vector<std::int32_t> chars = all.to_host<std::int32_t>();
+  for (std::size_t r = 0; r < n; ++r) out[r] = decode(chars.data() + r * width, static_cast<std::size_t>(sizes[r]));
+  return out;
+}
+
 void agree_on_error(Communicator& comm, DeviceContext& ctx, const std::optional<std::string>& mine) {
   const auto n = static_cast<std::size_t>(comm.size());
   std::string text;
@@ -31,26 +49,14 @@ void agree_on_error(Communicator& comm, DeviceContext& ctx, const std::optional<
     // An empty message still has to count as a failure.
     text = mine->empty() ? std::string("unknown error") : *mine;
   }
-  Tensor length = Tensor::from_host(std::vector<std::int32_t>{static_cast<std::int32_t>(text.size())}, {1}, ctx);
-  Tensor lengths = Tensor::empty({static_cast<std::int64_t>(n)}, DType::I32, ctx);
-  comm.allgather(length, lengths);
-  const std::vector<std::int32_t> sizes = lengths.to_host<std::int32_t>();
-  const std::int32_t widest = *std::max_element(sizes.begin(), sizes.end());
-  if (widest == 0) return;
-
-  const auto width = static_cast<std::size_t>(widest);
-  Tensor local = Tensor::from_host(encode(text, width), {widest}, ctx);
-  Tensor all = Tensor::empty({static_cast<std::int64_t>(n * width)}, DType::I32, ctx);
-  comm.allgather(local, all);
-  const std::vector<std::int32_t> chars = all.to_host<std::int32_t>();
-  std::vector<std::string> messages(n);
+  const std::vector<std::string> messages = allgather_strings(comm, ctx, text);
   std::size_t failed = 0, first = n;
   for (std::size_t r = 0; r < n; ++r) {
-    if (sizes[r] == 0) continue;
-    messages[r] = decode(chars.data() + r * width, static_cast<std::size_t>(sizes[r]));
+    if (messages[r].empty()) continue;
     ++failed;
     first = std::min(first, r);
   }
+  if (failed == 0) return;
   const bool unanimous = failed == n && std::all_of(messages.begin(), messages.end(),
                                                      [&](const std::string& m) { return m == messages[first]; });
   std::string message = messages[first];

@@ -2,12 +2,13 @@
 // (a shard file it alone reads is corrupt, its disk is full) and the others would go on into the
 // next collective and wait for it forever, every rank calls agree_on_error at the same point with
 // what it found: all go on, or all throw one JobError carrying the first failing rank's message.
-// defines: agree_on_error, agree_on_first_rank_error, run_agreed
+// defines: allgather_strings, agree_on_error, agree_on_first_rank_error, run_agreed
 #pragma once
 
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "runtime/context.h"
@@ -18,6 +19,9 @@ namespace mt {
 // When any rank has one, every rank throws JobError with the message of the lowest failing rank,
 // prefixed with "rank R: " (R in the world) unless every rank failed with the same message, and followed
 // by how many other ranks failed.
+// Every member's string, in rank order, on every member (collective).
+std::vector<std::string> allgather_strings(Communicator& comm, DeviceContext& ctx, const std::string& mine);
+
 void agree_on_error(Communicator& comm, DeviceContext& ctx, const std::optional<std::string>& mine);
 
 // Collective over `comm`, for work only the group's first rank does (the others pass nullopt):

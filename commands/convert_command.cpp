@@ -8,7 +8,7 @@
 #include "launch/command_line.h"
 #include "models/gpt_weights.h"
 #include "models/llmc/llmc_weights.h"
-#include "parallel/layout_check.h"
+#include "parallel/layout_plan.h"
 #include "train/checkpoint_convert.h"
 #include "train/checkpointing.h"
 
@@ -83,29 +83,22 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
     std::printf("converted %s to llm.c weights %s (%s)\n", source.c_str(), to.c_str(), dtype.c_str());
     return 0;
   }
-  MeshShape mesh;
-  mesh.dp = vm["dp"].as<int>();
-  mesh.tp = vm["tp"].as<int>();
-  mesh.pp = vm["pp"].as<int>();
-  mesh.order = vm["mesh-order"].as<std::string>();
-  ParallelSettings parallel;
-  parallel.virtual_stages = vm["virtual-stages"].as<int>();
-  if (parallel.virtual_stages > 1) parallel.schedule = ScheduleKind::Interleaved;
+  LayoutRequest request;
+  request.dp = vm["dp"].as<int>();
+  request.tp = vm["tp"].as<int>();
+  request.pp = vm["pp"].as<int>();
+  request.order = vm["mesh-order"].as<std::string>();
+  request.virtual_stages = vm["virtual-stages"].as<int>();
+  if (request.virtual_stages > 1) request.schedule = ScheduleKind::Interleaved;
   int seq_len = vm["seq-len"].as<int>();
   if (seq_len == 0) {
     seq_len = base.training.contains("seq_len") ? required_json_int(base.training, "seq_len", source + ": training") : 64;
     if (seq_len < 1) throw UsageError(source + ": its training.seq_len is " + std::to_string(seq_len) + "; give --seq-len");
   }
-  LayoutLimits limits;
-  limits.world_size = mesh.world_size();
-  limits.layers = state.config.layers;
-  limits.heads = state.config.heads;
-  limits.mlp_width = 4 * state.config.channels;
-  limits.vocab_rows = state.config.vocab_rows();
-  limits.global_batch = mesh.dp * mesh.pp;  // batches do not matter offline: any that the schedule takes
-  limits.micro_batch = 1;
-  check_layout(LayoutRequest{mesh, parallel.schedule, parallel.virtual_stages, {}}, limits);
-  const std::filesystem::path dir = write_checkpoint_for_layout(to, state, mesh, parallel, seq_len, base);
+  // Batches do not matter offline: any that the schedule takes.
+  const LayoutPlan plan(request, layout_dims(state.config, seq_len), request.world_size(), request.dp * request.pp);
+  const MeshShape& mesh = plan.mesh();
+  const std::filesystem::path dir = write_checkpoint_for_layout(to, state, plan, base);
   std::printf("converted %s to checkpoint %s for dp %d x tp %d x pp %d%s\n", source.c_str(), dir.c_str(), mesh.dp,
               mesh.tp, mesh.pp, state.adam_m.empty() ? " (weights only)" : "");
   return 0;

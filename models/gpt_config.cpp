@@ -105,4 +105,13 @@ std::vector<std::string> gpt_preset_names() {
   return names;
 }
 
+ModelDims layout_dims(const GptConfig& config, int seq_len) {
+  const GptConfig::PartFlops flops = config.forward_flops_by_part(seq_len);
+  return ModelDims{.layers = config.layers,
+                   .heads = config.heads,
+                   .mlp_width = 4 * config.channels,
+                   .vocab_rows = config.vocab_rows(),
+                   .costs = StageCosts{flops.layer, flops.embedding, flops.head}};
+}
+
 }  // namespace mt

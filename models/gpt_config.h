@@ -1,10 +1,12 @@
 // The shape of a GPT-2 style model and the named presets. Pure data: no tensors, no devices.
-// defines: GptConfig, gpt_preset, gpt_preset_names, padded_vocab
+// defines: GptConfig, gpt_preset, gpt_preset_names, padded_vocab, layout_dims
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "parallel/layout_plan.h"  // defines: ModelDims
 
 namespace mt {
 
@@ -44,5 +46,10 @@ int padded_vocab(int vocab_size);
 // tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl. Unknown names throw Error listing the known.
 GptConfig gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
+
+// What a LayoutPlan needs of the model: the widths tensor parallelism splits, and the stage costs
+// (forward FLOPs per token of a layer, the embedding and the head at `seq_len`; backward is twice
+// that everywhere, so the ratios hold for a step).
+ModelDims layout_dims(const GptConfig& config, int seq_len);
 
 }  // namespace mt

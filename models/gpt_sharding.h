@@ -11,7 +11,7 @@
 //   - replicated on every tp rank: layernorms, wpe, the row-parallel biases.
 // Every element of a shard maps to one element of the full tensor, so initialization (a pure
 // function of the full index, models/init.h) and gathering are exact for any layout.
-// defines: LayerRange, GptPartition, ParamShard, gpt_param_shards, is_primary_copy
+// defines: GptPartition, ParamShard, gpt_param_shards, is_primary_copy
 #pragma once
 
 #include <cstdint>
@@ -21,19 +21,15 @@
 
 #include "models/gpt_config.h"
 #include "models/gpt_parameters.h"
+#include "parallel/layout_plan.h"  // defines: ModelPartition, LayerRange
 
 namespace mt {
 
-struct LayerRange {
-  int begin = 0, end = 0;  // layers [begin, end)
-  int size() const { return end - begin; }
-};
-
-struct GptPartition {
-  int tp_size = 1, tp_rank = 0;
-  std::vector<LayerRange> chunks;  // this rank's chunks, in ascending layer order
-  bool embedding = true;           // holds global chunk 0 (wte slice and wpe)
-  bool head = true;                // holds the last global chunk (lnf, the tied head's wte slice, the loss)
+// A ModelPartition (parallel/layout_plan.h: a LayoutPlan's partition of one rank) read as a GPT's:
+// the embedding is the wte slice and wpe, the head lnf, the tied head's wte slice and the loss.
+struct GptPartition : ModelPartition {
+  GptPartition() = default;
+  GptPartition(const ModelPartition& p) : ModelPartition(p) {}  // NOLINT(google-explicit-constructor)
 
   static GptPartition whole(const GptConfig& config);  // one rank, everything
   // Throws Error when the partition does not fit the model (tp not dividing heads, 4C or Vp;

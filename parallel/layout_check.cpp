@@ -43,7 +43,7 @@ void check_virtual_stages(const LayoutRequest& request) {
 }
 
 void check_stage_split(const LayoutRequest& request, const LayoutLimits& limits) {
-  const int pp = request.mesh.pp;
+  const int pp = request.pp;
   MT_REQUIRE(pp <= limits.layers, "--pp ", pp, " is more than the model's ", limits.layers,
              " layers (each pipeline stage needs at least one layer; use --pp ", limits.layers, " or less)");
   const std::vector<int>& split = request.pp_layers;
@@ -69,8 +69,8 @@ void check_stage_split(const LayoutRequest& request, const LayoutLimits& limits)
 }
 
 void check_batches(const LayoutRequest& request, const LayoutLimits& limits) {
-  const int dp = request.mesh.dp;
-  const int pp = request.mesh.pp;
+  const int dp = request.dp;
+  const int pp = request.pp;
   MT_REQUIRE(limits.micro_batch >= 1, "--micro-batch must be at least 1, got ", limits.micro_batch);
   const std::int64_t per_step = std::int64_t{dp} * limits.micro_batch;
   MT_REQUIRE(limits.global_batch >= per_step && limits.global_batch % per_step == 0, "--global-batch ",
@@ -101,8 +101,8 @@ std::string upper(std::string name) {
 }  // namespace
 
 void check_layout(const LayoutRequest& request, const LayoutLimits& limits) {
-  const Mesh mesh(request.mesh);  // sizes and order
-  const MeshShape& s = request.mesh;
+  const Mesh mesh(request.mesh());  // sizes and order
+  const MeshShape& s = request.mesh();
   MT_REQUIRE(s.world_size() == limits.world_size, "--dp ", s.dp, " x --tp ", s.tp, " x --pp ", s.pp, " = ",
              s.world_size(), " ranks, but the job has ", limits.world_size, " (launch with -np ", s.world_size(),
              " or change the layout)");
@@ -113,7 +113,7 @@ void check_layout(const LayoutRequest& request, const LayoutLimits& limits) {
 }
 
 int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits) {
-  const std::int64_t per_step = std::int64_t{request.mesh.dp} * limits.micro_batch;
+  const std::int64_t per_step = std::int64_t{request.dp} * limits.micro_batch;
   MT_CHECK(per_step > 0 && limits.global_batch % per_step == 0, "global batch ", limits.global_batch,
            " not split by dp x micro-batch ", per_step);
   return static_cast<int>(limits.global_batch / per_step);

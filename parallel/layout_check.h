@@ -1,24 +1,18 @@
 // Validation of a requested parallel layout (mesh, schedule, stage split) against the job and the
 // model, before anything is built: each problem is one mt::Error naming the options, their values
 // and a fix, which the CLI prints once as a usage error.
-// defines: LayoutRequest, LayoutLimits, check_layout, micro_batches_per_step, check_pipeline_backend
+// The checks LayoutPlan runs (parallel/layout_plan.h).
+// defines: LayoutLimits, check_layout, micro_batches_per_step, check_pipeline_backend
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "comm/comm_capabilities.h"
-#include "parallel/mesh.h"
+#include "parallel/layout_plan.h"
 #include "parallel/schedule_kind.h"
 
 namespace mt {
-
-struct LayoutRequest {
-  MeshShape mesh;
-  ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int virtual_stages = 1;      // model chunks per pipeline stage (interleaved: >= 2)
-  std::vector<int> pp_layers;  // explicit layers per stage (--pp-layers); empty: balanced automatically
-};
 
 // What the job and the model allow.
 struct LayoutLimits {

@@ -73,34 +73,24 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
   cluster.validate();
   MT_REQUIRE(training.seq_len >= 1 && training.seq_len <= model.max_seq_len, "sequence length ", training.seq_len,
              " must be in [1, ", model.max_seq_len, "] (the model's context)");
-  MT_REQUIRE(layout.devices() <= cluster.devices(), "layout ", describe(layout), " needs ", layout.devices(),
+  MT_REQUIRE(layout.world_size() <= cluster.devices(), "layout ", describe(layout), " needs ", layout.world_size(),
              " devices, the cluster has ", cluster.devices());
   MT_REQUIRE(layout.zero == 0 || layout.zero == 1, "zero must be 0 or 1, got ", layout.zero);
   MT_REQUIRE(layout.bucket_mb > 0, "bucket size must be positive, got ", layout.bucket_mb);
-  LayoutRequest request;
-  request.mesh = {layout.dp, layout.tp, layout.pp, "tp-dp-pp"};
-  request.schedule = layout.schedule;
-  request.virtual_stages = layout.virtual_stages;
-  LayoutLimits limits;
-  limits.world_size = layout.devices();
-  limits.layers = model.layers;
-  limits.heads = model.heads;
-  limits.mlp_width = 4 * model.channels;
-  limits.vocab_rows = model.vocab_rows();
-  limits.global_batch = training.global_batch;
-  limits.micro_batch = layout.micro_batch;
-  check_layout(request, limits);
+  LayoutRequest request = layout;
+  request.order = "tp-dp-pp";
+  const LayoutPlan plan(request, layout_dims(model, training.seq_len), layout.world_size(), training.global_batch);
 
   Prediction p;
   p.layout = layout;
-  p.micro_batches = micro_batches(training, layout);
-  p.chunk_layers = chunk_layers(model, training.seq_len, layout);
+  p.micro_batches = plan.micro_batches();
+  p.chunk_layers = plan.chunk_layers();
   const int M = p.micro_batches, P = layout.pp, v = layout.virtual_stages;
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double act = training.act_bytes();
 
   // Which groups leave a node (mesh order tp-dp-pp: tp fastest, then dp, then pp).
-  const Mesh mesh(request.mesh);
+  const Mesh mesh(plan.mesh());
   const int dpn = cluster.devices_per_node;
   p.tp_crosses_nodes = any_group_crosses(mesh.all_tp_groups(), dpn);
   p.dp_crosses_nodes = any_group_crosses(mesh.all_dp_groups(), dpn);
@@ -108,7 +98,7 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
   const Link& tp_link = p.tp_crosses_nodes ? cluster.inter : cluster.intra;
   const Link& dp_link = p.dp_crosses_nodes ? cluster.inter : cluster.intra;
   const Link& pp_link = p.pp_crosses_nodes ? cluster.inter : cluster.intra;
-  const Link& world_link = layout.devices() > dpn ? cluster.inter : cluster.intra;
+  const Link& world_link = layout.world_size() > dpn ? cluster.inter : cluster.intra;
 
   // The achieved GEMM rate in the compute dtype. fp32 on a GPU rated for bf16 runs on the CUDA
   // cores (A100: 19.5 of 312 TFLOP/s, H100: 67 of 989): 1/16. bf16 on a CPU rated for fp32 widens
@@ -181,7 +171,7 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
     const Link& emb_link = any_group_crosses(mesh.all_embedding_groups(), dpn) ? cluster.inter : cluster.intra;
     p.time.embedding_sync = allreduce_s(2, wte, emb_link) + p2p_s(wte, emb_link);
   }
-  p.time.norm = allreduce_s(layout.devices(), 12.0, world_link);
+  p.time.norm = allreduce_s(layout.world_size(), 12.0, world_link);
 
   const double dedicated = makespan + p.time.pp_comm + p.time.dp_exposed + p.time.embedding_sync + p.time.norm +
                            p.time.optimizer;
@@ -190,9 +180,9 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
     // Every rank's busy time (its compute, its communication, which on shared memory is CPU
     // copying, and its optimizer) must pass through the node's cores; a rank that waits yields.
     double busiest_node = 0;
-    for (int node = 0; node * dpn < layout.devices(); ++node) {
+    for (int node = 0; node * dpn < layout.world_size(); ++node) {
       double busy = 0;
-      for (int r = node * dpn; r < std::min(layout.devices(), (node + 1) * dpn); ++r) {
+      for (int r = node * dpn; r < std::min(layout.world_size(), (node + 1) * dpn); ++r) {
         const StageTimes& st = stages[static_cast<std::size_t>(mesh.coord_of(r).pp)];
         busy += M * stage_cost(st) + (P > 1 ? 2.0 * M * v * message : 0.0) + p.time.dp_total +
                 p.time.embedding_sync + p.time.optimizer;
@@ -207,9 +197,9 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
   p.tokens_per_s = tokens / p.step_s;
   p.model_flops_per_step = model.training_flops_per_token(training.seq_len) * tokens;
   const double hardware = cluster.shared_cores
-                              ? std::min<double>(layout.devices(), cluster.concurrent_ranks() * std::ceil(
-                                                                       static_cast<double>(layout.devices()) / dpn))
-                              : layout.devices();
+                              ? std::min<double>(layout.world_size(), cluster.concurrent_ranks() * std::ceil(
+                                                                       static_cast<double>(layout.world_size()) / dpn))
+                              : layout.world_size();
   p.mfu = p.model_flops_per_step / p.step_s / (hardware * cluster.peak_flops);
 
   p.memory = estimate_memory(model, training, layout, cluster, p.chunk_layers,

@@ -9,13 +9,6 @@
 
 namespace mt::perf {
 
-std::string describe(const Layout& l) {
-  std::ostringstream os;
-  os << "dp=" << l.dp << " tp=" << l.tp << " pp=" << l.pp << " v=" << l.virtual_stages << " zero=" << l.zero
-     << " micro=" << l.micro_batch << " schedule=" << schedule_kind_name(l.schedule);
-  return os.str();
-}
-
 int micro_batches(const TrainingShape& training, const Layout& layout) {
   const int per_step = layout.dp * layout.micro_batch;
   MT_REQUIRE(per_step > 0 && training.global_batch % per_step == 0, "global batch ", training.global_batch,
@@ -24,10 +17,7 @@ int micro_batches(const TrainingShape& training, const Layout& layout) {
 }
 
 std::vector<int> chunk_layers(const ModelShape& model, int seq_len, const Layout& layout) {
-  if (layout.virtual_stages > 1) return uniform_stage_layers(model.layers, layout.pp * layout.virtual_stages);
-  // The same costs as train/parallel_trainer.cpp's plan_stage_layers.
-  const GptConfig::PartFlops flops = model.forward_flops_by_part(seq_len);
-  return balance_stages(model.layers, layout.pp, StageCosts{flops.layer, flops.embedding, flops.head});
+  return plan_chunk_layers(layout, layout_dims(model, seq_len));
 }
 
 ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,

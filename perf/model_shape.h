@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/gpt_config.h"
+#include "parallel/layout_plan.h"
 #include "parallel/schedule_kind.h"
 
 namespace mt::perf {
@@ -34,19 +35,11 @@ struct TrainingShape {
   int act_bytes() const { return precision == Precision::BF16 ? 2 : 4; }
 };
 
-struct Layout {
-  int dp = 1, tp = 1, pp = 1;
-  int virtual_stages = 1;  // v: model chunks per stage (interleaved)
-  ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int zero = 0;            // 1: AdamW moments sharded over dp, reduce-scatter + allgather
-  int micro_batch = 1;     // sequences per forward pass
-  double bucket_mb = 25.0;
-  bool overlap = true;
-  int devices() const { return dp * tp * pp; }
-};
+// A candidate layout is what a user would ask for (parallel/layout_plan.h).
+using Layout = LayoutRequest;
 
 // "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b"
-std::string describe(const Layout& layout);
+inline std::string describe(const Layout& layout) { return layout.describe(); }
 
 // global_batch / (dp x micro_batch): micro-batches per pipeline and step (M).
 int micro_batches(const TrainingShape& training, const Layout& layout);

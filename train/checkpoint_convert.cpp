@@ -32,16 +32,16 @@ FullState read_full_state(const std::filesystem::path& step_dir, bool with_optim
 }
 
 std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& root, const FullState& state,
-                                                  const MeshShape& mesh, const ParallelSettings& parallel,
-                                                  int seq_len, ckpt::Manifest base) {
+                                                  const LayoutPlan& plan, ckpt::Manifest base) {
   const GptConfig& config = state.config;
   const std::vector<ParamSpec> specs = gpt_parameter_specs(config);
   const std::vector<std::int64_t> offsets = spec_offsets(specs);
   MT_CHECK(static_cast<std::int64_t>(state.params.size()) == offsets.back(), "parameters of another model");
   const bool moments = !state.adam_m.empty();
+  const MeshShape& mesh = plan.mesh();
   const Mesh layout(mesh);
   base.model = gpt_config_json(config);
-  base.layout = layout_json(config, mesh, parallel, seq_len);
+  base.layout = layout_json(plan);
   base.tensors.clear();
   base.files.clear();
   base.pieces.clear();
@@ -52,7 +52,7 @@ std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& r
     ckpt::RankWriter writer(partial, rank, base.step);
     const MeshCoord coord = layout.coord_of(rank);
     if (coord.dp == 0) {  // one copy of each shard: data-parallel rank 0 holds it
-      const GptPartition partition = plan_partition(config, mesh, coord, parallel, seq_len);
+      const GptPartition partition = plan.partition(coord);
       for (const ParamShard& shard : gpt_param_shards(config, partition)) {
         if (!is_primary_copy(shard, partition)) continue;
         const std::size_t f = spec_index(specs, shard.full.name);

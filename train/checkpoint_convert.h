@@ -25,12 +25,11 @@ struct FullState {
 // the moments when the checkpoint has them. Errors name the checkpoint.
 FullState read_full_state(const std::filesystem::path& step_dir, bool with_optimizer);
 
-// Writes `state` under `root` as step_{base.step}, cut as the ranks of (mesh, parallel) hold it
-// (plan_partition with seq_len), and points `latest` at it. `base` gives every manifest section but
+// Writes `state` under `root` as step_{base.step}, cut as the ranks of `plan` hold it, and points
+// `latest` at it. `base` gives every manifest section but
 // the layout and the tensors (from the source checkpoint, or made up for llm.c weights). Returns
 // the step directory.
 std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& root, const FullState& state,
-                                                  const MeshShape& mesh, const ParallelSettings& parallel,
-                                                  int seq_len, ckpt::Manifest base);
+                                                  const LayoutPlan& plan, ckpt::Manifest base);
 
 }  // namespace mt

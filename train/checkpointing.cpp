@@ -40,7 +40,7 @@ ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
   ckpt::Manifest m;
   m.step = trainer.steps_done();
   m.model = gpt_config_json(trainer.model().config());
-  m.layout = layout_json(trainer.model().config(), trainer.groups().mesh.shape(), trainer.parallel(), settings.seq_len);
+  m.layout = layout_json(trainer.plan());
   m.training = {{"optimizer_steps", trainer.optimizer().step_count()},
                 {"total_steps", settings.steps},
                 {"global_batch", settings.global_batch},
@@ -93,17 +93,19 @@ void write_pieces(ParallelTrainer& trainer, ckpt::RankWriter& writer) {
 
 }  // namespace
 
-nlohmann::json layout_json(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel, int seq_len) {
+nlohmann::json layout_json(const LayoutPlan& plan) {
+  const LayoutRequest& layout = plan.layout();
+  const MeshShape& mesh = plan.mesh();
   return {{"dp", mesh.dp},
           {"tp", mesh.tp},
           {"pp", mesh.pp},
           {"order", mesh.order},
           {"world_size", mesh.world_size()},
-          {"schedule", schedule_kind_name(parallel.schedule)},
-          {"virtual_stages", parallel.virtual_stages},
-          {"stage_layers", plan_stage_layers(config, mesh, parallel, seq_len)},
-          {"zero", parallel.zero},
-          {"bucket_mb", parallel.bucket_mb}};
+          {"schedule", schedule_kind_name(layout.schedule)},
+          {"virtual_stages", layout.virtual_stages},
+          {"stage_layers", plan.chunk_layers()},
+          {"zero", layout.zero},
+          {"bucket_mb", layout.bucket_mb}};
 }
 
 nlohmann::json gpt_config_json(const GptConfig& config) {

@@ -61,7 +61,7 @@ LrSchedule resumed_lr_schedule(const nlohmann::json& training, int step, const L
                                bool horizon_given, std::vector<std::string>& notes, const std::string& where);
 
 // The manifest's "layout" section for a layout of `config`.
-nlohmann::json layout_json(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel, int seq_len);
+nlohmann::json layout_json(const LayoutPlan& plan);
 
 // What the command line knows of a run that the trainer does not, recorded for the user.
 struct RunIdentity {

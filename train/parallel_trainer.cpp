@@ -24,35 +24,6 @@ struct RunnerScope {
 };
 }  // namespace
 
-std::vector<int> plan_stage_layers(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel,
-                                   int seq_len) {
-  if (parallel.virtual_stages > 1) {
-    MT_REQUIRE(parallel.pp_layers.empty(), "--pp-layers cannot be combined with --virtual-stages");
-    return uniform_stage_layers(config.layers, mesh.pp * parallel.virtual_stages);
-  }
-  if (!parallel.pp_layers.empty()) return parallel.pp_layers;
-  // Forward FLOPs per token (backward is twice that everywhere, so the ratios hold for a step).
-  const GptConfig::PartFlops flops = config.forward_flops_by_part(seq_len);
-  return balance_stages(config.layers, mesh.pp, StageCosts{flops.layer, flops.embedding, flops.head});
-}
-
-GptPartition plan_partition(const GptConfig& config, const MeshShape& mesh, const MeshCoord& coord,
-                            const ParallelSettings& parallel, int seq_len) {
-  const std::vector<int> layers = plan_stage_layers(config, mesh, parallel, seq_len);
-  const std::vector<int> first = stage_first_layers(layers);
-  GptPartition p;
-  p.tp_size = mesh.tp;
-  p.tp_rank = coord.tp;
-  const int v = parallel.virtual_stages;
-  for (int c = 0; c < v; ++c) {
-    const int g = c * mesh.pp + coord.pp;  // global chunk (Megatron's interleaving)
-    p.chunks.push_back({first[static_cast<std::size_t>(g)], first[static_cast<std::size_t>(g)] + layers[static_cast<std::size_t>(g)]});
-  }
-  p.embedding = coord.pp == 0;
-  p.head = coord.pp == mesh.pp - 1;
-  return p;
-}
-
 // The executor's view of the model: one chunk, one micro-batch at a time.
 class ParallelTrainer::Runner : public PipelineStageRunner {
  public:
@@ -73,8 +44,8 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
   Tensor backward_input(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
   void backward(int chunk, int micro) override {
     // Only the last micro-batch's backward produces final gradients: that one feeds the reducer.
-    reducing = micro == t_.micro_batches_ - 1;
-    const float weight = 1.0f / static_cast<float>(t_.micro_batches_ * t_.groups_.mesh.shape().dp);
+    reducing = micro == t_.plan_.micro_batches() - 1;
+    const float weight = 1.0f / static_cast<float>(t_.plan_.micro_batches() * t_.groups_.mesh.shape().dp);
     t_.model_->backward_chunk(chunk, micro, weight);
     reducing = false;
   }
@@ -90,21 +61,21 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
 
 ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups,
                                  const GptConfig& config, DType compute, data::DataLoader& train,
-                                 data::DataLoader* val, TrainSettings settings, ParallelSettings parallel)
+                                 data::DataLoader* val, TrainSettings settings, const LayoutPlan& plan)
     : ctx_(ctx),
       world_(world),
       groups_(groups),
       settings_(std::move(settings)),
-      parallel_(std::move(parallel)),
+      plan_(plan),
       train_(train),
       val_(val) {
+  settings_.global_batch = plan_.global_batch();
+  settings_.micro_batch = plan_.micro_batch();
   settings_.validate();
   const MeshShape& mesh = groups_.mesh.shape();
-  MT_REQUIRE(settings_.global_batch % (mesh.dp * settings_.micro_batch) == 0, "--global-batch ",
-             settings_.global_batch, " is not a multiple of --dp ", mesh.dp, " x --micro-batch ",
-             settings_.micro_batch);
-  micro_batches_ = settings_.global_batch / (mesh.dp * settings_.micro_batch);
-  const GptPartition partition = plan_partition(config, mesh, groups_.coord, parallel_, settings_.seq_len);
+  MT_CHECK(mesh.dp == plan_.mesh().dp && mesh.tp == plan_.mesh().tp && mesh.pp == plan_.mesh().pp,
+           "the groups' mesh ", mesh.describe(), " is not the plan's ", plan_.mesh().describe());
+  const GptPartition partition = plan_.partition(groups_.coord);
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
                                  TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_wait_s_), mesh.dp);
   ParameterStore& store = model_->parameters();
@@ -120,20 +91,19 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
     flat.push_back({shard.full.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
   }
   ReducerOptions ro;
-  ro.bucket_bytes = static_cast<std::int64_t>(parallel_.bucket_mb * 1024.0 * 1024.0);
-  MT_REQUIRE(ro.bucket_bytes >= 4, "--bucket-mb must be positive, got ", parallel_.bucket_mb);
-  ro.shard = parallel_.zero == 1;
-  ro.overlap = parallel_.overlap;
+  ro.bucket_bytes = static_cast<std::int64_t>(plan_.layout().bucket_mb * 1024.0 * 1024.0);
+  ro.shard = plan_.layout().zero == 1;
+  ro.overlap = plan_.layout().overlap;
   reducer_ = std::make_unique<GradReducer>(ctx_, *groups_.dp, store.flat_grads(), std::move(flat), ro);
   optimizer_ = std::make_unique<DistributedAdamW>(ctx_, *groups_.dp, *reducer_, store.flat_params(), settings_.adamw);
   model_->set_grad_ready_hook([this](std::size_t param) {
     if (runner_ != nullptr && runner_->reducing) reducer_->mark_ready(static_cast<int>(param));
   });
-  executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{parallel_.overlap});
-  check_pipeline_backend(parallel_.schedule, mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
-  train_schedule_ = make_schedule(parallel_.schedule, mesh.pp, micro_batches_, parallel_.virtual_stages);
+  executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{plan_.layout().overlap});
+  check_pipeline_backend(plan_.layout().schedule, mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
+  train_schedule_ = plan_.train_schedule();
   // Evaluation runs one global batch at a time, so a schedule's message tags stay within a step's.
-  eval_schedule_ = make_forward_only_schedule(mesh.pp, micro_batches_, parallel_.virtual_stages);
+  eval_schedule_ = plan_.eval_schedule();
   MT_REQUIRE(train_schedule_.tag_count() <= kMaxTags, "the pipeline would need ", train_schedule_.tag_count(),
              " message tags per step (2 x micro-batches x stages x virtual stages), more than the ", kMaxTags,
              " MPI guarantees: use fewer, larger micro-batches");
@@ -179,7 +149,7 @@ StepRecord ParallelTrainer::step() {
   // This dp rank's share of the step's global batch: sequences in the order a single rank reads them.
   const std::int64_t local = settings_.global_batch / mesh.dp;
   const std::int64_t first = sequences_done_ + groups_.coord.dp * local;
-  if (reads_data_) read_batch(train_, first, micro_batches_);
+  if (reads_data_) read_batch(train_, first, plan_.micro_batches());
   const double tp_wait_before = tp_wait_s_;
 
   store.zero_grads(ctx_);
@@ -213,7 +183,7 @@ StepRecord ParallelTrainer::step() {
   double comm_s = since(reduce_start);  // the buckets still running, the tied embedding, the norm
   StepRecord r;
   r.step = steps_done_ + 1;
-  r.loss = total[2] / static_cast<double>(mesh.dp * micro_batches_);
+  r.loss = total[2] / static_cast<double>(mesh.dp * plan_.micro_batches());
   r.grad_norm = std::sqrt(static_cast<double>(total[0]) + static_cast<double>(total[1]));
   require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
@@ -249,14 +219,14 @@ double ParallelTrainer::evaluate() {
   Runner runner(*this);
   for (int k = 0; k < settings_.eval_batches; ++k) {
     if (reads_data_)
-      read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local, micro_batches_);
+      read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local, plan_.micro_batches());
     executor_->run(eval_schedule_, runner);
   }
   const bool reports_loss = groups_.last_stage() && groups_.coord.tp == 0;
   Tensor sum = Tensor::from_host(std::vector<float>{reports_loss ? static_cast<float>(runner.loss_sum) : 0.0f}, {1}, ctx_);
   world_.allreduce(sum);
   return static_cast<double>(sum.to_host<float>()[0]) /
-         static_cast<double>(mesh.dp * micro_batches_ * settings_.eval_batches);
+         static_cast<double>(mesh.dp * plan_.micro_batches() * settings_.eval_batches);
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {

@@ -4,7 +4,7 @@
 // copies summed between first and last stage, the global norm taken over every rank counting each
 // parameter once, and AdamW (sharded with ZeRO-1) steps. The same options give the same model on
 // every layout: the batch options are global, each dp rank reads global_batch/dp sequences per step.
-// defines: ParallelSettings, plan_partition, ParallelTrainer
+// defines: ParallelTrainer
 #pragma once
 
 #include <memory>
@@ -14,6 +14,7 @@
 #include "models/gpt.h"
 #include "parallel/groups.h"
 #include "parallel/grad_reducer.h"
+#include "parallel/layout_plan.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/schedule.h"
 #include "parallel/zero_optimizer.h"
@@ -22,31 +23,14 @@
 
 namespace mt {
 
-struct ParallelSettings {
-  ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int virtual_stages = 1;
-  std::vector<int> pp_layers;  // layers per stage; empty: balanced by estimated cost
-  int zero = 0;                // 0: replicated optimizer state; 1: sharded over the dp group
-  double bucket_mb = 25.0;     // gradient bucket size
-  bool overlap = true;         // buckets and pipeline transfers overlap compute
-};
-
-// The part of the model the rank at `coord` holds: its layers per chunk (balanced by estimated
-// FLOPs with the embedding on the first and the head on the last stage, or given, or uniform
-// chunks when interleaving) and its tensor-parallel shard.
-GptPartition plan_partition(const GptConfig& config, const MeshShape& mesh, const MeshCoord& coord,
-                            const ParallelSettings& parallel, int seq_len);
-// Layers per pipeline stage (or per global chunk when interleaving), as plan_partition uses them.
-std::vector<int> plan_stage_layers(const GptConfig& config, const MeshShape& mesh, const ParallelSettings& parallel,
-                                   int seq_len);
-
 class ParallelTrainer {
  public:
   // Collective over world. The model is created here (initialize with init() or load weights into
-  // model() before the first step). `val` may be null.
+  // model() before the first step), holding the part `plan` gives this rank; `groups` are the plan's
+  // mesh's. `val` may be null. The plan's batch sizes replace settings'.
   ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups, const GptConfig& config,
                   DType compute, data::DataLoader& train, data::DataLoader* val, TrainSettings settings,
-                  ParallelSettings parallel);
+                  const LayoutPlan& plan);
   ~ParallelTrainer();
 
   void init(std::uint64_t seed) { model_->init(seed); }
@@ -74,8 +58,8 @@ class ParallelTrainer {
   bool is_primary_copy(std::size_t param) const;
   GradReducer& reducer() { return *reducer_; }
   DistributedAdamW& optimizer() { return *optimizer_; }
-  const ParallelSettings& parallel() const { return parallel_; }
-  int micro_batches() const { return micro_batches_; }
+  const LayoutPlan& plan() const { return plan_; }
+  int micro_batches() const { return plan_.micro_batches(); }
   int steps_done() const { return steps_done_; }
   const ExecutorStats& last_pipeline_stats() const { return pipeline_stats_; }
   std::string describe_rank() const;  // this rank's coordinates, layers and shard sizes
@@ -89,15 +73,14 @@ class ParallelTrainer {
   Communicator& world_;
   ParallelGroups& groups_;
   TrainSettings settings_;
-  ParallelSettings parallel_;
+  LayoutPlan plan_;
+  Schedule train_schedule_, eval_schedule_;
   data::DataLoader& train_;
   data::DataLoader* val_;
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<DistributedAdamW> optimizer_;
   std::unique_ptr<PipelineExecutor> executor_;
-  Schedule train_schedule_, eval_schedule_;
-  int micro_batches_ = 1;
   std::int64_t wte_index_ = -1;
   bool tied_across_stages_ = false;
   bool reads_data_ = false;  // holds the embedding (inputs) or the head (targets): middle stages read none

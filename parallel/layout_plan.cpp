@@ -1,0 +1,97 @@
+#include "parallel/layout_plan.h"
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+
+#include "parallel/layout_check.h"
+#include "runtime/error.h"
+
+namespace mt {
+namespace {
+
+// The largest of 4, 2, 1 that divides each replica's share of the global batch (1 where dp does not
+// divide it, so that the batch check names only what must change).
+int default_micro_batch(int global_batch, int dp) {
+  for (const int m : {4, 2}) {
+    if (global_batch % (std::int64_t{dp} * m) == 0) return m;
+  }
+  return 1;
+}
+
+// dp 0 takes the ranks tp x pp leaves.
+void resolve_data_parallel(LayoutRequest& r, int world_size) {
+  MT_REQUIRE(r.dp >= 0, "--dp must be at least 1 (or 0 for ranks / (tp x pp)), got ", r.dp);
+  MT_REQUIRE(r.tp >= 1 && r.pp >= 1, "--tp and --pp must be at least 1");
+  if (r.dp != 0) return;
+  const std::int64_t tp_pp = std::int64_t{r.tp} * r.pp;
+  MT_REQUIRE(world_size % tp_pp == 0, "--tp ", r.tp, " x --pp ", r.pp, " = ", tp_pp, " does not divide the job's ",
+             world_size, " ranks (launch a multiple of it, or give --dp)");
+  r.dp = static_cast<int>(world_size / tp_pp);
+}
+
+void check_optimizer_options(const LayoutRequest& r) {
+  MT_REQUIRE(r.zero == 0 || r.zero == 1, "--zero must be 0 or 1, got ", r.zero);
+  MT_REQUIRE(r.bucket_mb > 0 && std::isfinite(r.bucket_mb) && r.bucket_mb * 1024.0 * 1024.0 >= 4.0,
+             "--bucket-mb must be positive, got ", r.bucket_mb);
+}
+
+}  // namespace
+
+std::string LayoutRequest::describe() const {
+  std::ostringstream os;
+  os << "dp=" << dp << " tp=" << tp << " pp=" << pp << " v=" << virtual_stages << " zero=" << zero
+     << " micro=" << micro_batch << " schedule=" << schedule_kind_name(schedule);
+  return os.str();
+}
+
+std::vector<int> plan_chunk_layers(const LayoutRequest& request, const ModelDims& model) {
+  if (request.virtual_stages > 1) {
+    MT_REQUIRE(request.pp_layers.empty(), "--pp-layers cannot be combined with --virtual-stages");
+    return uniform_stage_layers(model.layers, request.pp * request.virtual_stages);
+  }
+  if (!request.pp_layers.empty()) return request.pp_layers;
+  return balance_stages(model.layers, request.pp, model.costs);
+}
+
+LayoutPlan::LayoutPlan(LayoutRequest request, const ModelDims& model, int world_size, int global_batch)
+    : layout_(std::move(request)), model_(model), global_batch_(global_batch) {
+  resolve_data_parallel(layout_, world_size);
+  if (layout_.micro_batch == 0) layout_.micro_batch = default_micro_batch(global_batch, layout_.dp);
+  LayoutLimits limits;
+  limits.world_size = world_size;
+  limits.layers = model.layers;
+  limits.heads = model.heads;
+  limits.mlp_width = model.mlp_width;
+  limits.vocab_rows = model.vocab_rows;
+  limits.global_batch = global_batch;
+  limits.micro_batch = layout_.micro_batch;
+  check_layout(layout_, limits);
+  check_optimizer_options(layout_);
+  micro_batches_ = micro_batches_per_step(layout_, limits);
+  chunk_layers_ = plan_chunk_layers(layout_, model);
+}
+
+Schedule LayoutPlan::train_schedule() const {
+  return make_schedule(layout_.schedule, layout_.pp, micro_batches_, layout_.virtual_stages);
+}
+
+Schedule LayoutPlan::eval_schedule() const {
+  return make_forward_only_schedule(layout_.pp, micro_batches_, layout_.virtual_stages);
+}
+
+ModelPartition LayoutPlan::partition(const MeshCoord& coord) const {
+  const std::vector<int> first = stage_first_layers(chunk_layers_);
+  ModelPartition p;
+  p.tp_size = layout_.tp;
+  p.tp_rank = coord.tp;
+  for (int c = 0; c < layout_.virtual_stages; ++c) {
+    const auto g = static_cast<std::size_t>(c * layout_.pp + coord.pp);  // global chunk (Megatron's interleaving)
+    p.chunks.push_back({first[g], first[g] + chunk_layers_[g]});
+  }
+  p.embedding = coord.pp == 0;
+  p.head = coord.pp == layout_.pp - 1;
+  return p;
+}
+
+}  // namespace mt
