@@ -66,6 +66,11 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
   if (l.dp * l.tp * l.pp != devices)
     throw UsageError("--layout " + text + ": dp x tp x pp = " + std::to_string(l.dp * l.tp * l.pp) +
                      ", but the cluster has " + std::to_string(devices) + " devices (see --nodes, --gpus-per-node)");
+  // A plan takes micro-batch 0 for a default, and names ZeRO's problems as the option --zero's:
+  // here they are --layout's fields, refused as before.
+  if (l.zero != 0 && l.zero != 1)
+    throw UsageError("--layout " + text + ": zero must be 0 or 1, got " + std::to_string(l.zero));
+  if (l.micro_batch == 0) throw UsageError("--layout " + text + ": --micro-batch must be at least 1, got 0");
   return l;
 }
 
@@ -125,14 +130,15 @@ std::vector<std::string> plan_row(int rank, const Prediction& p) {
           share(t.optimizer + t.embedding_sync + t.norm + t.core_wait)};
 }
 
-}  // namespace
+// "a, b, c"
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
 
-int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
-  std::string models, clusters;
-  for (const std::string& p : gpt_preset_names()) models += (models.empty() ? "" : ", ") + p;
-  for (const std::string& p : cluster_preset_names()) clusters += (clusters.empty() ? "" : ", ") + p;
-  std::string fields;
-  for (const std::string& f : cluster_field_names()) fields += (fields.empty() ? "" : ", ") + f;
+po::options_description plan_options() {
+  const std::string models = joined(gpt_preset_names()), clusters = joined(cluster_preset_names());
   po::options_description desc("options");
   desc.add_options()
       ("model", po::value<std::string>()->default_value("gpt2"), ("model preset: " + models).c_str())
@@ -152,7 +158,7 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       ("gpus-per-node", po::value<int>(), "devices (ranks) per node (overrides the cluster)")
       ("set", po::value<std::vector<std::string>>(),
        ("KEY=VALUE, repeatable: override one cluster field (SI units: bytes, bytes/s, seconds, FLOP/s). "
-        "Keys: " + fields).c_str())
+        "Keys: " + joined(cluster_field_names())).c_str())
       ("calibrate", path_values(PathKind::ReadFile)->multitoken(),
        "JSON-lines files of `meshbench --json`: fit link latency and bandwidth from allreduce rows "
        "(hosts 1: intra-node, more: inter-node) and the GEMM rate and achieved fraction from train rows")
@@ -166,84 +172,97 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
       ("recompute", po::bool_switch(),
        "what-if: full activation recomputation as Megatron-LM does it (layer inputs kept, forward run again "
        "in backward). meshtrain does not recompute; this predicts runs that did, for comparison");
-  const auto parsed = parse_command_line(
-      "plan",
-      "meshtrain plan --model M --global-batch B [--cluster C] [--layout ...]\n\n"
-      "Predicts, without running anything, the memory per device and the time of a training step for\n"
-      "every dp x tp x pp layout (schedule, virtual stages, micro-batch, ZeRO) meshtrain could train the\n"
-      "model with on the cluster, and lists the fastest that fit. The model of a step: GEMM FLOPs at an\n"
-      "achieved fraction of the peak, tensor-parallel allreduces exposed, the pipeline schedule simulated,\n"
-      "data-parallel buckets overlapped with backward, the optimizer bound by memory bandwidth; links per\n"
-      "group inside or across nodes (mesh order tp, dp, pp). Memory as meshtrain allocates it: fp32 master\n"
-      "weights, gradients and AdamW moments, activations of every micro-batch in flight (no recomputation).\n"
-      "Under mpirun only rank 0 prints.",
-      desc, args, mpi.world_rank());
-  if (!parsed) return 0;
-  const po::variables_map& vm = *parsed;
-  const ModelShape model = read_model(vm);
-  if (mpi.world_rank() != 0) return 0;
-  const Cluster cluster = read_cluster(vm);
+  return desc;
+}
 
+constexpr const char* kSummary =
+    "meshtrain plan --model M --global-batch B [--cluster C] [--layout ...]\n\n"
+    "Predicts, without running anything, the memory per device and the time of a training step for\n"
+    "every dp x tp x pp layout (schedule, virtual stages, micro-batch, ZeRO) meshtrain could train the\n"
+    "model with on the cluster, and lists the fastest that fit. The model of a step: GEMM FLOPs at an\n"
+    "achieved fraction of the peak, tensor-parallel allreduces exposed, the pipeline schedule simulated,\n"
+    "data-parallel buckets overlapped with backward, the optimizer bound by memory bandwidth; links per\n"
+    "group inside or across nodes (mesh order tp, dp, pp). Memory as meshtrain allocates it: fp32 master\n"
+    "weights, gradients and AdamW moments, activations of every micro-batch in flight (no recomputation).\n"
+    "Under mpirun only rank 0 prints.";
+
+// What to predict, besides the model and the cluster.
+struct PlanSettings {
   TrainingShape training;
+  std::string dtype;               // "fp32" or "bf16"
+  std::optional<int> micro_batch;  // --micro-batch
+  int top = 10;
+  SearchOptions search;            // its micro-batch, bucket size and overlap as above
+};
+
+PlanSettings read_settings(const po::variables_map& vm, const ModelShape& model, const Cluster& cluster) {
+  PlanSettings s;
+  TrainingShape& training = s.training;
   training.seq_len = vm.count("seq-len") ? vm["seq-len"].as<int>() : model.max_seq_len;
   training.global_batch = vm["global-batch"].as<int>();
   if (training.seq_len < 1 || training.seq_len > model.max_seq_len)
     throw UsageError("--seq-len " + std::to_string(training.seq_len) + " must be in [1, " +
                      std::to_string(model.max_seq_len) + "] (the model's context; see --max-seq-len)");
   if (training.global_batch < 1) throw UsageError("--global-batch must be at least 1");
-  const std::string dtype = vm.count("dtype") ? vm["dtype"].as<std::string>() : cluster.peak_dtype;
-  if (dtype != "fp32" && dtype != "bf16") throw UsageError("--dtype must be fp32 or bf16, got '" + dtype + "'");
-  training.precision = dtype == "bf16" ? Precision::BF16 : Precision::FP32;
+  s.dtype = vm.count("dtype") ? vm["dtype"].as<std::string>() : cluster.peak_dtype;
+  if (s.dtype != "fp32" && s.dtype != "bf16") throw UsageError("--dtype must be fp32 or bf16, got '" + s.dtype + "'");
+  training.precision = s.dtype == "bf16" ? Precision::BF16 : Precision::FP32;
   training.recompute = vm["recompute"].as<bool>();
-  std::optional<int> micro;
   if (vm.count("micro-batch")) {
-    micro = vm["micro-batch"].as<int>();
-    if (*micro < 1) throw UsageError("--micro-batch must be at least 1");
+    s.micro_batch = vm["micro-batch"].as<int>();
+    if (*s.micro_batch < 1) throw UsageError("--micro-batch must be at least 1");
   }
-  const int top = vm["top"].as<int>();
-  if (top < 1) throw UsageError("--top must be at least 1");
-  const double bucket_mb = vm["bucket-mb"].as<double>();
-  if (!(bucket_mb > 0)) throw UsageError("--bucket-mb must be positive");
+  s.top = vm["top"].as<int>();
+  if (s.top < 1) throw UsageError("--top must be at least 1");
+  s.search.micro_batch = s.micro_batch;
+  s.search.bucket_mb = vm["bucket-mb"].as<double>();
+  if (!(s.search.bucket_mb > 0)) throw UsageError("--bucket-mb must be positive");
+  s.search.overlap = !vm["no-overlap"].as<bool>();
+  s.search.allow_cross_node_tp = vm["allow-cross-node-tp"].as<bool>();
+  return s;
+}
 
+void print_job(const ModelShape& model, const PlanSettings& s, const Cluster& cluster) {
+  const TrainingShape& training = s.training;
   std::printf("model %s: %.4g B parameters, %.4g GFLOP per token (seq %d), %s compute\n", model.describe().c_str(),
               static_cast<double>(model.real_parameter_count()) / 1e9, model.training_flops_per_token(training.seq_len) / 1e9,
-              training.seq_len, dtype.c_str());
+              training.seq_len, s.dtype.c_str());
   std::printf("training: global batch %d x %d tokens%s\n%s\n", training.global_batch, training.seq_len,
               training.recompute ? ", with activation recomputation (what-if: meshtrain does not recompute)" : "",
               describe(cluster).c_str());
+}
 
-  if (vm.count("layout")) {
-    Layout layout = parse_layout(vm["layout"].as<std::string>(), cluster.devices(), micro);
-    layout.bucket_mb = bucket_mb;
-    layout.overlap = !vm["no-overlap"].as<bool>();
-    Prediction p;
-    try {
-      p = predict_step(model, training, layout, cluster);
-    } catch (const Error& e) {
-      throw UsageError("--layout " + vm["layout"].as<std::string>() + ": " + e.message());
-    }
-    std::printf("\n%s\n", describe(p).c_str());
-    std::fflush(stdout);
-    return 0;
+// --layout: the full breakdown of one layout.
+void predict_layout(const std::string& text, const ModelShape& model, const PlanSettings& s, const Cluster& cluster) {
+  Layout layout = parse_layout(text, cluster.devices(), s.micro_batch);
+  layout.bucket_mb = s.search.bucket_mb;
+  layout.overlap = s.search.overlap;
+  Prediction p;
+  try {
+    p = predict_step(model, s.training, layout, cluster);
+  } catch (const Error& e) {
+    throw UsageError("--layout " + text + ": " + e.message());
   }
+  std::printf("\n%s\n", describe(p).c_str());
+}
 
-  SearchOptions options;
-  options.micro_batch = micro;
-  options.allow_cross_node_tp = vm["allow-cross-node-tp"].as<bool>();
-  options.bucket_mb = bucket_mb;
-  options.overlap = !vm["no-overlap"].as<bool>();
-  const SearchResult result = search_layouts(model, training, cluster, options);
+// The search's outcome when no layout can be listed, as a usage error.
+void require_plans(const SearchResult& result, const PlanSettings& s, const Cluster& cluster) {
   if (result.considered == 0)
     throw UsageError("no valid layout of " + std::to_string(cluster.devices()) + " devices for this model and --global-batch " +
-                     std::to_string(training.global_batch) + " (dp must divide the batch, tp the heads, pp at most the layers)");
+                     std::to_string(s.training.global_batch) + " (dp must divide the batch, tp the heads, pp at most the layers)");
   if (result.plans.empty()) {
-    const Prediction& s = *result.smallest_rejected;
+    const Prediction& p = *result.smallest_rejected;
     throw UsageError("the model fits in no layout of " + std::to_string(cluster.devices()) + " devices with " +
                      format_cell("%.1f", cluster.memory_bytes / GiB) + " GiB each: all " +
                      std::to_string(result.rejected_for_memory) + " layouts need more; the smallest, " +
-                     describe(s.layout) + ", needs " + describe(s.memory) +
+                     describe(p.layout) + ", needs " + describe(p.memory) +
                      " (try more devices: --nodes, or a smaller --micro-batch or model)");
   }
+}
+
+// The table of the fastest layouts that fit, what was rejected, and the best one in full.
+void report_search(const SearchResult& result, int top) {
   TextTable table({"#", "dpxtpxpp", "schedule", "zero", "micro", "M", "GiB/dev", "step s", "tokens/s", "MFU",
                    "compute", "tp", "pp", "bubble", "dp", "opt+other"});
   const int shown = std::min<int>(top, static_cast<int>(result.plans.size()));
@@ -258,6 +277,27 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
     std::printf("no layout was rejected for memory\n");
   }
   std::printf("\nbest plan:\n%s\n", describe(result.plans.front()).c_str());
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
+  po::options_description desc = plan_options();
+  const auto parsed = parse_command_line("plan", kSummary, desc, args, mpi.world_rank());
+  if (!parsed) return 0;
+  const po::variables_map& vm = *parsed;
+  const ModelShape model = read_model(vm);
+  if (mpi.world_rank() != 0) return 0;
+  const Cluster cluster = read_cluster(vm);
+  const PlanSettings settings = read_settings(vm, model, cluster);
+  print_job(model, settings, cluster);
+  if (vm.count("layout")) {
+    predict_layout(vm["layout"].as<std::string>(), model, settings, cluster);
+  } else {
+    const SearchResult result = search_layouts(model, settings.training, cluster, settings.search);
+    require_plans(result, settings, cluster);
+    report_search(result, settings.top);
+  }
   std::fflush(stdout);
   return 0;
 }

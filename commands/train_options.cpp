@@ -216,9 +216,7 @@ void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, c
   training.seq_len = settings.seq_len;
   training.global_batch = settings.global_batch;
   training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
-  const Schedule eval = plan.eval_schedule();
-  perf::MemoryBreakdown m = perf::estimate_memory(config, training, l, perf::Cluster{}, plan.chunk_layers(),
-                                                  perf::held_slots(plan.train_schedule(), &eval));
+  perf::MemoryBreakdown m = perf::estimate_memory(config, training, plan, perf::Cluster{}, perf::held_slots(plan, true));
   if (save_weights) m.transient = std::max(m.transient, 4.0 * static_cast<double>(config.parameter_count()) + 256.0);
   const auto need = m.total();
   if (need <= static_cast<double>(cap)) return;

@@ -8,7 +8,6 @@
 #include <sstream>
 #include <tuple>
 
-#include "parallel/layout_check.h"
 #include "parallel/mesh.h"
 #include "parallel/schedule.h"
 #include "perf/comm_model.h"
@@ -26,18 +25,19 @@ struct ScheduleFacts {
   std::vector<std::vector<int>> held_slots, held_slots_with_validation;  // perf/memory_model.h
 };
 
-const ScheduleFacts& schedule_facts(ScheduleKind kind, int stages, int micro, int v, double ratio) {
+const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double ratio) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, long>, ScheduleFacts> cache;
   const long r = std::lround(ratio * 16.0);
-  const auto key = std::make_tuple(static_cast<int>(kind), stages, micro, v, r);
+  const Layout& l = plan.layout();
+  const auto key = std::make_tuple(static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages, r);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const Schedule schedule = make_schedule(kind, stages, micro, v);
+  const Schedule schedule = plan.train_schedule();
   ScheduleFacts facts;
   facts.makespan = simulate(schedule, 1.0, static_cast<double>(r) / 16.0).makespan;
-  const Schedule eval = make_forward_only_schedule(stages, micro, v);
+  const Schedule eval = plan.eval_schedule();
   facts.held_slots = held_slots(schedule, nullptr);
   facts.held_slots_with_validation = held_slots(schedule, &eval);
   return cache.emplace(key, std::move(facts)).first->second;
@@ -48,6 +48,10 @@ bool any_group_crosses(const std::vector<std::vector<int>>& groups, int devices_
     for (int r : g)
       if (r / devices_per_node != g.front() / devices_per_node) return true;
   return false;
+}
+
+const Link& link_for(bool crosses_nodes, const Cluster& cluster) {
+  return crosses_nodes ? cluster.inter : cluster.intra;
 }
 
 // Bytes of the data-parallel reduction: the flat fp32 gradients cut into buckets from the end
@@ -65,95 +69,92 @@ std::pair<double, double> bucketed(double bytes, double bucket_bytes, double (*o
   return {total, last};
 }
 
-}  // namespace
-
-Prediction predict_step(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                        const Cluster& cluster) {
+void check_job(const ModelShape& model, const TrainingShape& training, const Layout& layout, const Cluster& cluster) {
   model.validate();
   cluster.validate();
   MT_REQUIRE(training.seq_len >= 1 && training.seq_len <= model.max_seq_len, "sequence length ", training.seq_len,
              " must be in [1, ", model.max_seq_len, "] (the model's context)");
   MT_REQUIRE(layout.world_size() <= cluster.devices(), "layout ", describe(layout), " needs ", layout.world_size(),
              " devices, the cluster has ", cluster.devices());
-  MT_REQUIRE(layout.zero == 0 || layout.zero == 1, "zero must be 0 or 1, got ", layout.zero);
-  MT_REQUIRE(layout.bucket_mb > 0, "bucket size must be positive, got ", layout.bucket_mb);
-  LayoutRequest request = layout;
-  request.order = "tp-dp-pp";
-  const LayoutPlan plan(request, layout_dims(model, training.seq_len), layout.world_size(), training.global_batch);
+}
 
-  Prediction p;
-  p.layout = layout;
-  p.micro_batches = plan.micro_batches();
-  p.chunk_layers = plan.chunk_layers();
-  const int M = p.micro_batches, P = layout.pp, v = layout.virtual_stages;
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
-  const double act = training.act_bytes();
+// Which groups leave a node, in the plan's mesh order.
+void mark_node_crossings(const Mesh& mesh, int devices_per_node, Prediction& p) {
+  p.tp_crosses_nodes = any_group_crosses(mesh.all_tp_groups(), devices_per_node);
+  p.dp_crosses_nodes = any_group_crosses(mesh.all_dp_groups(), devices_per_node);
+  p.pp_crosses_nodes = any_group_crosses(mesh.all_pp_groups(), devices_per_node);
+}
 
-  // Which groups leave a node (mesh order tp-dp-pp: tp fastest, then dp, then pp).
-  const Mesh mesh(plan.mesh());
-  const int dpn = cluster.devices_per_node;
-  p.tp_crosses_nodes = any_group_crosses(mesh.all_tp_groups(), dpn);
-  p.dp_crosses_nodes = any_group_crosses(mesh.all_dp_groups(), dpn);
-  p.pp_crosses_nodes = any_group_crosses(mesh.all_pp_groups(), dpn);
-  const Link& tp_link = p.tp_crosses_nodes ? cluster.inter : cluster.intra;
-  const Link& dp_link = p.dp_crosses_nodes ? cluster.inter : cluster.intra;
-  const Link& pp_link = p.pp_crosses_nodes ? cluster.inter : cluster.intra;
-  const Link& world_link = layout.world_size() > dpn ? cluster.inter : cluster.intra;
-
-  // The achieved GEMM rate in the compute dtype. fp32 on a GPU rated for bf16 runs on the CUDA
-  // cores (A100: 19.5 of 312 TFLOP/s, H100: 67 of 989): 1/16. bf16 on a CPU rated for fp32 widens
-  // around every GEMM and runs about half as fast (docs/PERFORMANCE.md).
+// The achieved GEMM rate in the compute dtype. fp32 on a GPU rated for bf16 runs on the CUDA
+// cores (A100: 19.5 of 312 TFLOP/s, H100: 67 of 989): 1/16. bf16 on a CPU rated for fp32 widens
+// around every GEMM and runs about half as fast (docs/PERFORMANCE.md).
+double achieved_rate(const Cluster& cluster, Precision precision) {
   double rate = cluster.peak_flops * cluster.achieved_fraction;
-  const bool bf16 = training.precision == Precision::BF16;
+  const bool bf16 = precision == Precision::BF16;
   if (!bf16 && cluster.peak_dtype == "bf16") rate /= 16.0;
   if (bf16 && cluster.peak_dtype == "fp32") rate /= 2.0;
+  return rate;
+}
 
-  // Per stage and micro-batch: forward and backward of all its chunks, split into parts.
-  struct StageTimes {
-    double compute_f = 0, compute_b = 0, tp_f = 0, tp_b = 0;
-    double params = 0;
-  };
-  std::vector<StageTimes> stages(static_cast<std::size_t>(P));
+// One stage's seconds per micro-batch: forward and backward of all its chunks, split into parts.
+struct StageTimes {
+  double compute_f = 0, compute_b = 0, tp_f = 0, tp_b = 0;
+  double params = 0;
+  double cost() const { return compute_f + compute_b + tp_f + tp_b; }
+};
+
+StageTimes stage_times(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                       const Cluster& cluster, const Link& tp_link, int s) {
+  const Layout& layout = plan.layout();
+  const int P = layout.pp, v = layout.virtual_stages;
+  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
+  const double act = training.act_bytes(), rate = achieved_rate(cluster, training.precision);
   const double tp_big = allreduce_s(layout.tp, N * C * act, tp_link), tp_small = allreduce_s(layout.tp, N * 4.0, tp_link);
-  for (int s = 0; s < P; ++s) {
-    StageTimes& st = stages[static_cast<std::size_t>(s)];
-    st.params = static_cast<double>(stage_parameters(model, layout, p.chunk_layers, s));
-    for (int c = 0; c < v; ++c) {
-      const int g = c * P + s;
-      const ChunkWork w = chunk_work(model, training, layout, p.chunk_layers[static_cast<std::size_t>(g)], g == 0,
-                                     g == P * v - 1);
-      st.compute_f += w.forward_flops / rate;
-      st.compute_b += (2.0 * w.forward_flops + (training.recompute ? w.layer_flops : 0.0)) / rate;
-      st.tp_f += w.tp_allreduces_forward * tp_big + w.tp_small_allreduces * tp_small;
-      st.tp_b += w.tp_allreduces_backward * tp_big;
-      if (training.recompute) st.tp_b += 2 * w.layers * tp_big;  // the layers' forward allreduces again
-      // Gpt::forward_chunk casts the whole fp32 master to bf16 (read 4, write 2 bytes each).
-      if (bf16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
-    }
+  StageTimes st;
+  st.params = static_cast<double>(stage_parameters(model, plan, s));
+  for (int c = 0; c < v; ++c) {
+    const int g = c * P + s;
+    const ChunkWork w = chunk_work(model, training, layout, plan.chunk_layers()[static_cast<std::size_t>(g)], g == 0,
+                                   g == P * v - 1);
+    st.compute_f += w.forward_flops / rate;
+    st.compute_b += (2.0 * w.forward_flops + (training.recompute ? w.layer_flops : 0.0)) / rate;
+    st.tp_f += w.tp_allreduces_forward * tp_big + w.tp_small_allreduces * tp_small;
+    st.tp_b += w.tp_allreduces_backward * tp_big;
+    if (training.recompute) st.tp_b += 2 * w.layers * tp_big;  // the layers' forward allreduces again
+    // Gpt::forward_chunk casts the whole fp32 master to bf16 (read 4, write 2 bytes each).
+    if (training.precision == Precision::BF16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
   }
-  const auto stage_cost = [](const StageTimes& st) { return st.compute_f + st.compute_b + st.tp_f + st.tp_b; };
-  const StageTimes& slow = *std::max_element(stages.begin(), stages.end(), [&](const StageTimes& a, const StageTimes& b) {
-    return stage_cost(a) < stage_cost(b);
-  });
-  const double f = (slow.compute_f + slow.tp_f) / v, b = (slow.compute_b + slow.tp_b) / v;  // per chunk
+  return st;
+}
 
-  // The pipeline: the schedule's makespan with the slowest stage's per-chunk costs.
-  const ScheduleFacts& facts = schedule_facts(layout.schedule, P, M, v, b / f);
+const StageTimes& slowest(const std::vector<StageTimes>& stages) {
+  return *std::max_element(stages.begin(), stages.end(),
+                           [](const StageTimes& a, const StageTimes& b) { return a.cost() < b.cost(); });
+}
+
+// The pipeline: the schedule's makespan with the slowest stage's per-chunk costs, what of it is
+// compute and tensor-parallel communication, the rest bubble; and the messages between stages.
+// Returns the makespan.
+double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, const ScheduleFacts& facts, double f,
+                    double message, Prediction& p) {
+  const Layout& layout = plan.layout();
+  const int M = plan.micro_batches(), P = layout.pp, v = layout.virtual_stages;
   const double makespan = facts.makespan * f;
   p.time.compute = M * (slow.compute_f + slow.compute_b);
   p.time.tp_comm = M * (slow.tp_f + slow.tp_b);
   p.time.bubble = std::max(0.0, makespan - p.time.compute - p.time.tp_comm);
-  const double message = P > 1 ? p2p_s(N * C * act, pp_link) : 0.0;
   if (P > 1) {
     // Fill and drain cross every chunk boundary once each way; without overlap every send is
     // also waited for by its sender.
     p.time.pp_comm = 2.0 * (P * v - 1) * message + (layout.overlap ? 0.0 : 2.0 * M * v * message);
   }
+  return makespan;
+}
 
-  // Data parallelism, tied embedding, norm, optimizer: for the stage holding the most parameters.
-  const double params = std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
-                          return x.params < y.params;
-                        })->params;
+// Data parallelism and the optimizer, for the stage holding the most parameters `params`: the
+// buckets' reduction (and ZeRO-1's allgather) under the last micro-batch's backward and the optimizer.
+void add_data_parallel(const Layout& layout, double params, const StageTimes& slow, const Cluster& cluster,
+                       const Link& dp_link, Prediction& p) {
   const double bucket_bytes = layout.bucket_mb * 1024.0 * 1024.0;
   const auto [reduce_total, reduce_last] =
       bucketed(params * 4.0, bucket_bytes, layout.zero == 1 ? reduce_scatter_s : allreduce_s, layout.dp, dp_link);
@@ -166,33 +167,44 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
   p.time.dp_exposed = std::max(reduce_last, reduce_total - window);
   if (layout.zero == 1)
     p.time.dp_exposed += layout.overlap ? std::max(gather_last, gather_total - p.time.optimizer) : gather_total;
-  if (P > 1) {
-    const double wte = static_cast<double>(model.vocab_rows()) * C / layout.tp * 4.0;
-    const Link& emb_link = any_group_crosses(mesh.all_embedding_groups(), dpn) ? cluster.inter : cluster.intra;
+}
+
+// The tied embedding's sum and broadcast between first and last stage, and the norm's allreduce.
+void add_synchronization(const ModelShape& model, const Layout& layout, const Mesh& mesh, const Cluster& cluster,
+                         Prediction& p) {
+  const int dpn = cluster.devices_per_node;
+  if (layout.pp > 1) {
+    const double wte = static_cast<double>(model.vocab_rows()) * model.channels / layout.tp * 4.0;
+    const Link& emb_link = link_for(any_group_crosses(mesh.all_embedding_groups(), dpn), cluster);
     p.time.embedding_sync = allreduce_s(2, wte, emb_link) + p2p_s(wte, emb_link);
   }
-  p.time.norm = allreduce_s(layout.world_size(), 12.0, world_link);
+  p.time.norm = allreduce_s(layout.world_size(), 12.0, link_for(layout.world_size() > dpn, cluster));
+}
 
-  const double dedicated = makespan + p.time.pp_comm + p.time.dp_exposed + p.time.embedding_sync + p.time.norm +
-                           p.time.optimizer;
-  p.step_s = dedicated;
-  if (cluster.shared_cores && cluster.cores_per_node < dpn) {
-    // Every rank's busy time (its compute, its communication, which on shared memory is CPU
-    // copying, and its optimizer) must pass through the node's cores; a rank that waits yields.
-    double busiest_node = 0;
-    for (int node = 0; node * dpn < layout.world_size(); ++node) {
-      double busy = 0;
-      for (int r = node * dpn; r < std::min(layout.world_size(), (node + 1) * dpn); ++r) {
-        const StageTimes& st = stages[static_cast<std::size_t>(mesh.coord_of(r).pp)];
-        busy += M * stage_cost(st) + (P > 1 ? 2.0 * M * v * message : 0.0) + p.time.dp_total +
-                p.time.embedding_sync + p.time.optimizer;
-      }
-      busiest_node = std::max(busiest_node, busy / cluster.cores_per_node);
+// On CPUs whose ranks share cores, every rank's busy time (its compute, its communication, which on
+// shared memory is CPU copying, and its optimizer) must pass through the node's cores; a rank that
+// waits yields. Returns the busiest node's time.
+double busiest_node(const LayoutPlan& plan, const Mesh& mesh, const std::vector<StageTimes>& stages, double message,
+                    const Cluster& cluster, const Prediction& p) {
+  const Layout& layout = plan.layout();
+  const int M = plan.micro_batches(), P = layout.pp, v = layout.virtual_stages, dpn = cluster.devices_per_node;
+  double busiest = 0;
+  for (int node = 0; node * dpn < layout.world_size(); ++node) {
+    double busy = 0;
+    for (int r = node * dpn; r < std::min(layout.world_size(), (node + 1) * dpn); ++r) {
+      const StageTimes& st = stages[static_cast<std::size_t>(mesh.coord_of(r).pp)];
+      busy += M * st.cost() + (P > 1 ? 2.0 * M * v * message : 0.0) + p.time.dp_total + p.time.embedding_sync +
+              p.time.optimizer;
     }
-    p.time.core_wait = std::max(0.0, busiest_node - dedicated);
-    p.step_s = dedicated + p.time.core_wait;
+    busiest = std::max(busiest, busy / cluster.cores_per_node);
   }
+  return busiest;
+}
 
+// Tokens per second and the model FLOPs utilization of the step.
+void add_throughput(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                    const Cluster& cluster, Prediction& p) {
+  const int dpn = cluster.devices_per_node;
   const double tokens = static_cast<double>(training.global_batch) * training.seq_len;
   p.tokens_per_s = tokens / p.step_s;
   p.model_flops_per_step = model.training_flops_per_token(training.seq_len) * tokens;
@@ -201,15 +213,75 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
                                                                        static_cast<double>(layout.world_size()) / dpn))
                               : layout.world_size();
   p.mfu = p.model_flops_per_step / p.step_s / (hardware * cluster.peak_flops);
+}
 
-  p.memory = estimate_memory(model, training, layout, cluster, p.chunk_layers,
+// The stage needing the most memory, with the slots the schedule keeps; the ranks of a CPU node
+// share its memory (and what the OS keeps): each gets its share.
+void add_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                const Cluster& cluster, const ScheduleFacts& facts, Prediction& p) {
+  p.memory = estimate_memory(model, training, plan, cluster,
                              training.validation ? facts.held_slots_with_validation : facts.held_slots);
-  // The ranks of a CPU node share its memory (and what the OS keeps): each gets its share.
-  const double sharers = cluster.shared_cores ? dpn : 1;
+  const double sharers = cluster.shared_cores ? cluster.devices_per_node : 1;
   p.memory.reserved /= sharers;
   p.memory_capacity = cluster.memory_bytes / sharers;
   p.fits = p.memory.total() <= p.memory_capacity;
+}
+
+Prediction predict(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                   const Cluster& cluster) {
+  const Layout& layout = plan.layout();
+  Prediction p;
+  p.layout = layout;
+  p.micro_batches = plan.micro_batches();
+  p.chunk_layers = plan.chunk_layers();
+  const Mesh mesh(plan.mesh());
+  mark_node_crossings(mesh, cluster.devices_per_node, p);
+
+  std::vector<StageTimes> stages;
+  for (int s = 0; s < layout.pp; ++s)
+    stages.push_back(stage_times(model, training, plan, cluster, link_for(p.tp_crosses_nodes, cluster), s));
+  const StageTimes& slow = slowest(stages);
+  const int v = layout.virtual_stages;
+  const double f = (slow.compute_f + slow.tp_f) / v, b = (slow.compute_b + slow.tp_b) / v;  // per chunk
+  const ScheduleFacts& facts = schedule_facts(plan, b / f);
+  const double N = static_cast<double>(layout.micro_batch) * training.seq_len;
+  const double message =
+      layout.pp > 1 ? p2p_s(N * model.channels * training.act_bytes(), link_for(p.pp_crosses_nodes, cluster)) : 0.0;
+  const double makespan = add_pipeline(plan, slow, facts, f, message, p);
+
+  const double params = std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
+                          return x.params < y.params;
+                        })->params;
+  add_data_parallel(layout, params, slow, cluster, link_for(p.dp_crosses_nodes, cluster), p);
+  add_synchronization(model, layout, mesh, cluster, p);
+
+  const double dedicated = makespan + p.time.pp_comm + p.time.dp_exposed + p.time.embedding_sync + p.time.norm +
+                           p.time.optimizer;
+  p.step_s = dedicated;
+  if (cluster.shared_cores && cluster.cores_per_node < cluster.devices_per_node) {
+    p.time.core_wait = std::max(0.0, busiest_node(plan, mesh, stages, message, cluster, p) - dedicated);
+    p.step_s = dedicated + p.time.core_wait;
+  }
+  add_throughput(model, training, layout, cluster, p);
+  add_memory(model, training, plan, cluster, facts, p);
   return p;
+}
+
+}  // namespace
+
+Prediction predict_step(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                        const Cluster& cluster) {
+  check_job(model, training, layout, cluster);
+  LayoutRequest request = layout;
+  request.order = "tp-dp-pp";
+  const LayoutPlan plan(request, layout_dims(model, training.seq_len), layout.world_size(), training.global_batch);
+  return predict(model, training, plan, cluster);
+}
+
+Prediction predict_step(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                        const Cluster& cluster) {
+  check_job(model, training, plan.layout(), cluster);
+  return predict(model, training, plan, cluster);
 }
 
 std::string describe(const Prediction& p) {

@@ -59,10 +59,14 @@ struct Prediction {
   bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false;
 };
 
-// Throws Error when the layout is invalid for the model and batch (parallel/layout_check.h's
-// message), or when it needs more devices than the cluster has. A layout that does not fit in
+// The layout becomes a LayoutPlan (parallel/layout_plan.h): its checks, micro-batches, stage
+// layers, partitions and schedules are the trainer's. Throws Error when the layout is invalid for
+// the model and batch (parallel/layout_check.h's message), or when it needs more devices than the cluster has. A layout that does not fit in
 // memory is still predicted, with fits = false.
 Prediction predict_step(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                        const Cluster& cluster);
+// The same for a plan already made (its mesh order as given; the one above uses tp-dp-pp).
+Prediction predict_step(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
                         const Cluster& cluster);
 
 // Several lines: the layout, the time breakdown and the memory breakdown.

@@ -105,6 +105,13 @@ std::vector<std::vector<int>> held_slots(const Schedule& train, const Schedule* 
   return held;
 }
 
+std::vector<std::vector<int>> held_slots(const LayoutPlan& plan, bool validation) {
+  const Schedule train = plan.train_schedule();
+  if (!validation) return held_slots(train, nullptr);
+  const Schedule eval = plan.eval_schedule();
+  return held_slots(train, &eval);
+}
+
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
   const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels, tp = layout.tp;
   const double a = training.act_bytes(), f32 = 4.0, H = model.heads / layout.tp;
@@ -135,15 +142,16 @@ double logits_bytes(const ModelShape& model, const TrainingShape& training, cons
                training.act_bytes());
 }
 
-MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                                      const Cluster& cluster, const std::vector<int>& chunk_layers,
-                                      const std::vector<std::vector<int>>& slots, int s) {
+MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                                      const Cluster& cluster, const std::vector<std::vector<int>>& slots, int s) {
+  const Layout& layout = plan.layout();
+  const std::vector<int>& chunk_layers = plan.chunk_layers();
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double a = training.act_bytes(), tp = layout.tp;
   MemoryBreakdown m;
   m.stage = s;
   // The flat buffers, padded to a multiple of dp (models/parameter_store.h).
-  const std::vector<std::int64_t> tensors = stage_parameter_tensors(model, layout, chunk_layers, s);
+  const std::vector<std::int64_t> tensors = stage_parameter_tensors(model, plan, s);
   double numel = static_cast<double>(std::accumulate(tensors.begin(), tensors.end(), std::int64_t{0}));
   numel = std::ceil(numel / layout.dp) * layout.dp;
   m.parameters = block(numel * 4.0) + (training.precision == Precision::BF16 ? block(numel * 2.0) : 0.0);
@@ -184,12 +192,11 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   return m;
 }
 
-MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                                const Cluster& cluster, const std::vector<int>& chunk_layers,
-                                const std::vector<std::vector<int>>& slots) {
+MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                                const Cluster& cluster, const std::vector<std::vector<int>>& slots) {
   MemoryBreakdown worst;
-  for (int s = 0; s < layout.pp; ++s) {
-    const MemoryBreakdown m = estimate_stage_memory(model, training, layout, cluster, chunk_layers, slots, s);
+  for (int s = 0; s < plan.layout().pp; ++s) {
+    const MemoryBreakdown m = estimate_stage_memory(model, training, plan, cluster, slots, s);
     if (s == 0 || m.total() > worst.total()) worst = m;
   }
   return worst;
@@ -200,9 +207,8 @@ MemoryBreakdown estimate_sampling_memory(const ModelShape& model, int window) {
   training.seq_len = window;
   training.global_batch = 1;
   training.validation = false;
-  Layout layout;  // one rank, micro-batch 1
-  const std::vector<int> layers{model.layers};
-  MemoryBreakdown m = estimate_stage_memory(model, training, layout, Cluster{}, layers, {{1}}, 0);
+  const LayoutPlan plan(Layout{}, layout_dims(model, window), 1, 1);  // one rank, micro-batch 1
+  MemoryBreakdown m = estimate_stage_memory(model, training, plan, Cluster{}, {{1}}, 0);
   m.optimizer = 0;
   // Softmax probabilities of the last position, [1, V] fp32, kept for the whole generation.
   m.workspace += block(4.0 * model.vocab_size);

@@ -44,6 +44,9 @@ struct MemoryBreakdown {
 // stage that sends keeps its done slots until `stages` of them are done, then waits for their sends.
 std::vector<std::vector<int>> held_slots(const Schedule& train, const Schedule* eval);
 
+// The same for the plan's schedules: training, then validation's forward-only one if asked.
+std::vector<std::vector<int>> held_slots(const LayoutPlan& plan, bool validation);
+
 // What one layer keeps for backward for one micro-batch, in 256-byte blocks.
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 // One slot's bytes (models/gpt.cpp Gpt::acquire) for a chunk of `layers` layers, without the logits.
@@ -51,14 +54,12 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
                   bool embedding, bool head);
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 
-// One pipeline stage. chunk_layers: per global chunk (perf/model_shape.h); slots: held_slots().
-MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                                      const Cluster& cluster, const std::vector<int>& chunk_layers,
-                                      const std::vector<std::vector<int>>& slots, int stage);
+// One pipeline stage of the plan (its layers, its shard of the parameters); slots: held_slots().
+MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                                      const Cluster& cluster, const std::vector<std::vector<int>>& slots, int stage);
 // The stage needing the most memory.
-MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                                const Cluster& cluster, const std::vector<int>& chunk_layers,
-                                const std::vector<std::vector<int>>& slots);
+MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                                const Cluster& cluster, const std::vector<std::vector<int>>& slots);
 
 // `meshtrain sample`: one whole model (fp32 parameters, and the gradient buffer its store keeps),
 // one slot of a single sequence of `window` tokens with its logits, the scratch, and the [1, V]

@@ -1,24 +1,35 @@
 #include "perf/model_shape.h"
 
-#include <iterator>
+#include <map>
+#include <mutex>
 #include <numeric>
-#include <sstream>
+#include <tuple>
+#include <utility>
 
-#include "parallel/stage_partition.h"
-#include "runtime/error.h"
+#include "models/gpt_sharding.h"
 
 namespace mt::perf {
+namespace {
 
-int micro_batches(const TrainingShape& training, const Layout& layout) {
-  const int per_step = layout.dp * layout.micro_batch;
-  MT_REQUIRE(per_step > 0 && training.global_batch % per_step == 0, "global batch ", training.global_batch,
-             " is not a multiple of dp ", layout.dp, " x micro-batch ", layout.micro_batch);
-  return training.global_batch / per_step;
+// gpt_param_shards lists the whole model's tensors, by name; the layout search asks for the same
+// few partitions thousands of times, so their sizes are kept per (model, partition).
+using ShardKey = std::tuple<int, int, int, int, int, int, int, std::vector<std::pair<int, int>>, bool, bool>;
+
+std::vector<std::int64_t> shard_sizes(const ModelShape& model, const GptPartition& partition) {
+  static std::mutex mutex;
+  static std::map<ShardKey, std::vector<std::int64_t>> cache;
+  std::vector<std::pair<int, int>> chunks;
+  for (const LayerRange& r : partition.chunks) chunks.emplace_back(r.begin, r.end);
+  ShardKey key{model.layers, model.heads, model.channels, model.max_seq_len, model.vocab_size, model.padded_vocab,
+               partition.tp_size, std::move(chunks), partition.embedding, partition.head};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  std::vector<std::int64_t> sizes;
+  for (const ParamShard& shard : gpt_param_shards(model, partition)) sizes.push_back(shard.local.numel());
+  return cache.emplace(std::move(key), std::move(sizes)).first->second;
 }
 
-std::vector<int> chunk_layers(const ModelShape& model, int seq_len, const Layout& layout) {
-  return plan_chunk_layers(layout, layout_dims(model, seq_len));
-}
+}  // namespace
 
 ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                      bool embedding, bool head) {
@@ -43,29 +54,14 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
   return w;
 }
 
-std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const Layout& layout,
-                                                  const std::vector<int>& chunk_layers, int stage) {
-  const std::int64_t C = model.channels, tp = layout.tp;
-  // Column-parallel QKV and MLP-up with their biases split; row-parallel projections split by
-  // input with replicated biases; layernorms replicated (models/gpt_sharding.h).
-  const std::int64_t layer[] = {C, C, 3 * C * C / tp, 3 * C / tp, C * C / tp, C, C, C, 4 * C * C / tp, 4 * C / tp,
-                                4 * C * C / tp, C};
-  std::vector<std::int64_t> tensors;
-  const std::int64_t wte = static_cast<std::int64_t>(model.vocab_rows()) * C / tp;
-  if (stage == 0) tensors.insert(tensors.end(), {wte, static_cast<std::int64_t>(model.max_seq_len) * C});
-  for (int c = 0; c < layout.virtual_stages; ++c)
-    for (int l = 0; l < chunk_layers.at(static_cast<std::size_t>(c * layout.pp + stage)); ++l)
-      tensors.insert(tensors.end(), std::begin(layer), std::end(layer));
-  if (stage == layout.pp - 1) {
-    tensors.insert(tensors.end(), {C, C});
-    if (layout.pp > 1) tensors.push_back(wte);
-  }
-  return tensors;
+std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const LayoutPlan& plan, int stage) {
+  MeshCoord coord;
+  coord.pp = stage;  // tensor-parallel rank 0: every rank of the group holds shards of the same sizes
+  return shard_sizes(model, plan.partition(coord));
 }
 
-std::int64_t stage_parameters(const ModelShape& model, const Layout& layout, const std::vector<int>& chunk_layers,
-                              int stage) {
-  const std::vector<std::int64_t> tensors = stage_parameter_tensors(model, layout, chunk_layers, stage);
+std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, int stage) {
+  const std::vector<std::int64_t> tensors = stage_parameter_tensors(model, plan, stage);
   return std::accumulate(tensors.begin(), tensors.end(), std::int64_t{0});
 }
 

@@ -1,9 +1,11 @@
 // What the performance model knows about one training job before any device is touched: the
 // model's shape, the training shape (sequence, batch, precision) and a parallel layout, and what
-// follows from them by counting: layers per stage, parameters and FLOPs per rank. The counts
-// follow meshtrain's own code (models/gpt.cpp, train/parallel_trainer.cpp), not a textbook model.
-// defines: ModelShape, Precision, TrainingShape, Layout, describe, micro_batches, chunk_layers,
-//          ChunkWork, chunk_work, stage_parameter_tensors, stage_parameters
+// follows from them by counting: parameters and FLOPs per rank. The counts follow meshtrain's own
+// code (models/gpt.cpp, models/gpt_sharding.h), not a textbook model. The layers per stage, the
+// micro-batches per step and each stage's part of the model come from the job's LayoutPlan
+// (parallel/layout_plan.h), as they do for the trainer.
+// defines: ModelShape, Precision, TrainingShape, Layout, describe, ChunkWork, chunk_work,
+//          stage_parameter_tensors, stage_parameters
 #pragma once
 
 #include <cstdint>
@@ -41,14 +43,6 @@ using Layout = LayoutRequest;
 // "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b"
 inline std::string describe(const Layout& layout) { return layout.describe(); }
 
-// global_batch / (dp x micro_batch): micro-batches per pipeline and step (M).
-int micro_batches(const TrainingShape& training, const Layout& layout);
-
-// Layers of each global chunk g = c * pp + s (v = 1: of each stage), as meshtrain places them:
-// balanced by forward FLOPs with the embedding on the first and the head on the last stage, or
-// layers / (pp v) each when interleaving.
-std::vector<int> chunk_layers(const ModelShape& model, int seq_len, const Layout& layout);
-
 // The work of one micro-batch through one model chunk on one tensor-parallel rank.
 struct ChunkWork {
   int layers = 0;
@@ -62,11 +56,11 @@ struct ChunkWork {
 ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                      bool embedding, bool head);
 
-// Elements of each parameter tensor a rank of pipeline stage `stage` holds (its tensor-parallel
-// shard of its chunks; the tied embedding on the first and on the last stage), and their sum.
-std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const Layout& layout,
-                                                  const std::vector<int>& chunk_layers, int stage);
-std::int64_t stage_parameters(const ModelShape& model, const Layout& layout, const std::vector<int>& chunk_layers,
-                              int stage);
+// Elements of each parameter tensor a rank of pipeline stage `stage` holds, in the order of
+// gpt_param_shards (models/gpt_sharding.h) for the plan's partition of that stage: its
+// tensor-parallel shard of its chunks, the tied embedding on the first and on the last stage.
+// Every tensor-parallel rank holds shards of the same sizes. And their sum.
+std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const LayoutPlan& plan, int stage);
+std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, int stage);
 
 }  // namespace mt::perf

@@ -15,14 +15,19 @@ ModelShape tiny() {
   return m;
 }
 
+// The plan meshtrain makes of a layout (parallel/layout_plan.h), with a batch every layout here takes.
+LayoutPlan plan_of(const ModelShape& m, int seq_len, const Layout& l) {
+  return LayoutPlan(l, layout_dims(m, seq_len), l.world_size(), 8);
+}
+
 TEST(StageParameters, WholeModelOnOneRankIsTheParameterCount) {
   const ModelShape m = gpt_preset("gpt2");
   Layout l;
-  EXPECT_EQ(stage_parameters(m, l, chunk_layers(m, 1024, l), 0), m.parameter_count());
+  EXPECT_EQ(stage_parameters(m, plan_of(m, 1024, l), 0), m.parameter_count());
   // Two stages: the tied embedding is on both, so the stages hold its rows twice.
   l.pp = 2;
-  const std::vector<int> layers = chunk_layers(m, 1024, l);
-  EXPECT_EQ(stage_parameters(m, l, layers, 0) + stage_parameters(m, l, layers, 1),
+  const LayoutPlan plan = plan_of(m, 1024, l);
+  EXPECT_EQ(stage_parameters(m, plan, 0) + stage_parameters(m, plan, 1),
             m.parameter_count() + static_cast<std::int64_t>(m.vocab_rows()) * m.channels);
 }
 

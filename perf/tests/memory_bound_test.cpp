@@ -90,12 +90,9 @@ perf::MemoryBreakdown estimate(const Case& c, int stage) {
   training.global_batch = s.global_batch;
   training.precision = c.compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
   const GptConfig config = tiny_config();
-  const std::vector<int> layers = perf::chunk_layers(config, s.seq_len, l);
-  const int M = perf::micro_batches(training, l);
-  const Schedule train = make_schedule(l.schedule, l.pp, M, l.virtual_stages);
-  const Schedule eval = make_forward_only_schedule(l.pp, M, l.virtual_stages);
-  const auto slots = perf::held_slots(train, c.validation ? &eval : nullptr);
-  return perf::estimate_stage_memory(config, training, l, perf::Cluster{}, layers, slots, stage);
+  const LayoutPlan plan(l, layout_dims(config, s.seq_len), l.world_size(), training.global_batch);
+  return perf::estimate_stage_memory(config, training, plan, perf::Cluster{}, perf::held_slots(plan, c.validation),
+                                     stage);
 }
 
 // Trains the case on a fresh context; returns this rank's allocator peak.

@@ -57,11 +57,11 @@ TEST(Memory, ValidationRunAheadIsBoundedByTheStages) {
   Layout l;
   l.pp = 2;
   l.micro_batch = 1;  // M = 8
-  const std::vector<int> layers = chunk_layers(m, t.seq_len, l);
+  const LayoutPlan plan(l, layout_dims(m, t.seq_len), l.world_size(), t.global_batch);
   const Schedule train = make_schedule(l.schedule, l.pp, 8);
   const Schedule eval = make_forward_only_schedule(l.pp, 8);
-  const MemoryBreakdown without = estimate_stage_memory(m, t, l, Cluster{}, layers, held_slots(train, nullptr), 0);
-  const MemoryBreakdown with = estimate_stage_memory(m, t, l, Cluster{}, layers, held_slots(train, &eval), 0);
+  const MemoryBreakdown without = estimate_stage_memory(m, t, plan, Cluster{}, held_slots(train, nullptr), 0);
+  const MemoryBreakdown with = estimate_stage_memory(m, t, plan, Cluster{}, held_slots(train, &eval), 0);
   // Without the executor's wait, the first stage would keep all 8 micro-batches of validation.
   EXPECT_EQ(held_slots(eval, nullptr)[0], std::vector<int>{2});
   EXPECT_EQ(without.in_flight, 2);
