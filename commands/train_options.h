@@ -22,7 +22,7 @@ namespace mt {
 // Every option of `meshtrain train` (--config names an ini file of the same options).
 boost::program_options::options_description train_options();
 // The training settings; an invalid value throws UsageError (the same on every rank). Without
-// --micro-batch, micro_batch is kMicroBatchFromPlan until read_layout.
+// --micro-batch, micro_batch is 0 until read_layout.
 TrainSettings read_settings(const boost::program_options::variables_map& vm);
 // The layout options as one LayoutPlan for this job and model; UsageError when they do not fit.
 // Sets settings.micro_batch to the plan's (its default depends on dp).

@@ -5,11 +5,9 @@
 namespace mt {
 
 void TrainSettings::validate() const {
-  MT_REQUIRE(micro_batch >= 0, "--micro-batch must be at least 1, got ", micro_batch);
-  if (micro_batch != kMicroBatchFromPlan) {
-    MT_REQUIRE(global_batch >= micro_batch && global_batch % micro_batch == 0, "--global-batch (", global_batch,
-               ") must be a positive multiple of --micro-batch (", micro_batch, ")");
-  }
+  MT_REQUIRE(micro_batch >= 1, "--micro-batch must be at least 1, got ", micro_batch);
+  MT_REQUIRE(global_batch >= micro_batch && global_batch % micro_batch == 0, "--global-batch (", global_batch,
+           ") must be a positive multiple of --micro-batch (", micro_batch, ")");
   MT_REQUIRE(seq_len >= 1, "--seq-len must be at least 1, got ", seq_len);
   MT_REQUIRE(steps >= 1, "--steps must be at least 1, got ", steps);
   MT_REQUIRE(grad_clip >= 0.0f && std::isfinite(grad_clip), "--grad-clip must be >= 0, got ", grad_clip);

@@ -10,12 +10,9 @@
 
 namespace mt {
 
-// --micro-batch not given: the layout plan chooses it (parallel/layout_plan.h, LayoutRequest).
-inline constexpr int kMicroBatchFromPlan = 0;
-
 struct TrainSettings {
   int global_batch = 8;  // sequences per optimizer step
-  int micro_batch = 4;   // sequences per forward pass; divides global_batch; kMicroBatchFromPlan: not chosen yet
+  int micro_batch = 4;   // sequences per forward pass; divides global_batch
   int seq_len = 64;
   int steps = 100;
   LrSchedule schedule;
