@@ -2,15 +2,14 @@
 
 #include <set>
 
+#include "comm/agreement.h"
 #include "comm/mpi_runtime.h"
 
 namespace mt {
 
-int count_hosts(MPI_Comm comm, const std::string& host) {
-  const std::vector<std::string> hosts = gather_strings(comm, host, 0);
-  int count = static_cast<int>(std::set<std::string>(hosts.begin(), hosts.end()).size());
-  MT_MPI_CHECK(MPI_Bcast(&count, 1, MPI_INT, 0, comm));
-  return count;
+int count_hosts(Communicator& comm, DeviceContext& ctx, const std::string& host) {
+  const std::vector<std::string> hosts = allgather_strings(comm, ctx, host);
+  return static_cast<int>(std::set<std::string>(hosts.begin(), hosts.end()).size());
 }
 
 double slowest_rank_seconds(MPI_Comm comm, double seconds) {

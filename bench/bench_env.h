@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "comm/communicator.h"
+#include "runtime/context.h"
 #include "runtime/device.h"
 
 namespace mt {
@@ -15,7 +17,7 @@ namespace mt {
 inline const char* device_kind(const Device& device) { return device.is_cuda() ? "cuda" : "cpu"; }
 
 // Collective over `comm`: how many distinct host names its ranks report.
-int count_hosts(MPI_Comm comm, const std::string& host);
+int count_hosts(Communicator& comm, DeviceContext& ctx, const std::string& host);
 // Collective over `comm`: the largest of the ranks' `seconds`.
 double slowest_rank_seconds(MPI_Comm comm, double seconds);
 

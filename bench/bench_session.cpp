@@ -6,7 +6,7 @@ namespace mt {
 
 BenchSession open_bench_session(const RuntimeOptions& options) {
   BenchSession s{open_session(options)};
-  s.hosts = count_hosts(MPI_COMM_WORLD, s.session.placement.host);
+  s.hosts = count_hosts(*s.session.world, *s.session.context, s.session.placement.host);
   return s;
 }
 

@@ -66,30 +66,6 @@ std::optional<int> MpiRuntime::lowest_reporting_rank(bool reporting, std::chrono
   }
 }
 
-std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, int root) {
-  int rank = 0, size = 1;
-  MT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MT_MPI_CHECK(MPI_Comm_size(comm, &size));
-  int length = static_cast<int>(mine.size());
-  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
-  MT_MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm));
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    offsets[static_cast<std::size_t>(r)] = total;
-    total += lengths[static_cast<std::size_t>(r)];
-  }
-  std::string all(static_cast<std::size_t>(rank == root ? total : 0), '\0');
-  MT_MPI_CHECK(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, root,
-                           comm));
-  std::vector<std::string> out;
-  if (rank != root) return out;
-  for (int r = 0; r < size; ++r) {
-    out.push_back(all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
-                             static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
-  }
-  return out;
-}
-
 void abort_job(int code) {
   std::fflush(stdout);
   std::fflush(stderr);

@@ -48,9 +48,6 @@ class MpiRuntime {
   MPI_Comm ending_comm_ = MPI_COMM_NULL;  // lowest_reporting_rank's own
 };
 
-// Gathers one string per rank on `root` (in rank order); other ranks get an empty vector.
-std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, int root = 0);
-
 // Ends every rank of the job: the way out of an error on one rank that others would wait for.
 [[noreturn]] void abort_job(int code);
 

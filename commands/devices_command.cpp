@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "comm/agreement.h"  // defines: allgather_strings
 #include "comm/nccl_communicator.h"
 #include "launch/command_line.h"
 #include "launch/session.h"
@@ -49,10 +50,10 @@ int devices_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
                                 std::to_string(s.placement.local_rank), s.binding.device.str(), props.name,
                                 format_bytes(props.total_memory), cap ? format_bytes(cap) : "none",
                                 std::to_string(s.context->cpu_threads()), s.world->backend_name()});
-  const auto rows = gather_strings(MPI_COMM_WORLD, row);
+  const auto rows = allgather_strings(*s.world, *s.context, row);
   std::string warnings;
   for (const std::string& w : s.warnings) warnings += w + '\n';
-  const auto all_warnings = gather_strings(MPI_COMM_WORLD, warnings);
+  const auto all_warnings = allgather_strings(*s.world, *s.context, warnings);
   // A collective over the chosen backend proves it works, not only that it was chosen.
   s.world->barrier();
   if (s.placement.world_rank != 0) return 0;

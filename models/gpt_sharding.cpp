@@ -12,20 +12,19 @@ GptPartition GptPartition::whole(const GptConfig& config) {
   return p;
 }
 
+// What the layout plan guarantees (its checks name the options: parallel/layout_check.h); a
+// partition that breaks it is our bug, not the user's.
 void GptPartition::validate(const GptConfig& config) const {
-  MT_REQUIRE(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tensor-parallel rank ", tp_rank, " of ", tp_size);
-  MT_REQUIRE(config.heads % tp_size == 0, "--tp ", tp_size, " does not divide the ", config.heads, " attention heads");
-  MT_REQUIRE((4 * config.channels) % tp_size == 0, "--tp ", tp_size, " does not divide the MLP width ",
-             4 * config.channels);
-  MT_REQUIRE(config.vocab_rows() % tp_size == 0, "--tp ", tp_size, " does not divide the ", config.vocab_rows(),
-             " padded vocabulary rows");
+  MT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tensor-parallel rank ", tp_rank, " of ", tp_size);
+  MT_CHECK(config.heads % tp_size == 0 && (4 * config.channels) % tp_size == 0 && config.vocab_rows() % tp_size == 0,
+           "tp ", tp_size, " does not divide the heads, the MLP width or the padded vocabulary of ", config.describe());
   int previous_end = 0;
   for (const LayerRange& c : chunks) {
-    MT_REQUIRE(c.begin >= previous_end && c.end > c.begin && c.end <= config.layers, "layer chunk [", c.begin, ", ",
-               c.end, ") is empty, overlaps another or lies outside the ", config.layers, " layers");
+    MT_CHECK(c.begin >= previous_end && c.end > c.begin && c.end <= config.layers, "layer chunk [", c.begin, ", ",
+             c.end, ") is empty, overlaps another or lies outside the ", config.layers, " layers");
     previous_end = c.end;
   }
-  MT_REQUIRE(!chunks.empty() || (embedding && head), "a partition without layers must hold the whole model's ends");
+  MT_CHECK(!chunks.empty() || (embedding && head), "a partition without layers must hold the whole model's ends");
 }
 
 std::string GptPartition::describe() const {

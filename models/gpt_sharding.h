@@ -21,7 +21,7 @@
 
 #include "models/gpt_config.h"
 #include "models/gpt_parameters.h"
-#include "parallel/layout_plan.h"  // defines: ModelPartition, LayerRange
+#include "parallel/layout_plan.h"  // defines: ModelPartition
 
 namespace mt {
 
@@ -32,8 +32,8 @@ struct GptPartition : ModelPartition {
   GptPartition(const ModelPartition& p) : ModelPartition(p) {}  // NOLINT(google-explicit-constructor)
 
   static GptPartition whole(const GptConfig& config);  // one rank, everything
-  // Throws Error when the partition does not fit the model (tp not dividing heads, 4C or Vp;
-  // chunks empty, overlapping or outside the layers).
+  // InternalError when the partition does not fit the model (tp not dividing heads, 4C or Vp;
+  // chunks empty, overlapping or outside the layers): the layout plan's checks come first.
   void validate(const GptConfig& config) const;
   std::int64_t vocab_rows_local(const GptConfig& config) const { return config.vocab_rows() / tp_size; }
   std::int64_t vocab_begin(const GptConfig& config) const { return vocab_rows_local(config) * tp_rank; }

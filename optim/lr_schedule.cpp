@@ -4,7 +4,7 @@
 #include <numbers>
 #include <sstream>
 
-#include "runtime/error.h"  // defines: MT_REQUIRE, MT_FAIL
+#include "runtime/error.h"  // defines: MT_REQUIRE, MT_FAIL_AS
 
 namespace mt {
 
