@@ -211,7 +211,6 @@ namespace {
 void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, const TrainSettings& settings,
                       const LayoutPlan& plan, bool save_weights) {
   if (cap == 0) return;
-  const perf::Layout& l = plan.layout();
   perf::TrainingShape training;
   training.seq_len = settings.seq_len;
   training.global_batch = settings.global_batch;
@@ -221,7 +220,7 @@ void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, c
   const auto need = m.total();
   if (need <= static_cast<double>(cap)) return;
   const auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
-  const std::string who = l.pp > 1 ? "a rank of pipeline stage " + std::to_string(m.stage) : std::string("a rank");
+  const std::string who = plan.mesh().pp > 1 ? "a rank of pipeline stage " + std::to_string(m.stage) : std::string("a rank");
   throw UsageError("--device-memory-limit " + bytes(static_cast<double>(cap)) + " is too small for this model: " + who +
                    " needs up to " + bytes(need) + ", " + bytes(need - static_cast<double>(cap)) +
                    " more (parameters " + bytes(m.parameters) + ", gradients " + bytes(m.gradients) +

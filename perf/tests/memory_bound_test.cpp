@@ -74,23 +74,32 @@ TrainSettings settings(const Case& c) {
   return s;
 }
 
+// The case's layout as a user would ask for it (buckets at their default size).
+LayoutRequest layout_of(const Case& c) {
+  LayoutRequest r;
+  r.dp = c.dp;
+  r.tp = c.tp;
+  r.pp = c.pp;
+  r.schedule = c.schedule;
+  r.virtual_stages = c.virtual_stages;
+  r.zero = c.zero;
+  r.micro_batch = c.micro_batch;
+  return r;
+}
+
+LayoutPlan plan_of(const LayoutRequest& request, const TrainSettings& s) {
+  return LayoutPlan(request, layout_dims(tiny_config(), s.seq_len), request.world_size(), s.global_batch);
+}
+
 // This rank's estimate, the way `meshtrain train` checks --device-memory-limit.
 perf::MemoryBreakdown estimate(const Case& c, int stage) {
-  perf::Layout l;
-  l.dp = c.dp;
-  l.tp = c.tp;
-  l.pp = c.pp;
-  l.virtual_stages = c.virtual_stages;
-  l.schedule = c.schedule;
-  l.zero = c.zero;
-  l.micro_batch = c.micro_batch;
   const TrainSettings s = settings(c);
   perf::TrainingShape training;
   training.seq_len = s.seq_len;
   training.global_batch = s.global_batch;
   training.precision = c.compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
   const GptConfig config = tiny_config();
-  const LayoutPlan plan(l, layout_dims(config, s.seq_len), l.world_size(), training.global_batch);
+  const LayoutPlan plan = plan_of(layout_of(c), s);
   return perf::estimate_stage_memory(config, training, plan, perf::Cluster{}, perf::held_slots(plan, c.validation),
                                      stage);
 }
@@ -102,16 +111,9 @@ std::size_t measured_peak(const Case& c, int& stage) {
   ParallelGroups groups = build_groups(world, Mesh({c.dp, c.tp, c.pp}));
   stage = groups.coord.pp;
   const TrainSettings s = settings(c);
-  LayoutRequest request;
-  request.dp = c.dp;
-  request.tp = c.tp;
-  request.pp = c.pp;
-  request.schedule = c.schedule;
-  request.virtual_stages = c.virtual_stages;
-  request.zero = c.zero;
-  request.micro_batch = s.micro_batch;
+  LayoutRequest request = layout_of(c);
   request.bucket_mb = 0.05;  // several buckets even for the tiny model
-  const LayoutPlan plan(request, layout_dims(tiny_config(), s.seq_len), world.size(), s.global_batch);
+  const LayoutPlan plan = plan_of(request, s);
   const auto& dir = testing::corpus().path();
   data::DataLoader train = data::DataLoader::for_split(dir, "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(dir, "val", s.seq_len, kSeed, 256);

@@ -101,6 +101,22 @@ struct Layout {
   }
 };
 
+// `layout` as the trainer gets it, with buckets of 0.05 MiB: several even for the tiny model
+// (about 200K parameters).
+LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSettings& s) {
+  LayoutRequest request;
+  request.dp = layout.dp;
+  request.tp = layout.tp;
+  request.pp = layout.pp;
+  request.schedule = layout.schedule;
+  request.virtual_stages = layout.virtual_stages;
+  request.zero = zero;
+  request.micro_batch = s.micro_batch;
+  request.bucket_mb = 0.05;
+  request.overlap = overlap;
+  return LayoutPlan(request, layout_dims(tiny_config(), s.seq_len), request.world_size(), s.global_batch);
+}
+
 // Trains `layout` and checks it against the reference; returns the worst relative parameter error.
 double check_layout(const Layout& layout, int zero, int micro_batch) {
   Communicator& world = test_world();
@@ -111,16 +127,7 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
   const Reference& ref = reference(micro_batch);
   ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
   const TrainSettings s = settings(micro_batch);
-  LayoutRequest request;
-  request.dp = layout.dp;
-  request.tp = layout.tp;
-  request.pp = layout.pp;
-  request.schedule = layout.schedule;
-  request.virtual_stages = layout.virtual_stages;
-  request.zero = zero;
-  request.micro_batch = s.micro_batch;
-  request.bucket_mb = 0.05;  // several buckets even for the tiny model (about 200K parameters)
-  const LayoutPlan plan(request, layout_dims(tiny_config(), s.seq_len), world.size(), s.global_batch);
+  const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, s);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(corpus().path(), "val", s.seq_len, kSeed, 256);
   ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, &val, s, plan);
@@ -230,15 +237,7 @@ TEST(ParallelTrainer, OverlapsReductionAndTransfersWithBackwardAndShardsTheState
     for (const Layout layout : {Layout{n, 1, 1}, Layout{n / 2, 1, 2}}) {
       SCOPED_TRACE(layout.name() + (overlap ? " overlap" : " no overlap"));
       ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
-      LayoutRequest request;
-      request.dp = layout.dp;
-      request.tp = layout.tp;
-      request.pp = layout.pp;
-      request.zero = 1;
-      request.micro_batch = s.micro_batch;
-      request.bucket_mb = 0.05;
-      request.overlap = overlap;
-      const LayoutPlan plan(request, layout_dims(tiny_config(), s.seq_len), world.size(), s.global_batch);
+      const LayoutPlan plan = plan_of(layout, /*zero=*/1, overlap, s);
       data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
       ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s, plan);
       trainer.init(kSeed);
