@@ -117,9 +117,6 @@ class BucketedBackward {
     ReducerOptions serial = options_;
     serial.overlap = false;
     serial_ = std::make_unique<GradReducer>(ctx, world, store.flat_grads(), flat_, serial);
-    model_.set_grad_ready_hook([this](std::size_t p) {
-      if (active_ != nullptr) active_->mark_ready(static_cast<int>(p));
-    });
     inputs_ = tokens(static_cast<std::size_t>(batch_) * seq_len_, config.vocab_size, 1);
     targets_ = tokens(inputs_.size(), config.vocab_size, 7);
   }
@@ -131,8 +128,12 @@ class BucketedBackward {
     model_.forward(inputs_, targets_, batch_, seq_len_);
     ctx_.synchronize();
   }
-  void backward() {
-    model_.backward();
+  void backward(GradReducer* reducer = nullptr) {
+    if (reducer != nullptr) {
+      model_.backward(1.0f, [reducer](std::size_t p) { reducer->mark_ready(static_cast<int>(p)); });
+    } else {
+      model_.backward();
+    }
     ctx_.synchronize();
   }
   // Every bucket reduced in backward's order, nothing computed.
@@ -145,13 +146,11 @@ class BucketedBackward {
   // Backward with the reducer's buckets: returns how many were done before backward ended.
   int backward_reduced(bool overlap) {
     GradReducer& r = overlap ? *overlapped_ : *serial_;
-    active_ = &r;
     r.begin();
-    backward();
+    backward(&r);
     r.finish();
     const int hidden = r.buckets_completed_before_finish();
     ctx_.synchronize();
-    active_ = nullptr;
     return hidden;
   }
   const BucketLayout& layout() const { return overlapped_->layout(); }
@@ -164,7 +163,6 @@ class BucketedBackward {
   std::vector<FlatParam> flat_;
   ReducerOptions options_;
   std::unique_ptr<GradReducer> overlapped_, serial_;
-  GradReducer* active_ = nullptr;  // which reducer backward reports finished gradients to
   std::vector<std::int32_t> inputs_, targets_;
 };
 

@@ -125,13 +125,14 @@ void SyntheticStage::forward(int chunk, int micro) {
 
 Tensor SyntheticStage::forward_output(int chunk, int micro) { return slot(chunk, micro).output; }
 
-Tensor SyntheticStage::backward_input(int chunk, int micro) {
+Tensor SyntheticStage::output_grad_buffer(int chunk, int micro) {
   Slot& s = slot(chunk, micro);
   if (!s.grad_input.defined()) s.grad_input = acquire();
   return s.grad_input;
 }
 
-void SyntheticStage::backward(int chunk, int micro) {
+void SyntheticStage::backward(int chunk, int micro, BackwardPart part, bool /*completes_chunk*/) {
+  MT_CHECK(part == BackwardPart::Full, "the synthetic stage runs whole backwards only");
   const auto start = clock_type::now();
   Slot& s = slot(chunk, micro);
   MT_CHECK(s.output.defined(), "stage ", stage_, ": backward of chunk ", chunk, " micro-batch ", micro,
@@ -145,7 +146,7 @@ void SyntheticStage::backward(int chunk, int micro) {
   backward_total_ += since(start);
 }
 
-Tensor SyntheticStage::backward_output(int chunk, int micro) { return slot(chunk, micro).grad_output; }
+Tensor SyntheticStage::input_grad(int chunk, int micro) { return slot(chunk, micro).grad_output; }
 
 void SyntheticStage::release(int chunk, int micro) {
   auto it = slots_.find({chunk, micro});

@@ -53,9 +53,9 @@ class SyntheticStage : public PipelineStageRunner {
   Tensor forward_input(int chunk, int micro) override;
   void forward(int chunk, int micro) override;
   Tensor forward_output(int chunk, int micro) override;
-  Tensor backward_input(int chunk, int micro) override;
-  void backward(int chunk, int micro) override;
-  Tensor backward_output(int chunk, int micro) override;
+  Tensor output_grad_buffer(int chunk, int micro) override;
+  void backward(int chunk, int micro, BackwardPart part, bool completes_chunk) override;
+  Tensor input_grad(int chunk, int micro) override;
   void release(int chunk, int micro) override;
 
   // The most (chunk, micro-batch) slots held at once since construction (buffers a receive was

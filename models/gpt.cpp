@@ -195,8 +195,8 @@ void Gpt::check_tokens(std::span<const std::int32_t> ids, const char* what) cons
 }
 
 void Gpt::ready(std::size_t first, std::size_t count) {
-  if (!grad_ready_) return;
-  for (std::size_t i = first; i < first + count; ++i) grad_ready_(i);
+  if (grad_ready_ == nullptr || !*grad_ready_) return;
+  for (std::size_t i = first; i < first + count; ++i) (*grad_ready_)(i);
 }
 
 void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
@@ -350,7 +350,12 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
   }
 }
 
-void Gpt::backward_chunk(int chunk, int micro, float loss_weight) {
+void Gpt::backward_chunk(int chunk, int micro, float loss_weight, const GradReady& on_ready) {
+  grad_ready_ = &on_ready;
+  struct Forget {
+    const GradReady*& slot;
+    ~Forget() { slot = nullptr; }
+  } forget{grad_ready_};
   Slot& s = live(chunk, micro);
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(s.B, s.T);
@@ -397,9 +402,9 @@ void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
   }
 }
 
-void Gpt::backward(float loss_weight) {
+void Gpt::backward(float loss_weight, const GradReady& ready) {
   MT_CHECK(live_.count({0, 0}) == 1 && live(0, 0).have_targets, "backward() needs a forward() with targets first");
-  backward_chunk(0, 0, loss_weight);
+  backward_chunk(0, 0, loss_weight, ready);
 }
 
 const Tensor& Gpt::logits() const {

@@ -45,6 +45,12 @@ namespace mt {
 
 class Gpt {
  public:
+  // Told a parameter's index as soon as its gradient for the step is complete, during a backward
+  // that finishes the step's gradients: data parallelism starts reducing buckets from it. The tied
+  // embedding is reported only where embedding and head share a rank (elsewhere it must first be
+  // summed between stages).
+  using GradReady = std::function<void(std::size_t)>;
+
   // compute: fp32 or bf16 (see above). partition: empty chunks means every layer. tp: the
   // tensor-parallel group of partition.tp_size ranks. pad_multiple: see ParameterStore.
   Gpt(DeviceContext& ctx, const GptConfig& config, DType compute = DType::F32, GptPartition partition = {},
@@ -69,7 +75,7 @@ class Gpt {
   void forward_logits(std::span<const std::int32_t> inputs, int B, int T);
   // Adds loss_weight x d(mean loss of the last forward)/d(parameter) to every gradient. With
   // gradient accumulation over k micro-batches, loss_weight = 1/k gives the gradient of the mean.
-  void backward(float loss_weight = 1.0f);
+  void backward(float loss_weight = 1.0f, const GradReady& ready = {});
   const Tensor& logits() const;
   // Per-position losses of the last forward with targets, [B*T] fp32 on the device.
   const Tensor& losses() const;
@@ -87,15 +93,10 @@ class Gpt {
   Tensor output(int chunk, int micro) const;             // the activation for the next stage
   Tensor output_grad_buffer(int chunk, int micro) const; // where the next stage's gradient goes
   // Adds this micro-batch's gradients (loss_weight as in backward()). Afterwards input_grad()
-  // holds the gradient for the previous stage.
-  void backward_chunk(int chunk, int micro, float loss_weight);
+  // holds the gradient for the previous stage. `ready` is told each parameter as it completes.
+  void backward_chunk(int chunk, int micro, float loss_weight, const GradReady& ready = {});
   Tensor input_grad(int chunk, int micro) const;
   void release(int chunk, int micro);  // the slot's buffers go back to a pool for later micro-batches
-
-  // Called in backward_chunk with a parameter's index as soon as its gradient for this micro-batch
-  // is complete: data parallelism starts reducing buckets from it. The tied embedding is reported
-  // only where embedding and head share a rank (elsewhere it must first be summed between stages).
-  void set_grad_ready_hook(std::function<void(std::size_t)> hook) { grad_ready_ = std::move(hook); }
 
   std::int64_t activation_bytes() const;  // held by live slots and scratch
 
@@ -133,7 +134,7 @@ class Gpt {
   std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
   std::vector<std::unique_ptr<Slot>> pool_;
   std::unique_ptr<Scratch> scratch_;
-  std::function<void(std::size_t)> grad_ready_;
+  const GradReady* grad_ready_ = nullptr;  // during a backward call that was given one
 };
 
 }  // namespace mt

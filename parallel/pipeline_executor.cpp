@@ -26,7 +26,7 @@ void PipelineExecutor::post_receive(const Schedule& schedule, std::size_t index,
   const Action& a = schedule.actions[static_cast<std::size_t>(stage)][index];
   const ChunkRef from = schedule.peer(stage, a);
   Tensor buffer = a.kind == ActionKind::RecvForward ? runner.forward_input(a.chunk, a.micro)
-                                                    : runner.backward_input(a.chunk, a.micro);
+                                                    : runner.output_grad_buffer(a.chunk, a.micro);
   Pending p;
   if (from.stage == stage) {
     p.staged = buffer;  // filled from the self-send when the receive is waited for
@@ -40,7 +40,7 @@ void PipelineExecutor::send(const Schedule& schedule, const Action& a, PipelineS
   const int stage = pp_.rank();
   const ChunkRef to = schedule.peer(stage, a);
   Tensor data = a.kind == ActionKind::SendForward ? runner.forward_output(a.chunk, a.micro)
-                                                  : runner.backward_output(a.chunk, a.micro);
+                                                  : runner.input_grad(a.chunk, a.micro);
   if (to.stage == stage) {
     // Copied when the receive comes; until then the sending slot is held (see release_finished).
     self_sends_[schedule.tag(stage, a)] = {data, {a.chunk, a.micro}};
@@ -135,7 +135,9 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
         break;
       }
       case ActionKind::Forward:
-      case ActionKind::Backward: {
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput:
+      case ActionKind::BackwardWeight: {
         if (early_receives_) post_receives_for(next_compute + 1);
         ++next_compute;
         // In validation no backward holds a sending stage back: without a bound, the first stage
@@ -150,10 +152,13 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
           forwarded.insert({a.chunk, a.micro});
           if (early_receives_) post_receives_for(next_compute);  // a gradient it now has a buffer for
         } else {
-          runner.backward(a.chunk, a.micro);
+          const BackwardPart part = a.kind == ActionKind::Backward        ? BackwardPart::Full
+                                    : a.kind == ActionKind::BackwardInput ? BackwardPart::Input
+                                                                          : BackwardPart::Weight;
+          runner.backward(a.chunk, a.micro, part, a.completes_chunk);
         }
         stats.compute_s += seconds_since(start);
-        const bool last_use = a.kind == ActionKind::Backward || schedule.forward_only;
+        const bool last_use = makes_weight_grad(a.kind) || schedule.forward_only;
         if (last_use) done_.push_back({a.chunk, a.micro});
         break;
       }

@@ -24,16 +24,24 @@
 
 namespace mt {
 
+// Which part of a chunk's backward a computation runs (parallel/schedule.h: Backward,
+// BackwardInput, BackwardWeight).
+enum class BackwardPart { Full, Input, Weight };
+
 // One stage's computations on (local chunk, micro-batch), as the schedule names them.
 class PipelineStageRunner {
  public:
   virtual ~PipelineStageRunner() = default;
-  virtual Tensor forward_input(int chunk, int micro) = 0;    // buffer a RecvForward fills
+  virtual Tensor forward_input(int chunk, int micro) = 0;     // buffer a RecvForward fills
   virtual void forward(int chunk, int micro) = 0;
-  virtual Tensor forward_output(int chunk, int micro) = 0;   // what a SendForward sends
-  virtual Tensor backward_input(int chunk, int micro) = 0;   // buffer a RecvBackward fills
-  virtual void backward(int chunk, int micro) = 0;
-  virtual Tensor backward_output(int chunk, int micro) = 0;  // what a SendBackward sends
+  virtual Tensor forward_output(int chunk, int micro) = 0;    // what a SendForward sends
+  virtual Tensor output_grad_buffer(int chunk, int micro) = 0;  // buffer a RecvBackward fills
+  // Full: the whole backward. Input (B): the input gradient only, keeping what Weight needs.
+  // Weight (W): the weight gradients of an earlier Input. completes_chunk: after this call the
+  // chunk's parameter gradients are final for the step (Action::completes_chunk), so their
+  // data-parallel reduction may start from it.
+  virtual void backward(int chunk, int micro, BackwardPart part, bool completes_chunk) = 0;
+  virtual Tensor input_grad(int chunk, int micro) = 0;        // what a SendBackward sends
   // The micro-batch is done on this chunk (after its backward, or its forward when forward-only)
   // and nothing is sending from its buffers any more.
   virtual void release(int chunk, int micro) = 0;

@@ -38,6 +38,8 @@ std::string to_string(const Action& action, bool with_chunk) {
     case ActionKind::RecvBackward: name = "RB"; break;
     case ActionKind::Backward: name = "B"; break;
     case ActionKind::SendBackward: name = "SB"; break;
+    case ActionKind::BackwardInput: name = "Bi"; break;
+    case ActionKind::BackwardWeight: name = "W"; break;
   }
   std::ostringstream out;
   out << name << action.micro;
@@ -138,6 +140,18 @@ std::vector<Compute> forward_only_order(int stages, int micro_batches, int chunk
   return order;
 }
 
+// Marks, per local chunk, the last computation that adds to its weight gradients.
+void mark_completing(std::vector<Action>& actions) {
+  std::vector<bool> seen;
+  for (auto it = actions.rbegin(); it != actions.rend(); ++it) {
+    if (!makes_weight_grad(it->kind)) continue;
+    const auto c = static_cast<std::size_t>(it->chunk);
+    if (seen.size() <= c) seen.resize(c + 1, false);
+    if (!seen[c]) it->completes_chunk = true;
+    seen[c] = true;
+  }
+}
+
 // Receive directly before, send directly after each computation that has a neighbouring chunk.
 std::vector<Action> with_messages(const Schedule& s, int stage, const std::vector<Compute>& order) {
   std::vector<Action> actions;
@@ -188,6 +202,7 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int vir
         break;
     }
     s.actions.push_back(with_messages(s, stage, order));
+    mark_completing(s.actions.back());
   }
   return s;
 }

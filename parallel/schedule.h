@@ -11,9 +11,19 @@
 
 namespace mt {
 
-enum class ActionKind { RecvForward, Forward, SendForward, RecvBackward, Backward, SendBackward };
+// Backward is a chunk's whole backward on a micro-batch. The zero-bubble schedules split it:
+// BackwardInput (B) computes the input gradients (what SendBackward sends) and keeps what the
+// weight gradients need; BackwardWeight (W) computes those later, off the critical path.
+enum class ActionKind { RecvForward, Forward, SendForward, RecvBackward, Backward, SendBackward, BackwardInput, BackwardWeight };
 
-constexpr bool is_compute(ActionKind k) { return k == ActionKind::Forward || k == ActionKind::Backward; }
+constexpr bool is_compute(ActionKind k) {
+  return k == ActionKind::Forward || k == ActionKind::Backward || k == ActionKind::BackwardInput ||
+         k == ActionKind::BackwardWeight;
+}
+// A computation after which the chunk's input gradient exists (a SendBackward may follow).
+constexpr bool makes_input_grad(ActionKind k) { return k == ActionKind::Backward || k == ActionKind::BackwardInput; }
+// A computation after which the micro-batch's weight gradients are in (its activations may go).
+constexpr bool makes_weight_grad(ActionKind k) { return k == ActionKind::Backward || k == ActionKind::BackwardWeight; }
 constexpr bool is_send(ActionKind k) { return k == ActionKind::SendForward || k == ActionKind::SendBackward; }
 constexpr bool is_receive(ActionKind k) { return k == ActionKind::RecvForward || k == ActionKind::RecvBackward; }
 
@@ -21,10 +31,14 @@ struct Action {
   ActionKind kind;
   int micro;
   int chunk;  // LOCAL chunk index on this stage, 0..virtual_stages-1
+  // On the computation (Backward or BackwardWeight) after which this chunk's parameter gradients
+  // are complete for the step: the data-parallel reduction of the chunk's parameters may start.
+  bool completes_chunk = false;
   bool operator==(const Action&) const = default;
 };
 
-// "F3", "B3", "RF3", "SF3", "RB3", "SB3"; with model chunks the local chunk follows: "F3.1".
+// "F3", "B3", "RF3", "SF3", "RB3", "SB3", "Bi3" (BackwardInput), "W3" (BackwardWeight); with model
+// chunks the local chunk follows: "F3.1".
 std::string to_string(const Action& action, bool with_chunk = false);
 
 // One model chunk: a stage and its local chunk index.

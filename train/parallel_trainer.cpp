@@ -14,14 +14,6 @@ namespace mt {
 namespace {
 constexpr int kMaxTags = 1 << 15;  // MPI_TAG_UB is at least 32767 (comm/communicator.cpp checks it)
 
-// Clears the trainer's pointer to a step's runner however the step ends.
-struct RunnerScope {
-  ParallelTrainer::Runner*& slot;
-  RunnerScope(ParallelTrainer::Runner*& s, ParallelTrainer::Runner* runner) : slot(s) { slot = runner; }
-  ~RunnerScope() { slot = nullptr; }
-  RunnerScope(const RunnerScope&) = delete;
-  RunnerScope& operator=(const RunnerScope&) = delete;
-};
 }  // namespace
 
 // The executor's view of the model: one chunk, one micro-batch at a time.
@@ -41,19 +33,19 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
     if (model.chunk_has_head(chunk)) loss_sum += loss;
   }
   Tensor forward_output(int chunk, int micro) override { return t_.model_->output(chunk, micro); }
-  Tensor backward_input(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
-  void backward(int chunk, int micro) override {
-    // Only the last micro-batch's backward produces final gradients: that one feeds the reducer.
-    reducing = micro == t_.plan_.micro_batches() - 1;
+  Tensor output_grad_buffer(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
+  void backward(int chunk, int micro, BackwardPart part, bool completes_chunk) override {
+    MT_CHECK(part == BackwardPart::Full, "the split backward is not wired into the trainer yet");
     const float weight = 1.0f / static_cast<float>(t_.plan_.micro_batches() * t_.groups_.mesh.shape().dp);
-    t_.model_->backward_chunk(chunk, micro, weight);
-    reducing = false;
+    // The schedule says which backward completes the chunk's gradients: that one feeds the reducer.
+    GradReducer& reducer = *t_.reducer_;
+    const Gpt::GradReady ready = [&reducer](std::size_t param) { reducer.mark_ready(static_cast<int>(param)); };
+    t_.model_->backward_chunk(chunk, micro, weight, completes_chunk ? ready : Gpt::GradReady{});
   }
-  Tensor backward_output(int chunk, int micro) override { return t_.model_->input_grad(chunk, micro); }
+  Tensor input_grad(int chunk, int micro) override { return t_.model_->input_grad(chunk, micro); }
   void release(int chunk, int micro) override { t_.model_->release(chunk, micro); }
 
   double loss_sum = 0.0;
-  bool reducing = false;
 
  private:
   ParallelTrainer& t_;
@@ -96,9 +88,6 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   ro.overlap = plan_.layout().overlap;
   reducer_ = std::make_unique<GradReducer>(ctx_, *groups_.dp, store.flat_grads(), std::move(flat), ro);
   optimizer_ = std::make_unique<DistributedAdamW>(ctx_, *groups_.dp, *reducer_, store.flat_params(), settings_.adamw);
-  model_->set_grad_ready_hook([this](std::size_t param) {
-    if (runner_ != nullptr && runner_->reducing) reducer_->mark_ready(static_cast<int>(param));
-  });
   executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{plan_.layout().overlap});
   check_pipeline_backend(plan_.layout().schedule, mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
   train_schedule_ = plan_.train_schedule();
@@ -155,10 +144,7 @@ StepRecord ParallelTrainer::step() {
   store.zero_grads(ctx_);
   reducer_->begin();
   Runner runner(*this);
-  {
-    RunnerScope scope(runner_, &runner);
-    pipeline_stats_ = executor_->run(train_schedule_, runner);
-  }
+  pipeline_stats_ = executor_->run(train_schedule_, runner);
   const auto reduce_start = clock::now();
   if (tied_across_stages_) {
     // The two copies of the tied embedding each hold part of its gradient: sum them, then let the

@@ -64,9 +64,9 @@ class ParallelTrainer {
   const ExecutorStats& last_pipeline_stats() const { return pipeline_stats_; }
   std::string describe_rank() const;  // this rank's coordinates, layers and shard sizes
 
- class Runner;  // the executor's view of the model (public for the step's scope guard)
 
  private:
+  class Runner;  // the executor's view of the model
   void read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches);
 
   DeviceContext& ctx_;
@@ -86,7 +86,6 @@ class ParallelTrainer {
   bool reads_data_ = false;  // holds the embedding (inputs) or the head (targets): middle stages read none
   std::vector<std::vector<std::int32_t>> inputs_, targets_;  // per micro-batch of the step
   ExecutorStats pipeline_stats_;
-  Runner* runner_ = nullptr;  // during a training step: whose backward is feeding the reducer
   int steps_done_ = 0;
   std::int64_t sequences_done_ = 0;
   double tp_wait_s_ = 0.0;  // host time in tensor-parallel collectives (TensorParallel adds to it)

@@ -45,9 +45,9 @@ class TinyStage final : public PipelineStageRunner {
   Tensor forward_input(int chunk, int micro) override { return buffer(chunk, micro, 0); }
   void forward(int, int) override {}
   Tensor forward_output(int chunk, int micro) override { return buffer(chunk, micro, 1); }
-  Tensor backward_input(int chunk, int micro) override { return buffer(chunk, micro, 2); }
-  void backward(int, int) override {}
-  Tensor backward_output(int chunk, int micro) override { return buffer(chunk, micro, 3); }
+  Tensor output_grad_buffer(int chunk, int micro) override { return buffer(chunk, micro, 2); }
+  void backward(int, int, BackwardPart, bool) override {}
+  Tensor input_grad(int chunk, int micro) override { return buffer(chunk, micro, 3); }
   void release(int, int) override {}
 
  private:

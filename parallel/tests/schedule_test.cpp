@@ -276,11 +276,13 @@ TEST(Schedule, InterleavedShrinksTheBubbleByTheChunks) {
 }
 
 std::vector<Action> parse_actions(const std::string& text) {
-  // "RF0.1 F0.1 SF0.1": kind letters, micro, chunk.
+  // "RF0.1 F0.1 SF0.1": kind letters, micro, chunk; "B3!" completes its chunk's gradients.
   std::vector<Action> actions;
   std::istringstream in(text);
   std::string word;
   while (in >> word) {
+    const bool completes = word.back() == '!';
+    if (completes) word.pop_back();
     const std::size_t digit = word.find_first_of("0123456789");
     const std::string letters = word.substr(0, digit);
     const std::size_t dot = word.find('.');
@@ -289,22 +291,22 @@ std::vector<Action> parse_actions(const std::string& text) {
     static const std::map<std::string, ActionKind> kinds = {
         {"RF", ActionKind::RecvForward},  {"F", ActionKind::Forward},  {"SF", ActionKind::SendForward},
         {"RB", ActionKind::RecvBackward}, {"B", ActionKind::Backward}, {"SB", ActionKind::SendBackward}};
-    actions.push_back({kinds.at(letters), micro, chunk});
+    actions.push_back({kinds.at(letters), micro, chunk, completes});
   }
   return actions;
 }
 
 TEST(Schedule, GPipeTwoStagesTwoMicroBatchesByHand) {
   const Schedule s = make_schedule(ScheduleKind::GPipe, 2, 2);
-  EXPECT_EQ(s.actions[0], parse_actions("F0 SF0 F1 SF1 RB0 B0 RB1 B1"));
-  EXPECT_EQ(s.actions[1], parse_actions("RF0 F0 RF1 F1 B0 SB0 B1 SB1"));
+  EXPECT_EQ(s.actions[0], parse_actions("F0 SF0 F1 SF1 RB0 B0 RB1 B1!"));
+  EXPECT_EQ(s.actions[1], parse_actions("RF0 F0 RF1 F1 B0 SB0 B1! SB1"));
   EXPECT_EQ(describe(s), "s0: F0 F1 B0 B1\ns1: F0 F1 B0 B1\n");
 }
 
 TEST(Schedule, OneFOneBTwoStagesThreeMicroBatchesByHand) {
   const Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 3);
-  EXPECT_EQ(s.actions[0], parse_actions("F0 SF0  F1 SF1 RB0 B0  F2 SF2 RB1 B1  RB2 B2"));
-  EXPECT_EQ(s.actions[1], parse_actions("RF0 F0 B0 SB0  RF1 F1 B1 SB1  RF2 F2 B2 SB2"));
+  EXPECT_EQ(s.actions[0], parse_actions("F0 SF0  F1 SF1 RB0 B0  F2 SF2 RB1 B1  RB2 B2!"));
+  EXPECT_EQ(s.actions[1], parse_actions("RF0 F0 B0 SB0  RF1 F1 B1 SB1  RF2 F2 B2! SB2"));
   EXPECT_EQ(describe(s), "s0: F0 F1 B0 F2 B1 B2\ns1: F0 B0 F1 B1 F2 B2\n");
 }
 
@@ -321,9 +323,9 @@ TEST(Schedule, InterleavedTwoStagesTwoMicroBatchesTwoChunksByHand) {
   // Stage 0 holds global chunks 0 (embedding) and 2; stage 1 holds 1 and 3 (head). M == P: forwards first.
   const Schedule s = make_schedule(ScheduleKind::Interleaved, 2, 2, 2);
   EXPECT_EQ(s.actions[0], parse_actions("F0.0 SF0.0  F1.0 SF1.0  RF0.1 F0.1 SF0.1  RF1.1 F1.1 SF1.1 "
-                                        "RB0.1 B0.1 SB0.1  RB1.1 B1.1 SB1.1  RB0.0 B0.0  RB1.0 B1.0"));
+                                        "RB0.1 B0.1 SB0.1  RB1.1 B1.1! SB1.1  RB0.0 B0.0  RB1.0 B1.0!"));
   EXPECT_EQ(s.actions[1], parse_actions("RF0.0 F0.0 SF0.0  RF1.0 F1.0 SF1.0  RF0.1 F0.1  RF1.1 F1.1 "
-                                        "B0.1 SB0.1  B1.1 SB1.1  RB0.0 B0.0 SB0.0  RB1.0 B1.0 SB1.0"));
+                                        "B0.1 SB0.1  B1.1! SB1.1  RB0.0 B0.0 SB0.0  RB1.0 B1.0! SB1.0"));
   EXPECT_EQ(s.peer(1, Action{ActionKind::SendForward, 0, 0}), (ChunkRef{0, 1}));
   EXPECT_EQ(s.peer(0, Action{ActionKind::SendBackward, 0, 1}), (ChunkRef{1, 0}));
   EXPECT_TRUE(s.is_first_chunk(0, 0));
