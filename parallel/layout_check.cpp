@@ -33,7 +33,10 @@ void check_tensor_parallel(int tp, const LayoutLimits& limits) {
 void check_virtual_stages(const LayoutRequest& request) {
   const int v = request.virtual_stages;
   MT_REQUIRE(v >= 1, "--virtual-stages must be at least 1, got ", v);
-  if (request.schedule == ScheduleKind::Interleaved) {
+  if (request.schedule == ScheduleKind::ZeroBubbleV) {
+    MT_REQUIRE(v == 2, "--schedule zb-v runs 2 model chunks per stage (a V), not --virtual-stages ", v,
+               " (leave --virtual-stages out, or use --schedule interleaved)");
+  } else if (request.schedule == ScheduleKind::Interleaved) {
     MT_REQUIRE(v >= 2, "--schedule interleaved needs --virtual-stages 2 or more (model chunks per stage), got ", v,
                " (or use --schedule 1f1b)");
   } else {
@@ -48,8 +51,8 @@ void check_stage_split(const LayoutRequest& request, const LayoutLimits& limits)
              " layers (each pipeline stage needs at least one layer; use --pp ", limits.layers, " or less)");
   const std::vector<int>& split = request.pp_layers;
   if (!split.empty()) {
-    MT_REQUIRE(request.schedule != ScheduleKind::Interleaved, "--pp-layers ", join(split),
-               " cannot be combined with --schedule interleaved (its model chunks split the layers evenly)");
+    MT_REQUIRE(request.virtual_stages == 1, "--pp-layers ", join(split), " cannot be combined with --schedule ",
+               schedule_kind_name(request.schedule), " (its model chunks split the layers evenly)");
     MT_REQUIRE(static_cast<int>(split.size()) == pp, "--pp-layers ", join(split), " lists ", split.size(),
                " stages but --pp is ", pp, " (give one layer count per stage)");
     for (std::size_t i = 0; i < split.size(); ++i) {
@@ -60,11 +63,11 @@ void check_stage_split(const LayoutRequest& request, const LayoutLimits& limits)
     MT_REQUIRE(sum == limits.layers, "--pp-layers ", join(split), " sums to ", sum, " layers but the model has ",
                limits.layers);
   }
-  if (request.schedule == ScheduleKind::Interleaved) {
+  if (request.virtual_stages > 1) {
     const std::int64_t chunks = std::int64_t{pp} * request.virtual_stages;
-    MT_REQUIRE(limits.layers % chunks == 0, "--schedule interleaved with --pp ", pp, " x --virtual-stages ",
-               request.virtual_stages, " = ", chunks, " model chunks needs the model's ", limits.layers,
-               " layers divisible by ", chunks, " (every chunk takes the same number of layers)");
+    MT_REQUIRE(limits.layers % chunks == 0, "--schedule ", schedule_kind_name(request.schedule), " with --pp ", pp,
+               " x ", request.virtual_stages, " virtual stages = ", chunks, " model chunks needs the model's ",
+               limits.layers, " layers divisible by ", chunks, " (every chunk takes the same number of layers)");
   }
 }
 

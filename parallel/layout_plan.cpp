@@ -57,6 +57,8 @@ std::vector<int> plan_chunk_layers(const LayoutRequest& request, const ModelDims
 LayoutPlan::LayoutPlan(LayoutRequest request, const ModelDims& model, int world_size, int global_batch)
     : layout_(std::move(request)), model_(model), global_batch_(global_batch) {
   resolve_data_parallel(layout_, world_size);
+  // zb-v always runs two chunks per stage; --virtual-stages may be left at its default.
+  if (layout_.schedule == ScheduleKind::ZeroBubbleV && layout_.virtual_stages == 1) layout_.virtual_stages = 2;
   if (layout_.micro_batch == 0) layout_.micro_batch = default_micro_batch(global_batch, layout_.dp);
   LayoutLimits limits;
   limits.world_size = world_size;
@@ -85,13 +87,21 @@ ModelPartition LayoutPlan::partition(const MeshCoord& coord) const {
   ModelPartition p;
   p.tp_size = layout_.tp;
   p.tp_rank = coord.tp;
+  const int last = layout_.pp * layout_.virtual_stages - 1;
+  p.embedding = p.head = false;
   for (int c = 0; c < layout_.virtual_stages; ++c) {
-    const auto g = static_cast<std::size_t>(c * layout_.pp + coord.pp);  // global chunk (Megatron's interleaving)
-    p.chunks.push_back({first[g], first[g] + chunk_layers_[g]});
+    const int g = global_chunk_of(placement(), layout_.pp, coord.pp, c);
+    const auto k = static_cast<std::size_t>(g);
+    p.chunks.push_back({first[k], first[k] + chunk_layers_[k]});
+    p.embedding = p.embedding || g == 0;
+    p.head = p.head || g == last;
   }
-  p.embedding = coord.pp == 0;
-  p.head = coord.pp == layout_.pp - 1;
   return p;
+}
+
+bool LayoutPlan::tied_across_stages() const {
+  return local_chunk_of(placement(), layout_.pp, 0).stage !=
+         local_chunk_of(placement(), layout_.pp, layout_.pp * layout_.virtual_stages - 1).stage;
 }
 
 }  // namespace mt

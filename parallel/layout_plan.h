@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/chunk_placement.h"
 #include "parallel/mesh.h"
 #include "parallel/schedule.h"
 #include "parallel/stage_partition.h"
@@ -28,7 +29,7 @@ struct ModelDims {
 // The layout as asked for (options, a checkpoint's manifest, a candidate of `meshtrain plan`).
 struct LayoutRequest : MeshShape {   // dp 0: the ranks tp x pp leaves
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int virtual_stages = 1;      // model chunks per pipeline stage (interleaved: >= 2)
+  int virtual_stages = 1;      // model chunks per pipeline stage (interleaved: >= 2; zb-v: 2, resolved)
   std::vector<int> pp_layers;  // explicit layers per stage (--pp-layers); empty: balanced by cost
   int zero = 0;                // 0: replicated optimizer state; 1: sharded over the dp group
   int micro_batch = 1;         // sequences per forward pass; 0: the largest of 4, 2, 1 dividing global/dp
@@ -75,6 +76,10 @@ class LayoutPlan {
   // Forward only, one global batch at a time (validation).
   Schedule eval_schedule() const;
   ModelPartition partition(const MeshCoord& coord) const;
+  ChunkPlacement placement() const { return placement_of(layout_.schedule); }
+  // The embedding and the head (which share the token embedding) sit on different stages: their
+  // two copies of it are summed and kept equal over the embedding group.
+  bool tied_across_stages() const;
 
  private:
   LayoutRequest layout_;

@@ -12,29 +12,34 @@ std::int64_t rows_of(const Tensor& t) {
   return t.rank() == 0 || t.shape().back() == 0 ? 0 : t.numel() / t.shape().back();
 }
 
-// Adds the lifetime of a scope to a counter (when there is one).
+// Adds one collective of `bytes` and the lifetime of the scope to the stats (when there are some).
 class WaitClock {
  public:
-  explicit WaitClock(double* seconds) : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+  WaitClock(TensorParallelStats* stats, std::size_t bytes) : stats_(stats), start_(std::chrono::steady_clock::now()) {
+    if (stats_ == nullptr) return;
+    ++stats_->collectives;
+    stats_->bytes += static_cast<std::int64_t>(bytes);
+  }
   ~WaitClock() {
-    if (seconds_ != nullptr) *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (stats_ != nullptr)
+      stats_->wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
   WaitClock(const WaitClock&) = delete;
   WaitClock& operator=(const WaitClock&) = delete;
 
  private:
-  double* seconds_;
+  TensorParallelStats* stats_;
   std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace
 
-TensorParallel::TensorParallel(Communicator* group, const Stream* stream, double* wait_seconds)
-    : group_(group), stream_(stream), wait_seconds_(wait_seconds) {}
+TensorParallel::TensorParallel(Communicator* group, const Stream* stream, TensorParallelStats* stats)
+    : group_(group), stream_(stream), stats_(stats) {}
 
 void TensorParallel::allreduce(Tensor& x, ReduceOp op) const {
   if (!active()) return;
-  const WaitClock clock(wait_seconds_);
+  const WaitClock clock(stats_, x.nbytes());
   WorkPtr work = group_->allreduce_async(x, x, {op});
   if (stream_ != nullptr) {
     work->wait_on(*stream_);
@@ -56,7 +61,7 @@ void TensorParallel::gather_forward(DeviceContext& ctx, const Tensor& local, Ten
   // Allgather gives [tp, rows, cols] (rank-major); each rank's rows go to its column block. Off the
   // hot path (sampling, tests), so plain row copies.
   Tensor blocks = Tensor::empty({size(), rows, cols}, local.dtype(), ctx);
-  const WaitClock clock(wait_seconds_);
+  const WaitClock clock(stats_, blocks.nbytes());
   group_->allgather(local.reshape({local.numel()}), blocks.reshape({blocks.numel()}));
   Tensor flat_full = full.reshape({full.numel()});
   for (int r = 0; r < size(); ++r)

@@ -6,20 +6,28 @@
 //   scatter: forward keep own columns,         backward allgather (last dim)
 // A layer calls the forward half in its forward and the backward half in its backward; keeping
 // them paired here is what makes the tp gradients right.
-// defines: TensorParallel
+// defines: TensorParallelStats, TensorParallel
 #pragma once
 
 #include "comm/communicator.h"
 
 namespace mt {
 
+// What a tensor-parallel group's collectives cost the host, accumulated over its life: the step
+// reads the difference (its exposed tp communication).
+struct TensorParallelStats {
+  double wait_seconds = 0;     // host time inside (or blocked on) the group's collectives
+  std::int64_t collectives = 0;
+  std::int64_t bytes = 0;      // payload of those collectives
+};
+
 class TensorParallel {
  public:
   TensorParallel() = default;  // a group of one
   // stream: the compute stream later kernels run on; each allreduce is ordered before them on it
-  // (on CUDA without blocking the host). Null: the host waits for each. wait_seconds, when given,
-  // accumulates the host time spent in this group's collectives (a step's exposed tp communication).
-  explicit TensorParallel(Communicator* group, const Stream* stream = nullptr, double* wait_seconds = nullptr);
+  // (on CUDA without blocking the host). Null: the host waits for each. stats, when given,
+  // accumulates what this group's collectives cost.
+  explicit TensorParallel(Communicator* group, const Stream* stream = nullptr, TensorParallelStats* stats = nullptr);
 
   int size() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }
@@ -45,7 +53,7 @@ class TensorParallel {
   void own_columns(DeviceContext& ctx, const Tensor& full, Tensor& local) const;
   Communicator* group_ = nullptr;
   const Stream* stream_ = nullptr;
-  double* wait_seconds_ = nullptr;
+  TensorParallelStats* stats_ = nullptr;
 };
 
 }  // namespace mt

@@ -38,8 +38,13 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
     MT_CHECK(part == BackwardPart::Full, "the split backward is not wired into the trainer yet");
     const float weight = 1.0f / static_cast<float>(t_.plan_.micro_batches() * t_.groups_.mesh.shape().dp);
     // The schedule says which backward completes the chunk's gradients: that one feeds the reducer.
+    // The tied embedding waits for the end of the run (ParallelTrainer::step): its head and
+    // embedding parts may come from two chunks whose last computations the schedule orders either way.
     GradReducer& reducer = *t_.reducer_;
-    const Gpt::GradReady ready = [&reducer](std::size_t param) { reducer.mark_ready(static_cast<int>(param)); };
+    const std::int64_t wte = t_.wte_index_;
+    const Gpt::GradReady ready = [&reducer, wte](std::size_t param) {
+      if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
+    };
     t_.model_->backward_chunk(chunk, micro, weight, completes_chunk ? ready : Gpt::GradReady{});
   }
   Tensor input_grad(int chunk, int micro) override { return t_.model_->input_grad(chunk, micro); }
@@ -69,12 +74,12 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
            "the groups' mesh ", mesh.describe(), " is not the plan's ", plan_.mesh().describe());
   const GptPartition partition = plan_.partition(groups_.coord);
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
-                                 TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_wait_s_), mesh.dp);
+                                 TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), mesh.dp);
   ParameterStore& store = model_->parameters();
   reads_data_ = partition.embedding || partition.head;
 
   // What each parameter counts for in the global norm: a replica counts on one rank only.
-  tied_across_stages_ = mesh.pp > 1;
+  tied_across_stages_ = plan_.tied_across_stages();
   std::vector<FlatParam> flat;
   for (std::size_t i = 0; i < store.size(); ++i) {
     const ParamShard& shard = model_->shards()[i];
@@ -139,19 +144,18 @@ StepRecord ParallelTrainer::step() {
   const std::int64_t local = settings_.global_batch / mesh.dp;
   const std::int64_t first = sequences_done_ + groups_.coord.dp * local;
   if (reads_data_) read_batch(train_, first, plan_.micro_batches());
-  const double tp_wait_before = tp_wait_s_;
+  const double tp_wait_before = tp_stats_.wait_seconds;
 
   store.zero_grads(ctx_);
   reducer_->begin();
   Runner runner(*this);
   pipeline_stats_ = executor_->run(train_schedule_, runner);
   const auto reduce_start = clock::now();
-  if (tied_across_stages_) {
-    // The two copies of the tied embedding each hold part of its gradient: sum them, then let the
-    // data-parallel reduction take the bucket that holds it.
-    if (groups_.embedding) groups_.embedding->allreduce(store.grad(static_cast<std::size_t>(wte_index_)));
-    if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
-  }
+  // The two copies of the tied embedding each hold part of its gradient: sum them, then let the
+  // data-parallel reduction take the bucket that holds it.
+  if (tied_across_stages_ && groups_.embedding)
+    groups_.embedding->allreduce(store.grad(static_cast<std::size_t>(wte_index_)));
+  if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
   reducer_->finish();
 
   // One allreduce over the world for the norm (each element counted once) and the loss (from the
@@ -188,7 +192,7 @@ StepRecord ParallelTrainer::step() {
   sequences_done_ += settings_.global_batch;
   const double seconds = since(start);
   r.time.bubble_s = pipeline_stats_.receive_wait_s;
-  r.time.comm_s = comm_s + (tp_wait_s_ - tp_wait_before);
+  r.time.comm_s = comm_s + (tp_stats_.wait_seconds - tp_wait_before);
   r.time.compute_s = std::max(0.0, seconds - r.time.bubble_s - r.time.comm_s);
   // MFU against the peak of every rank of the job together.
   settings_.record_throughput(r, seconds, model_->config(), mesh.world_size());

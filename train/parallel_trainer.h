@@ -88,7 +88,7 @@ class ParallelTrainer {
   ExecutorStats pipeline_stats_;
   int steps_done_ = 0;
   std::int64_t sequences_done_ = 0;
-  double tp_wait_s_ = 0.0;  // host time in tensor-parallel collectives (TensorParallel adds to it)
+  TensorParallelStats tp_stats_;  // what the tensor-parallel collectives cost (TensorParallel adds to it)
 };
 
 }  // namespace mt
