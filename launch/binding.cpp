@@ -1,6 +1,7 @@
 #include "launch/binding.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <numeric>
 #include <vector>
@@ -26,6 +27,7 @@ NodePlacement node_placement(MPI_Comm world) {
   p.local_rank = owned.rank();
   p.local_size = owned.size();
   p.host = this_host_name();
+  if (const char* id = std::getenv("NCCL_HOSTID"); id != nullptr) p.nccl_host_id = id;
   return p;
 }
 
@@ -52,7 +54,7 @@ Binding bind_device(DeviceRequest request, bool virtual_devices, const NodePlace
   const int index = where.local_rank % gpus;
   b.device = Device::cuda(index);
   b.properties = found.gpus[static_cast<std::size_t>(index)];
-  b.gpu_identity = where.host + "/" + b.properties.pci_bus_id;
+  b.gpu_identity = (where.nccl_host_id.empty() ? where.host : where.nccl_host_id) + "/" + b.properties.pci_bus_id;
   if (where.local_size > gpus) {
     b.notice = std::to_string(where.local_size) + " ranks share " + std::to_string(gpus) + " GPU(s) on " +
                where.host + " (--virtual-devices)";

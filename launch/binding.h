@@ -26,13 +26,16 @@ struct NodePlacement {
   int local_rank = 0;
   int local_size = 1;
   std::string host;
+  // NCCL_HOSTID when set: NCCL then takes it for the host's identity, so two ranks on one GPU
+  // with different ids are, to NCCL, on two hosts (its socket transport joins them; a test setup).
+  std::string nccl_host_id;
 };
 NodePlacement node_placement(MPI_Comm world);
 
 struct Binding {
   Device device = Device::cpu();
   DeviceProperties properties;
-  std::string gpu_identity;  // "host/pci-bus-id" for a GPU; empty on the CPU
+  std::string gpu_identity;  // "host/pci-bus-id" for a GPU (the host as NCCL sees it); empty on the CPU
   std::string notice;        // one line worth telling the user, or empty
 };
 

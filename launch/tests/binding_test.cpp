@@ -153,3 +153,12 @@ TEST(BindDevice, VirtualDevicesShareGpusRoundRobin) {
 
 }  // namespace
 }  // namespace mt
+
+TEST(BindDevice, NcclHostIdNamesTheHostAsNcclSeesIt) {
+  // Ranks sharing one GPU, each with its own NCCL_HOSTID: NCCL takes them for separate hosts, and
+  // so does the backend choice (comm/backend_selection.cpp compares these identities).
+  NodePlacement where = placement(1, 2);
+  where.nccl_host_id = "fake-host-1";
+  const Binding b = bind_device(DeviceRequest::Cuda, true, where, discovery(1, true));
+  EXPECT_EQ(b.gpu_identity, "fake-host-1/0000:00:00.0");
+}
