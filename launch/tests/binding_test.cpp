@@ -151,9 +151,6 @@ TEST(BindDevice, VirtualDevicesShareGpusRoundRobin) {
   }
 }
 
-}  // namespace
-}  // namespace mt
-
 TEST(BindDevice, NcclHostIdNamesTheHostAsNcclSeesIt) {
   // Ranks sharing one GPU, each with its own NCCL_HOSTID: NCCL takes them for separate hosts, and
   // so does the backend choice (comm/backend_selection.cpp compares these identities).
@@ -162,3 +159,6 @@ TEST(BindDevice, NcclHostIdNamesTheHostAsNcclSeesIt) {
   const Binding b = bind_device(DeviceRequest::Cuda, true, where, discovery(1, true));
   EXPECT_EQ(b.gpu_identity, "fake-host-1/0000:00:00.0");
 }
+
+}  // namespace
+}  // namespace mt
