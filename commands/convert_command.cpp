@@ -34,6 +34,9 @@ po::options_description convert_options() {
       ("pp", po::value<int>()->default_value(1), "checkpoint output: pipeline stages")
       ("mesh-order", po::value<std::string>()->default_value("tp-dp-pp"), "checkpoint output: rank order of the mesh")
       ("virtual-stages", po::value<int>()->default_value(1), "checkpoint output: chunks per pipeline stage")
+      ("schedule", po::value<std::string>()->default_value(""),
+       "checkpoint output: the pipeline schedule, which places the chunks (zb-v puts two per stage in a V); "
+       "default 1f1b, or interleaved with --virtual-stages > 1")
       ("seq-len", po::value<int>()->default_value(0),
        "checkpoint output: the sequence length the stage balance assumes (0: the source checkpoint's, or 64)");
   return desc;
@@ -89,7 +92,12 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   request.pp = vm["pp"].as<int>();
   request.order = vm["mesh-order"].as<std::string>();
   request.virtual_stages = vm["virtual-stages"].as<int>();
-  if (request.virtual_stages > 1) request.schedule = ScheduleKind::Interleaved;
+  const std::string schedule = vm["schedule"].as<std::string>();
+  if (!schedule.empty()) {
+    request.schedule = parse_schedule_kind(schedule);
+  } else if (request.virtual_stages > 1) {
+    request.schedule = ScheduleKind::Interleaved;
+  }
   int seq_len = vm["seq-len"].as<int>();
   if (seq_len == 0) {
     seq_len = base.training.contains("seq_len") ? required_json_int(base.training, "seq_len", source + ": training") : 64;

@@ -97,11 +97,17 @@ po::options_description layout_options() {
        "how ranks map to coordinates, fastest-varying first: the default puts tensor-parallel groups on "
        "neighbouring ranks (one node), then data parallel, then pipeline stages")
       ("schedule", po::value<std::string>()->default_value("1f1b"),
-       "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (one forward one backward: "
-       "activations of at most pp micro-batches held), or interleaved (1F1B over --virtual-stages chunks per "
-       "stage: a smaller bubble)")
+       "pipeline schedule (pp > 1), with m micro-batches per step and p stages: gpipe (all forwards, then all "
+       "backwards: activations of all m micro-batches held; bubble (p-1)/(m+p-1)); 1f1b (one forward one "
+       "backward: at most p held, same bubble); interleaved (1F1B over --virtual-stages v chunks per stage: "
+       "bubble / v, for v times the stage-to-stage messages); zb-h1 (zero bubble: each backward split into "
+       "the input gradient B and the weight gradient W, W filling the bubble: about a third of 1F1B's at "
+       "1F1B's activation memory, plus the gradients W waits on); zb-v (two chunks per stage in a V: bubble "
+       "near zero once m >= 2p, memory like 1F1B's). zb-* pay most where the bubble is large (m close to p); "
+       "with m >> p every schedule's bubble is small")
       ("virtual-stages", po::value<int>()->default_value(1),
-       "model chunks per pipeline stage for --schedule interleaved (at least 2; layers divisible by pp x v)")
+       "model chunks per pipeline stage for --schedule interleaved (at least 2; layers divisible by pp x v); "
+       "zb-v always runs 2")
       ("pp-layers", po::value<std::string>()->default_value(""),
        "layers per pipeline stage, e.g. 3,2,1 (default: balanced by estimated cost, the embedding on the "
        "first stage and the LM head on the last)")
