@@ -1,9 +1,10 @@
 // Gpt's split backward (backward_chunk_input = B, backward_chunk_weights = W) against the fused
 // backward_chunk, on the CPU, in fp32 and bf16: over several micro-batches, in the orders
 // zero-bubble schedules run them (all B's then the W's, B W pairs, W one micro-batch behind), for
-// the whole model and for pipeline partitions (embedding, middle and head chunks, two chunks per
-// stage), the parameter gradients and every input gradient sent back are the fused ones bit for
-// bit, and W tells the grad-ready callback the fused backward's parameters in the fused order.
+// the whole model and for pipeline partitions (embedding, middle and head chunks; two chunks per
+// stage; V-shaped, with the embedding and the tied head in one model), the parameter gradients and
+// every input gradient sent back are the fused ones bit for bit, and W tells the grad-ready
+// callback the fused backward's parameters in the fused order.
 // Also: what B keeps for W is counted in activation_bytes() and pooled with the slot, and misuse
 // (W without B, B twice, fused after B, a release or forward between B and W) is an InternalError.
 #include <gtest/gtest.h>

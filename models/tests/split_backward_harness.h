@@ -54,6 +54,11 @@ inline std::vector<SplitLayout> split_layouts(const GptConfig& config) {
       {"interleaved",
        {stage_of({{0, 1}, {2, 3}}, true, false), stage_of({{1, 2}, {3, 4}}, false, true)},
        {{0, 0}, {1, 0}, {0, 1}, {1, 1}}},
+      // V-shaped (ZB-V): stage 0 holds the first and the last chunk, so the embedding and the tied
+      // head share a model and wte collects both gradients there.
+      {"V-shaped",
+       {stage_of({{0, 1}, {3, 4}}, true, true), stage_of({{1, 2}, {2, 3}}, false, false)},
+       {{0, 0}, {1, 0}, {1, 1}, {0, 1}}},
   };
 }
 
@@ -111,7 +116,9 @@ inline PipelineOutcome run_pipeline(DeviceContext& ctx, const GptConfig& config,
     }
   }
   const int G = static_cast<int>(layout.chunks.size());
-  auto model = [&](int g) -> Gpt& { return *stages[static_cast<std::size_t>(layout.chunks[static_cast<std::size_t>(g)].first)]; };
+  auto model = [&](int g) -> Gpt& {
+    return *stages[static_cast<std::size_t>(layout.chunks[static_cast<std::size_t>(g)].first)];
+  };
   auto local = [&](int g) { return layout.chunks[static_cast<std::size_t>(g)].second; };
 
   PipelineOutcome out;

@@ -207,7 +207,8 @@ TYPED_TEST(LayerNormBackwardSplit, GpuHalvesRepeatGiveTheFusedBitsAndAgreeWithTh
       for (i64 c = 0; c < s.C; ++c) {
         const std::size_t i = static_cast<std::size_t>(n * s.C + c);
         const double g = to_float(p.dout[i]);
-        const double norm = (to_float(p.x[i]) - p.mean[static_cast<std::size_t>(n)]) * p.rstd[static_cast<std::size_t>(n)];
+        const auto row = static_cast<std::size_t>(n);
+        const double norm = (to_float(p.x[i]) - p.mean[row]) * p.rstd[row];
         sw[static_cast<std::size_t>(c)] += std::abs(g * norm);
         sb[static_cast<std::size_t>(c)] += std::abs(g);
       }
