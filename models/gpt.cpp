@@ -32,6 +32,17 @@ struct Gpt::Slot {
   // and after backward the gradient of the chunk's input, to send back.
   Tensor dres;
   bool have_targets = false;
+  // Where the backward stands: not run; B done and W pending (split); done (fused, or B and W).
+  enum class Backward { NotRun, WeightsPending, Done };
+  Backward backward = Backward::NotRun;
+  // What W reads, kept by B because the scratch and dres move on (see backward_chunk_input):
+  // per block the residual gradient at the MLP's and the attention's output, the layernorms'
+  // upstream gradients, dqkv. Allocated at the slot's first B and kept in the pool with it.
+  struct PerBlockGrads {
+    Tensor dmlp_out, dattn_out, dln2, dln1, dqkv;
+  };
+  std::vector<PerBlockGrads> grads;
+  Tensor dlnf;  // the head chunk only
   std::int64_t bytes = 0;
 };
 
@@ -123,6 +134,8 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
   const auto key = std::make_pair(chunk, micro);
   if (auto it = live_.find(key); it != live_.end()) {
     MT_CHECK(it->second->B == B && it->second->T == T, "micro-batch ", micro, " changed shape while in flight");
+    MT_CHECK(it->second->backward != Slot::Backward::WeightsPending, "a forward of chunk ", chunk, " micro-batch ",
+             micro, " between its backward_chunk_input and backward_chunk_weights");
     return *it->second;
   }
   std::unique_ptr<Slot> slot;
@@ -169,6 +182,7 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     a.dres = act({N, C});
   }
   slot->have_targets = false;
+  slot->backward = Slot::Backward::NotRun;
   Slot& s = *slot;
   live_[key] = std::move(slot);
   return s;
@@ -183,6 +197,8 @@ Gpt::Slot& Gpt::live(int chunk, int micro) const {
 void Gpt::release(int chunk, int micro) {
   auto it = live_.find({chunk, micro});
   if (it == live_.end()) return;
+  MT_CHECK(it->second->backward != Slot::Backward::WeightsPending, "release of chunk ", chunk, " micro-batch ", micro,
+           " between its backward_chunk_input and backward_chunk_weights would lose its weight gradients");
   pool_.push_back(std::move(it->second));
   live_.erase(it);
 }
@@ -282,6 +298,7 @@ Tensor Gpt::input_buffer(int chunk, int micro, int B, int T) {
 float Gpt::forward_chunk(int chunk, int micro, int B, int T, std::span<const std::int32_t> inputs,
                          std::span<const std::int32_t> targets) {
   Slot& s = acquire(chunk, micro, B, T);
+  s.backward = Slot::Backward::NotRun;
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(B, T);
   store_.refresh_compute_params(ctx_);  // the bf16 copy of the master weights (nothing to do in fp32)
@@ -357,11 +374,19 @@ void Gpt::backward_chunk(int chunk, int micro, float loss_weight, const GradRead
     ~Forget() { slot = nullptr; }
   } forget{grad_ready_};
   Slot& s = live(chunk, micro);
+  MT_CHECK(s.backward != Slot::Backward::WeightsPending, "backward_chunk of chunk ", chunk, " micro-batch ", micro,
+           " after its backward_chunk_input: its backward_chunk_weights is pending");
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(s.B, s.T);
   if (c.head) head_backward(s, w, loss_weight);  // otherwise dres holds what the next stage sent
   run_blocks_backward(c, s, w);
-  if (!c.embedding) return;
+  s.backward = Slot::Backward::Done;
+  if (c.embedding) embedding_backward(s);
+}
+
+// The embedding's gradients from the chunk's input gradient, and the grad-ready calls that end a
+// backward (fused or W).
+void Gpt::embedding_backward(Slot& s) {
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
   Tensor& dwpe = store_.grad(static_cast<std::size_t>(wpe_));
   if (!tp_.active()) {
@@ -372,6 +397,117 @@ void Gpt::backward_chunk(int chunk, int micro, float loss_weight, const GradRead
   ready(static_cast<std::size_t>(wpe_), 1);
   // The tied embedding is complete here only if the head's contribution came from this rank too.
   if (partition_.embedding && partition_.head) ready(static_cast<std::size_t>(wte_), 1);
+}
+
+// ---- Split backward (B, then W) ---------------------------------------------------------------
+// B runs the fused backward's kernels minus the parameter gradients, in the same order on the same
+// inputs, so its activation gradients have the fused bits; it writes what W reads into the slot
+// (the fused backward's scratch and dres move on). W then runs the parameter-gradient kernels on
+// the very tensors the fused backward gave them, in its order: the same bits.
+
+void Gpt::keep_weight_inputs(Slot& s) {
+  const ChunkInfo& info = chunks_[static_cast<std::size_t>(s.chunk)];
+  if (s.grads.size() == static_cast<std::size_t>(info.layers.size()) && (!info.head || s.dlnf.defined())) return;
+  const std::int64_t N = static_cast<std::int64_t>(s.B) * s.T, C = config_.channels, tp = tp_.size();
+  auto act = [&](Shape shape) {
+    Tensor t = Tensor::empty(std::move(shape), compute_dtype(), ctx_);
+    s.bytes += static_cast<std::int64_t>(t.nbytes());
+    return t;
+  };
+  for (int l = 0; l < info.layers.size(); ++l)
+    s.grads.push_back({act({N, C}), act({N, C}), act({N, C}), act({N, C}), act({s.B, s.T, 3 * C / tp})});
+  if (info.head) s.dlnf = act({N, C});
+}
+
+void Gpt::head_backward_input(Slot& s, float loss_weight) {
+  MT_CHECK(s.have_targets, "backward() needs a forward() with targets first");
+  const std::int64_t N = s.losses.numel();
+  const float dloss = loss_weight / static_cast<float>(N);
+  if (!tp_.active()) {
+    nn::cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, config_.vocab_size, dloss, s.logits);
+  } else {
+    nn::vocab_parallel_cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, partition_.vocab_begin(config_),
+                                              config_.vocab_size, dloss, s.logits);
+  }
+  s.have_targets = false;  // the logits are dlogits now, kept for W
+  matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, s.dlnf);
+  tp_.copy_backward(s.dlnf);
+  kernels::fill(ctx_, s.dres, 0.0);
+  lnf_.backward_input(ctx_, s.dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres);
+}
+
+void Gpt::head_backward_weights(Slot& s) {
+  Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
+  matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);
+  lnf_.backward_params(ctx_, s.dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd);
+  ready(static_cast<std::size_t>(lnf_first_), 2);
+}
+
+void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
+  const int heads = config_.heads / tp_.size();
+  for (int i = c.layers.size() - 1; i >= 0; --i) {
+    const Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    auto& a = s.blocks[static_cast<std::size_t>(i)];
+    auto& g = s.grads[static_cast<std::size_t>(i)];
+    tp_.reduce_backward(s.dres);
+    g.dmlp_out.copy_from(s.dres, ctx_.stream());  // dres collects the branches' gradients from here on
+    blk.fc_proj.backward_input(ctx_, s.dres, w.dfch);
+    nn::gelu_backward(ctx_, a.fch, w.dfch, a.fch);  // dfch into fch: W reads fch_gelu, not fch
+    blk.fc.backward_input(ctx_, a.fch, g.dln2);
+    tp_.copy_backward(g.dln2);
+    blk.ln2.backward_input(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
+    tp_.reduce_backward(s.dres);
+    g.dattn_out.copy_from(s.dres, ctx_.stream());
+    blk.attn_proj.backward_input(ctx_, s.dres, w.datty);
+    nn::attention_backward(ctx_, w.datty, a.qkv, a.att, heads, g.dqkv);
+    blk.qkv.backward_input(ctx_, g.dqkv, g.dln1);
+    tp_.copy_backward(g.dln1);
+    blk.ln1.backward_input(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
+  }
+}
+
+void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s) {
+  for (int i = c.layers.size() - 1; i >= 0; --i) {
+    Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    const auto& a = s.blocks[static_cast<std::size_t>(i)];
+    const auto& g = s.grads[static_cast<std::size_t>(i)];
+    blk.fc_proj.backward_weights(ctx_, g.dmlp_out, a.fch_gelu);
+    blk.fc.backward_weights(ctx_, a.fch, a.ln2);  // fch holds dfch since B
+    blk.ln2.backward_params(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd);
+    blk.attn_proj.backward_weights(ctx_, g.dattn_out, a.atty);
+    blk.qkv.backward_weights(ctx_, g.dqkv, a.ln1);
+    blk.ln1.backward_params(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd);
+    ready(blk.first_param, kParamsPerLayer);
+  }
+}
+
+void Gpt::backward_chunk_input(int chunk, int micro, float loss_weight) {
+  Slot& s = live(chunk, micro);
+  MT_CHECK(s.backward == Slot::Backward::NotRun, "backward_chunk_input of chunk ", chunk, " micro-batch ", micro,
+           s.backward == Slot::Backward::WeightsPending ? " twice (its backward_chunk_weights is pending)"
+                                                        : " after its backward already ran");
+  const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
+  Scratch& w = scratch(s.B, s.T);
+  keep_weight_inputs(s);
+  if (c.head) head_backward_input(s, loss_weight);  // otherwise dres holds what the next stage sent
+  run_blocks_backward_input(c, s, w);
+  s.backward = Slot::Backward::WeightsPending;  // only once B got through: a failed B leaves nothing for W
+}
+
+void Gpt::backward_chunk_weights(int chunk, int micro, const GradReady& on_ready) {
+  Slot& s = live(chunk, micro);
+  MT_CHECK(s.backward == Slot::Backward::WeightsPending, "backward_chunk_weights of chunk ", chunk, " micro-batch ",
+           micro, s.backward == Slot::Backward::Done ? " twice" : " without its backward_chunk_input");
+  s.backward = Slot::Backward::Done;  // from here the slot may be released, even if W fails
+  grad_ready_ = &on_ready;
+  struct Forget {
+    const GradReady*& slot;
+    ~Forget() { slot = nullptr; }
+  } forget{grad_ready_};
+  const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
+  if (c.head) head_backward_weights(s);
+  run_blocks_backward_weights(c, s);
+  if (c.embedding) embedding_backward(s);
 }
 
 float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T) {

@@ -95,8 +95,23 @@ class Gpt {
   // Adds this micro-batch's gradients (loss_weight as in backward()). Afterwards input_grad()
   // holds the gradient for the previous stage. `ready` is told each parameter as it completes.
   void backward_chunk(int chunk, int micro, float loss_weight, const GradReady& ready = {});
+  // The same backward split in two, for zero-bubble schedules; B then W adds exactly the gradients
+  // backward_chunk adds, bit for bit (runs of W for one chunk in micro-batch order, as the fused
+  // backward runs them).
+  // B: every activation gradient through the chunk, down to input_grad() (ready to send), and all
+  // tensor-parallel collectives of the backward. What W reads is kept in the slot: per layer the
+  // gradients at the two row-parallel outputs, the two layernorms' upstream gradients and dqkv
+  // (4 x [B*T, C] + [B*T, 3C/tp], compute dtype; dfch overwrites the forward's pre-GELU activation,
+  // which W no longer needs); the head's lnf gradient ([B*T, C]; dlogits replaces the logits as in
+  // the fused backward); the embedding's is the slot's input gradient. Allocated at the slot's
+  // first B, then pooled with it and counted in activation_bytes().
+  void backward_chunk_input(int chunk, int micro, float loss_weight);
+  // W: the parameter gradients of that B (communicates nothing); `ready` as in backward_chunk, the
+  // same parameters in the same order. Afterwards the slot may be released.
+  void backward_chunk_weights(int chunk, int micro, const GradReady& ready = {});
   Tensor input_grad(int chunk, int micro) const;
-  void release(int chunk, int micro);  // the slot's buffers go back to a pool for later micro-batches
+  // The slot's buffers go back to a pool for later micro-batches. Not between B and W.
+  void release(int chunk, int micro);
 
   std::int64_t activation_bytes() const;  // held by live slots and scratch
 
@@ -116,8 +131,14 @@ class Gpt {
   float head_loss(Slot& s, std::span<const std::int32_t> targets);
   void head_logits(Slot& s);
   void head_backward(Slot& s, Scratch& w, float loss_weight);
+  void head_backward_input(Slot& s, float loss_weight);
+  void head_backward_weights(Slot& s);
   void run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w);
   void run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w);
+  void run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w);
+  void run_blocks_backward_weights(const ChunkInfo& c, Slot& s);
+  void embedding_backward(Slot& s);
+  void keep_weight_inputs(Slot& s);
   void ready(std::size_t first, std::size_t count);
   void check_tokens(std::span<const std::int32_t> ids, const char* what) const;
 

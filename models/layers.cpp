@@ -36,14 +36,21 @@ void Linear::forward(DeviceContext& ctx, const Tensor& x, Tensor& y, bool add_bi
 }
 
 void Linear::backward(DeviceContext& ctx, const Tensor& dy, const Tensor& x, Tensor* dx, bool accumulate_dx) {
+  backward_weights(ctx, dy, x);
+  if (dx != nullptr) backward_input(ctx, dy, *dx, accumulate_dx);
+}
+
+void Linear::backward_input(DeviceContext& ctx, const Tensor& dy, Tensor& dx, bool accumulate_dx) const {
+  Tensor dy2 = as_matrix(dy, out_features());
+  Tensor dx2 = as_matrix(dx, in_features());
+  matmul(ctx, dy2, false, compute_weight, false, dx2, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+}
+
+void Linear::backward_weights(DeviceContext& ctx, const Tensor& dy, const Tensor& x) {
   Tensor dy2 = as_matrix(dy, out_features());
   Tensor x2 = as_matrix(x, in_features());
   matmul(ctx, dy2, true, x2, false, dweight, 1.0f, 1.0f);
   if (dbias.defined()) nn::bias_backward(ctx, dy2, dbias);
-  if (dx != nullptr) {
-    Tensor dx2 = as_matrix(*dx, in_features());
-    matmul(ctx, dy2, false, compute_weight, false, dx2, 1.0f, accumulate_dx ? 1.0f : 0.0f);
-  }
 }
 
 LayerNorm LayerNorm::from_store(ParameterStore& store, const std::string& prefix) {
@@ -58,6 +65,16 @@ void LayerNorm::forward(DeviceContext& ctx, const Tensor& x, Tensor& out, Tensor
 void LayerNorm::backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
                          const Tensor& rstd, Tensor& dx) {
   nn::layernorm_backward(ctx, dout, x, weight, mean, rstd, dx, dweight, dbias);
+}
+
+void LayerNorm::backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                               const Tensor& rstd, Tensor& dx) const {
+  nn::layernorm_backward_input(ctx, dout, x, weight, mean, rstd, dx);
+}
+
+void LayerNorm::backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                                const Tensor& rstd) {
+  nn::layernorm_backward_params(ctx, dout, x, mean, rstd, dweight, dbias);
 }
 
 }  // namespace mt

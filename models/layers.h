@@ -33,6 +33,11 @@ struct Linear {
   // dweight += dy^T x; dbias += column sums of dy; and when dx is given, dx = dy W (or += with
   // accumulate_dx).
   void backward(DeviceContext& ctx, const Tensor& dy, const Tensor& x, Tensor* dx, bool accumulate_dx = false);
+  // backward() in two halves, for a backward split in time (zero-bubble pipelines): together, on
+  // the same dy, exactly backward()'s bits. dx = dy W (or += with accumulate_dx):
+  void backward_input(DeviceContext& ctx, const Tensor& dy, Tensor& dx, bool accumulate_dx = false) const;
+  // dweight += dy^T x; dbias += column sums of dy.
+  void backward_weights(DeviceContext& ctx, const Tensor& dy, const Tensor& x);
 };
 
 // Per-row normalization over the last dimension, with weight and bias [C].
@@ -44,6 +49,10 @@ struct LayerNorm {
   // dx += ...; dweight, dbias += ...
   void backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                 Tensor& dx);
+  // Its two halves (see Linear): dx += ... ; then dweight, dbias += ...
+  void backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                      Tensor& dx) const;
+  void backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd);
 };
 
 // A 2-D view [rows, cols] of a contiguous tensor.

@@ -1,21 +1,37 @@
 // How the transformer ops of runtime/nn_functors.h reach a backend: one entry point per op and
 // activation type, defined for the CPU in runtime/nn_kernels_cpu.cpp (OpenMP over units) and for
-// CUDA in runtime/cuda/nn_kernels.cu or, without CUDA, in runtime/nn_cuda_stub.cpp.
+// CUDA in runtime/cuda/nn_kernels.cu and runtime/cuda/layernorm_backward.cu or, without CUDA, in
+// runtime/nn_cuda_stub.cpp.
 #pragma once
 
 #include "runtime/cuda_api.h"
 #include "runtime/nn_functors.h"
 
-// X(op) for every op of nn_functors.h.
-#define MT_NN_OPS(X)                                                                                \
+// X(op) for every op of nn_functors.h that CUDA runs as the CPU does, one thread per unit.
+#define MT_NN_UNIT_OPS(X)                                                                           \
   X(EmbeddingForward) X(EmbeddingTokenOrder) X(EmbeddingBackwardTokens) X(EmbeddingBackwardPositions) \
-  X(LayerNormForward) X(LayerNormBackwardInput) X(LayerNormBackwardParams) X(BroadcastRows)           \
+  X(LayerNormForward) X(BroadcastRows)                                                                \
   X(ColumnSum) X(GeluForward) X(GeluBackward) X(AttentionForward) X(AttentionBackwardDots)             \
   X(AttentionBackwardSoftmax) X(AttentionBackwardQuery) X(AttentionBackwardKeyValue)                  \
   X(CrossEntropyForward) X(CrossEntropyBackward) X(SoftmaxRow) X(VocabParallelMax)                    \
   X(VocabParallelSumExp) X(VocabParallelTargetLogit) X(VocabParallelLoss)
+// X(op) for every op of nn_functors.h: the CPU runs them all unit by unit.
+#define MT_NN_OPS(X) MT_NN_UNIT_OPS(X) X(LayerNormBackwardInput) X(LayerNormBackwardParams)
 
 namespace mt::backend {
+
+// The layernorm parameter gradients on CUDA: rows cut into tiles of at most kLayerNormTileRows
+// (more per tile past kLayerNormMaxTiles tiles), each tile's column sums of dout * norm and dout
+// written to a workspace, then folded over the tiles in order.
+inline constexpr std::int64_t kLayerNormTileRows = 64, kLayerNormMaxTiles = 512;
+inline std::int64_t layernorm_row_tiles(std::int64_t rows) {
+  const std::int64_t tiles = (rows + kLayerNormTileRows - 1) / kLayerNormTileRows;
+  return tiles < kLayerNormMaxTiles ? (tiles > 0 ? tiles : 1) : kLayerNormMaxTiles;
+}
+// Floats of that workspace: two partial sums per tile and column.
+inline std::int64_t layernorm_params_workspace(std::int64_t rows, std::int64_t channels) {
+  return 2 * layernorm_row_tiles(rows) * channels;
+}
 
 struct CpuNn {
 #define MT_NN_DECLARE_CPU_RUN(Op)                           \
@@ -29,8 +45,13 @@ struct CudaNn {
 #define MT_NN_DECLARE_RUN(Op)                                             \
   static void run(const nn_math::Op<float>& op, cuda::StreamHandle stream); \
   static void run(const nn_math::Op<bf16>& op, cuda::StreamHandle stream);
-  MT_NN_OPS(MT_NN_DECLARE_RUN)
+  MT_NN_UNIT_OPS(MT_NN_DECLARE_RUN)
+  MT_NN_DECLARE_RUN(LayerNormBackwardInput)  // a warp per row (runtime/cuda/layernorm_backward.cu)
 #undef MT_NN_DECLARE_RUN
+  // `workspace`: layernorm_params_workspace(op.rows, op.channels) floats on the device, free until
+  // the kernels are done (stream order).
+  static void run(const nn_math::LayerNormBackwardParams<float>& op, float* workspace, cuda::StreamHandle stream);
+  static void run(const nn_math::LayerNormBackwardParams<bf16>& op, float* workspace, cuda::StreamHandle stream);
 };
 
 }  // namespace mt::backend

@@ -12,7 +12,10 @@ namespace {
 #define MT_NN_STUB_RUN(Op)                                                                   \
   void CudaNn::run(const nn_math::Op<float>&, cuda::StreamHandle) { not_built(); }            \
   void CudaNn::run(const nn_math::Op<bf16>&, cuda::StreamHandle) { not_built(); }
-MT_NN_OPS(MT_NN_STUB_RUN)
+MT_NN_UNIT_OPS(MT_NN_STUB_RUN)
+MT_NN_STUB_RUN(LayerNormBackwardInput)
 #undef MT_NN_STUB_RUN
+void CudaNn::run(const nn_math::LayerNormBackwardParams<float>&, float*, cuda::StreamHandle) { not_built(); }
+void CudaNn::run(const nn_math::LayerNormBackwardParams<bf16>&, float*, cuda::StreamHandle) { not_built(); }
 
 }  // namespace mt::backend

@@ -366,7 +366,7 @@ template <class T>
 struct GeluBackward {
   const T* x;
   const T* dout;
-  T* dx;  // may alias dout
+  T* dx;  // may alias dout or x: each element is read before it is written
   std::int64_t n;
   MT_HD std::int64_t count() const { return n; }
   MT_HD void operator()(std::int64_t i) const { dx[i] = narrow_to<T>(gelu_grad(widen(x[i])) * widen(dout[i])); }

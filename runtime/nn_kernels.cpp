@@ -195,33 +195,77 @@ void layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight
   });
 }
 
-void layernorm_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+namespace {
+// The shapes every layernorm backward half checks: C from the weight (or its gradient), N rows.
+struct LayerNormRows {
+  std::int64_t N, C;
+};
+LayerNormRows check_layernorm_backward(const DeviceContext& ctx, const Tensor& dout, const Tensor& x,
+                                       const Tensor& mean, const Tensor& rstd, std::int64_t C) {
   expect_on(ctx, dout, "layernorm output gradient");
   expect_on(ctx, x, "layernorm input");
-  expect_on(ctx, dx, "layernorm input gradient");
-  expect_f32(ctx, weight, "layernorm weight");
-  expect_f32(ctx, dweight, "layernorm weight gradient");
-  expect_f32(ctx, dbias, "layernorm bias gradient");
-  const std::int64_t C = weight.numel(), N = x.numel() / C;
+  expect_f32(ctx, mean, "layernorm mean");
+  expect_f32(ctx, rstd, "layernorm rstd");
+  const std::int64_t N = C > 0 ? x.numel() / C : 0;
   MT_CHECK(C > 0 && x.numel() == N * C, "layernorm backward: input ", x.describe(), " is not rows of ", C);
   expect_numel(dout, N * C, "layernorm output gradient");
-  expect_numel(dx, N * C, "layernorm input gradient");
   expect_numel(mean, N, "layernorm mean");
   expect_numel(rstd, N, "layernorm rstd");
-  expect_numel(dweight, C, "layernorm weight gradient");
-  expect_numel(dbias, C, "layernorm bias gradient");
-  MT_CHECK(dout.dtype() == x.dtype() && dx.dtype() == x.dtype(), "layernorm backward: mixed activation dtypes");
+  MT_CHECK(dout.dtype() == x.dtype(), "layernorm backward: output gradient ", dout.describe(), " for input ",
+           x.describe());
+  return {N, C};
+}
+}  // namespace
+
+void layernorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                              const Tensor& mean, const Tensor& rstd, Tensor& dx) {
+  expect_f32(ctx, weight, "layernorm weight");
+  expect_on(ctx, dx, "layernorm input gradient");
+  const auto [N, C] = check_layernorm_backward(ctx, dout, x, mean, rstd, weight.numel());
+  expect_numel(dx, N * C, "layernorm input gradient");
+  MT_CHECK(dx.dtype() == x.dtype(), "layernorm backward: input gradient ", dx.describe(), " for input ",
+           x.describe());
   run<nn_math::LayerNormBackwardInput>(ctx, x.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.dx)>;
     op = {ptr<const T_>(dout), ptr<const T_>(x), ptr<const float>(weight), ptr<const float>(mean),
           ptr<const float>(rstd), ptr<T_>(dx), N, C};
   });
-  run<nn_math::LayerNormBackwardParams>(ctx, x.dtype(), [&](auto& op) {
-    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.x)>>;
-    op = {ptr<const T_>(dout), ptr<const T_>(x), ptr<const float>(mean), ptr<const float>(rstd), ptr<float>(dweight),
-          ptr<float>(dbias), N, C, unit_width(ctx)};
-  });
+}
+
+void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                               const Tensor& rstd, Tensor& dweight, Tensor& dbias) {
+  expect_f32(ctx, dweight, "layernorm weight gradient");
+  expect_f32(ctx, dbias, "layernorm bias gradient");
+  const auto [N, C] = check_layernorm_backward(ctx, dout, x, mean, rstd, dweight.numel());
+  expect_numel(dbias, C, "layernorm bias gradient");
+  auto go = [&](auto tag) {
+    using T_ = decltype(tag);
+    const nn_math::LayerNormBackwardParams<T_> op{ptr<const T_>(dout), ptr<const T_>(x),      ptr<const float>(mean),
+                                                  ptr<const float>(rstd), ptr<float>(dweight), ptr<float>(dbias),
+                                                  N,                      C,                   unit_width(ctx)};
+    if (ctx.device().is_cpu()) {
+      backend::CpuNn::run(op, ctx.cpu_threads());
+    } else {
+      // Per-tile partial sums, folded in a fixed order by a second kernel (no float atomics).
+      Tensor partials = Tensor::empty({backend::layernorm_params_workspace(N, C)}, DType::F32, ctx);
+      backend::CudaNn::run(op, ptr<float>(partials), ctx.stream().handle());
+    }
+  };
+  if (x.dtype() == DType::F32) {
+    go(float{});
+  } else {
+    MT_CHECK(x.dtype() == DType::BF16, "activations must be fp32 or bf16, got ", dtype_name(x.dtype()));
+    go(bf16{});
+  }
+}
+
+void layernorm_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  // Both halves' shapes before the first one writes dx.
+  MT_CHECK(dweight.numel() == weight.numel() && dbias.numel() == weight.numel(), "layernorm backward: gradients ",
+           dweight.describe(), " and ", dbias.describe(), " for weight ", weight.describe());
+  layernorm_backward_input(ctx, dout, x, weight, mean, rstd, dx);
+  layernorm_backward_params(ctx, dout, x, mean, rstd, dweight, dbias);
 }
 
 void broadcast_rows(DeviceContext& ctx, const Tensor& bias, Tensor& out) {

@@ -1,13 +1,17 @@
 // The kernels of a GPT-2 style transformer, forward and backward, on row-major tensors, dispatched
 // to the CPU (OpenMP) or CUDA backend by the context's device. The math of each op is written once
 // in runtime/nn_functors.h and run by both backends. Every output element is produced by one
-// thread in a fixed order, so results repeat bit for bit whatever the thread count.
+// thread in a fixed order, so results repeat bit for bit whatever the thread count. The layernorm
+// backward has CUDA kernels of its own (runtime/cuda/layernorm_backward.cu: a warp per row, column
+// tiles folded in a fixed order): they repeat bit for bit too, and agree with the CPU within fp32
+// rounding, not bit for bit.
 //
 // Shapes: N = rows (batch x time), C = channels. "+=" marks outputs that accumulate (gradients
 // of parameters accumulate over micro-batches; the residual stream's gradient over branches).
 // Activations may be fp32 or bf16 (meant for CUDA; the CPU runs it too, for tests); parameters, their gradients and statistics are fp32.
 // defines: embedding_forward, embedding_forward_slice, embedding_backward, embedding_backward_slice,
-//          layernorm_forward, layernorm_backward, broadcast_rows, bias_backward, gelu_forward,
+//          layernorm_forward, layernorm_backward, layernorm_backward_input, layernorm_backward_params,
+//          broadcast_rows, bias_backward, gelu_forward,
 //          gelu_backward, attention_forward, attention_backward, softmax_rows, cross_entropy,
 //          cross_entropy_forward, cross_entropy_backward, vocab_parallel_max, vocab_parallel_sum_exp,
 //          vocab_parallel_target_logit, vocab_parallel_loss, vocab_parallel_cross_entropy_backward
@@ -48,16 +52,26 @@ void embedding_backward_slice(DeviceContext& ctx, const Tensor& tokens, const Te
 // out = (x - mean) * rstd * weight + bias per row of x [N, C]; mean, rstd [N] fp32 saved for backward.
 void layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
                        Tensor& mean, Tensor& rstd);
-// dx += ..., dweight += ..., dbias += ...
+// dx += ..., dweight += ..., dbias += ...: layernorm_backward_input then layernorm_backward_params.
 void layernorm_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
                         const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+// Its two halves, for a backward split in time (zero-bubble pipelines run the input gradient
+// first, the parameter gradients later): run one after the other on the same inputs, they give
+// layernorm_backward's bits on either device.
+// dx += s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout, per row.
+void layernorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                              const Tensor& mean, const Tensor& rstd, Tensor& dx);
+// dweight[c] += sum over rows of dout * norm; dbias[c] += sum over rows of dout. On the CPU the rows
+// are added in order onto the gradient; on CUDA into per-tile partial sums, folded in tile order.
+void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                               const Tensor& rstd, Tensor& dweight, Tensor& dbias);
 
 // out[n, :] = bias (broadcast over rows): the start of y = x W^T + b before a GEMM with beta 1.
 void broadcast_rows(DeviceContext& ctx, const Tensor& bias, Tensor& out);
 // dbias[j] += sum over rows of dout[n, j].
 void bias_backward(DeviceContext& ctx, const Tensor& dout, Tensor& dbias);
 
-// tanh-approximated GELU, elementwise. dx may alias dout.
+// tanh-approximated GELU, elementwise. dx may alias dout or x (each element is read before it is written).
 void gelu_forward(DeviceContext& ctx, const Tensor& x, Tensor& out);
 void gelu_backward(DeviceContext& ctx, const Tensor& x, const Tensor& dout, Tensor& dx);
 

@@ -2,7 +2,8 @@
 // (runtime/nn_functors.h), so the GPU computes the same function as the CPU, unit by unit.
 // Simple and exact rather than fast: the forward and row ops run one thread per row; the backward
 // ops that sum over many rows (attention, embeddings, the column sums of parameter gradients) run
-// one thread per output column (width 1 in runtime/nn_functors.h).
+// one thread per output column (width 1 in runtime/nn_functors.h). The layernorm backward has
+// kernels cut for the GPU instead (runtime/cuda/layernorm_backward.cu).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,7 +41,7 @@ void launch(const Op& op, cuda::StreamHandle stream) {
 #define MT_NN_CUDA_RUN(Op)                                                                                   \
   void CudaNn::run(const nn_math::Op<float>& op, cuda::StreamHandle stream) { launch(op, stream); }           \
   void CudaNn::run(const nn_math::Op<bf16>& op, cuda::StreamHandle stream) { launch(op, stream); }
-MT_NN_OPS(MT_NN_CUDA_RUN)
+MT_NN_UNIT_OPS(MT_NN_CUDA_RUN)
 #undef MT_NN_CUDA_RUN
 
 }  // namespace mt::backend
