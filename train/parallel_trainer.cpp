@@ -35,7 +35,6 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
   Tensor forward_output(int chunk, int micro) override { return t_.model_->output(chunk, micro); }
   Tensor output_grad_buffer(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
   void backward(int chunk, int micro, BackwardPart part, bool completes_chunk) override {
-    MT_CHECK(part == BackwardPart::Full, "the split backward is not wired into the trainer yet");
     const float weight = 1.0f / static_cast<float>(t_.plan_.micro_batches() * t_.groups_.mesh.shape().dp);
     // The schedule says which backward completes the chunk's gradients: that one feeds the reducer.
     // The tied embedding waits for the end of the run (ParallelTrainer::step): its head and
@@ -45,7 +44,12 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
     const Gpt::GradReady ready = [&reducer, wte](std::size_t param) {
       if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
     };
-    t_.model_->backward_chunk(chunk, micro, weight, completes_chunk ? ready : Gpt::GradReady{});
+    const Gpt::GradReady& on_ready = completes_chunk ? ready : Gpt::GradReady{};
+    switch (part) {
+      case BackwardPart::Full: t_.model_->backward_chunk(chunk, micro, weight, on_ready); break;
+      case BackwardPart::Input: t_.model_->backward_chunk_input(chunk, micro, weight); break;
+      case BackwardPart::Weight: t_.model_->backward_chunk_weights(chunk, micro, on_ready); break;
+    }
   }
   Tensor input_grad(int chunk, int micro) override { return t_.model_->input_grad(chunk, micro); }
   void release(int chunk, int micro) override { t_.model_->release(chunk, micro); }
