@@ -49,12 +49,18 @@ po::options_description pipeline_options() {
        "(default: one pipeline over every rank)")
       ("micro-batches", po::value<std::string>()->default_value("4,8,16"), "micro-batches per step m, comma-separated")
       ("virtual", po::value<std::string>()->default_value("2,4"),
-       "model chunks per stage v for the interleaved schedule, comma-separated (each >= 2)")
-      ("schedules", po::value<std::string>()->default_value("gpipe,1f1b,interleaved"),
-       "schedules to measure: gpipe, 1f1b, interleaved")
+       "model chunks per stage v for the interleaved schedule, comma-separated (each >= 2); zb-v always has 2 "
+       "(in a V), the others 1")
+      ("schedules", po::value<std::string>()->default_value("gpipe,1f1b,interleaved,zb-h1,zb-v"),
+       "schedules to measure: gpipe, 1f1b, interleaved, zb-h1 (1F1B's memory, backward split into B and W, W "
+       "filling the bubble), zb-v (two chunks per stage in a V, near-zero bubble from m >= 2p)")
       ("forward-ms", po::value<double>()->default_value(10.0),
        "forward time of one micro-batch through one stage, ms (backward: twice that); with v chunks each "
        "chunk takes forward-ms / v, so the work per step does not depend on v")
+      ("weight-share", po::value<double>()->default_value(0.5),
+       "the part of the backward that is W (weight gradients) in zb-h1 and zb-v, in [0, 1): B (input "
+       "gradients) takes the rest; 0.5 = B and W equal, as for a GEMM. The other schedules run the backward "
+       "whole; their time does not change")
       ("activation-bytes", po::value<std::string>()->default_value("256K"),
        "size of every activation and gradient message between stages (e.g. 65536, 256K, 1M)")
       ("work", po::value<std::string>()->default_value("sleep"),
@@ -71,14 +77,18 @@ po::options_description pipeline_options() {
 
 const char* kSummary =
     "Runs meshtrain's PipelineExecutor on a synthetic model: each forward of a micro-batch through a stage "
-    "takes --forward-ms, each backward twice that, and every stage boundary carries a real tensor of "
-    "--activation-bytes. For each configuration, the mean over --steps of the slowest rank's step; ideal = "
-    "the stage's measured compute (m x (t_f + t_b)); bubble = 1 - ideal / step, next to the formula and to the "
-    "schedule's unit-cost simulation. Run as meshbench pipeline under mpirun -np P.";
+    "takes --forward-ms, each backward twice that (in zb-h1 and zb-v split into B and W by --weight-share), "
+    "and every stage boundary carries a real tensor of --activation-bytes. For each configuration, the mean "
+    "over --steps of the slowest rank's step; ideal = the stage's measured compute (m x (t_f + t_b)); bubble = "
+    "1 - ideal / step, next to the formula (zb-v: its simulation) and to the schedule's simulation at those "
+    "costs. The zero-bubble rows come at the same p and m as 1f1b's, with a summary of their bubble against "
+    "1f1b's. Run as meshbench pipeline under mpirun -np P.";
 
 PipelineRunSettings read_run_settings(const po::variables_map& vm) {
   PipelineRunSettings rs;
   rs.forward_s = vm["forward-ms"].as<double>() / 1e3;
+  rs.weight_share = vm["weight-share"].as<double>();
+  if (!(rs.weight_share >= 0 && rs.weight_share < 1)) throw UsageError("--weight-share must be in [0, 1)");
   rs.steps = vm["steps"].as<int>();
   rs.warmup = vm["warmup"].as<int>();
   if (!(rs.forward_s > 0 && rs.forward_s < 60)) throw UsageError("--forward-ms must be above 0 and below a minute");
@@ -138,7 +148,9 @@ std::vector<PipelineConfig> build_configs(const PipelineOptions& o, int world_si
       } catch (const Error& e) {
         throw UsageError("--schedules: " + e.message());
       }
-      const std::vector<int> vs = kind == ScheduleKind::Interleaved ? o.virtuals : std::vector<int>{1};
+      const std::vector<int> vs = kind == ScheduleKind::Interleaved   ? o.virtuals
+                                  : kind == ScheduleKind::ZeroBubbleV ? std::vector<int>{2}
+                                                                      : std::vector<int>{1};
       for (int v : vs)
         for (int m : o.micros) configs.push_back(build_config(p, kind, name, v, m));
     }
@@ -166,6 +178,7 @@ int pipeline_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   write_pipeline_json_rows(s, options, probes, configs, results);
   print_pipeline_results(configs, results);
   print_interleaving_summary(configs, results);
+  print_zero_bubble_summary(configs, results);
   print_distance_from_theory(configs, results);
   return 0;
 }

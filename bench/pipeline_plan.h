@@ -1,8 +1,9 @@
 // What `meshbench pipeline` was asked to run: the options, read once, and the configurations they
 // make (one schedule each), with the bubble formula every row is read against.
-// defines: PipelineRunSettings, PipelineOptions, PipelineConfig, theory_bubble
+// defines: PipelineRunSettings, PipelineOptions, PipelineConfig, theory_bubble, zb_h1_theory_bubble, unit_costs
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@ namespace mt {
 // What every configuration shares: the synthetic stage's cost and how many steps are timed.
 struct PipelineRunSettings {
   double forward_s = 0;  // one micro-batch through the whole stage
+  double weight_share = 0.5;  // W's part of the backward (2 forward_s) in the zero-bubble schedules
   std::int64_t activation_bytes = 0;
   int steps = 0, warmup = 0;
 };
@@ -42,6 +44,18 @@ struct PipelineConfig {
 inline double theory_bubble(int p, int m, int v) {
   const double idle = static_cast<double>(p - 1) / v;
   return idle / (m + idle);
+}
+
+// ZB-H1's (Qi et al.): the idle time (p-1)(F+B-W) over m(F+B+W) of work plus that, with a stage's
+// costs F, B, W (the formula holds for W <= F + B; below 0 it is 0).
+inline double zb_h1_theory_bubble(int p, int m, const ComputeCosts& c) {
+  const double idle = (p - 1) * std::max(0.0, c.forward + c.backward_input - c.backward_weight);
+  return idle / (m * (c.forward + c.backward_input + c.backward_weight) + idle);
+}
+
+// The stage's costs in units of its forward: F = 1, B + W = 2 split by the W share; per chunk 1/v of that.
+inline ComputeCosts unit_costs(double weight_share, int v) {
+  return {1.0 / v, 2.0 * (1 - weight_share) / v, 2.0 * weight_share / v};
 }
 
 }  // namespace mt

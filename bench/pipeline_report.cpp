@@ -47,6 +47,7 @@ nlohmann::ordered_json settings_row(const BenchSession& s, const PipelineOptions
   row["overlap"] = o.overlap;
   row["forward_s"] = o.run.forward_s;
   row["backward_s"] = 2 * o.run.forward_s;
+  row["weight_share"] = o.run.weight_share;
   row["activation_bytes"] = o.run.activation_bytes;
   row["steps"] = o.run.steps;
   row["warmup"] = o.run.warmup;
@@ -69,6 +70,7 @@ void add_measurement(nlohmann::ordered_json& row, const PipelineResult& r, doubl
   row["other_s"] = r.other_s;
   row["forward_call_s"] = r.forward_call_s;
   row["backward_call_s"] = r.backward_call_s;
+  row["weight_call_s"] = r.weight_call_s;
   row["one_way_s"] = one_way_s;
   row["peak_in_flight"] = r.peak_in_flight;
   row["held_slots_peak"] = r.held_peak;
@@ -85,8 +87,10 @@ void print_pipeline_header(const BenchSession& s, const PipelineOptions& o, cons
               s.world().size(), s.hosts, s.world().backend_name().c_str(), s.session.binding.device.str().c_str(),
               o.overlap ? "on" : "off (--no-overlap)");
   std::printf("synthetic stage: forward %.3g ms + backward %.3g ms per micro-batch (each of v chunks: 1/v of "
-              "that), work %s, %lld-byte activations per message\n",
-              1e3 * rs.forward_s, 2e3 * rs.forward_s, stage_work_name(o.work),
+              "that; zb-h1, zb-v: B %.3g ms + W %.3g ms, --weight-share %.2f), work %s, %lld-byte activations per "
+              "message\n",
+              1e3 * rs.forward_s, 2e3 * rs.forward_s, 2e3 * rs.forward_s * (1 - rs.weight_share),
+              2e3 * rs.forward_s * rs.weight_share, rs.weight_share, stage_work_name(o.work),
               static_cast<long long>(rs.activation_bytes));
   if (o.work == StageWork::Gemm) {
     const unsigned cores = std::thread::hardware_concurrency();
@@ -103,8 +107,8 @@ void print_pipeline_header(const BenchSession& s, const PipelineOptions& o, cons
               "the measured compute, bubble = 1 - ideal / step\n",
               rs.steps, rs.warmup);
   std::printf("theory: gpipe, 1f1b (p-1)/(m+p-1); interleaved ((p-1)/v)/(m+(p-1)/v) (idle (p-1)(t_f+t_b)/v "
-              "over m(t_f+t_b) of work plus that); sim = the schedule's simulate() bubble at unit cost, "
-              "t_b = 2 t_f\n");
+              "over m(t_f+t_b) of work plus that); zb-h1 (p-1)(F+B-W)/(m(F+B+W)+(p-1)(F+B-W)); zb-v: its sim "
+              "(no closed form); sim = the schedule's simulate() bubble with F = t_f, B + W = t_b = 2 t_f\n");
   std::fflush(stdout);
 }
 
@@ -117,7 +121,8 @@ void write_pipeline_json_rows(const BenchSession& s, const PipelineOptions& o, c
     nlohmann::ordered_json row = settings_row(s, o, c);
     add_measurement(row, results[i], probes.one_way_s);
     const auto base = one_f_one_b.find({c.stages, c.m()});
-    if (c.schedule.kind == ScheduleKind::Interleaved && base != one_f_one_b.end() && base->second > 0)
+    if (c.schedule.kind != ScheduleKind::GPipe && c.schedule.kind != ScheduleKind::OneFOneB &&
+        base != one_f_one_b.end() && base->second > 0)
       row["bubble_vs_1f1b"] = results[i].bubble / base->second;
     if (o.work == StageWork::Gemm) row["gemm_call_s"] = probes.gemm_call_s;
     json.append(row);
@@ -160,6 +165,32 @@ void print_interleaving_summary(const std::vector<PipelineConfig>& configs,
   }
   std::printf("\nsummary: interleaved (v=2) bubble / 1F1B bubble at the same (p, m); goal < 0.6 (theory ratio = "
               "(m+p-1)/(2m+p-1))\n%s",
+              vs.render().c_str());
+}
+
+void print_zero_bubble_summary(const std::vector<PipelineConfig>& configs, const std::vector<PipelineResult>& results) {
+  const BubbleByShape one_f_one_b = one_f_one_b_bubbles(configs, results);
+  TextTable vs({"p", "m", "1f1b bubble", "schedule", "bubble", "ratio", "sim ratio"});
+  int rows = 0;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const PipelineConfig& c = configs[i];
+    if (c.schedule.kind != ScheduleKind::ZeroBubbleH1 && c.schedule.kind != ScheduleKind::ZeroBubbleV) continue;
+    const auto base = one_f_one_b.find({c.stages, c.m()});
+    if (base == one_f_one_b.end() || base->second <= 0) continue;
+    std::size_t base_index = 0;  // 1F1B's row, for its simulated bubble
+    for (std::size_t j = 0; j < configs.size(); ++j)
+      if (configs[j].schedule.kind == ScheduleKind::OneFOneB && configs[j].stages == c.stages && configs[j].m() == c.m())
+        base_index = j;
+    const double sim_base = results[base_index].simulated;
+    vs.add_row({std::to_string(c.stages), std::to_string(c.m()), format_cell("%.4f", base->second), c.name(),
+                format_cell("%.4f", results[i].bubble), format_cell("%.3f", results[i].bubble / base->second),
+                sim_base > 0 ? format_cell("%.3f", results[i].simulated / sim_base) : "-"});
+    ++rows;
+  }
+  if (rows == 0) return;
+  std::printf("\nzero bubble: bubble / 1F1B bubble at the same (p, m), measured and simulated. At F = B = W a "
+              "stage idles p-1 in zb-h1 and (p-1)/2 in zb-v (m >= 2p) against 3(p-1) in 1f1b, the least each can "
+              "with its activation memory\n%s",
               vs.render().c_str());
 }
 

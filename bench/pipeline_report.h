@@ -2,7 +2,7 @@
 // table of configurations, the interleaved-vs-1F1B summary, the distance from theory, and one JSON
 // row per configuration.
 // defines: print_pipeline_header, write_pipeline_json_rows, print_pipeline_results,
-//          print_interleaving_summary, print_distance_from_theory
+//          print_interleaving_summary, print_zero_bubble_summary, print_distance_from_theory
 #pragma once
 
 #include <vector>
@@ -26,6 +26,9 @@ void print_pipeline_results(const std::vector<PipelineConfig>& configs, const st
 // Interleaving (v = 2) against 1F1B at the same (p, m).
 void print_interleaving_summary(const std::vector<PipelineConfig>& configs,
                                 const std::vector<PipelineResult>& results);
+
+// zb-h1 and zb-v against 1F1B at the same (p, m).
+void print_zero_bubble_summary(const std::vector<PipelineConfig>& configs, const std::vector<PipelineResult>& results);
 
 // How many measured bubbles lie within 10% of the formula, naming those that do not.
 void print_distance_from_theory(const std::vector<PipelineConfig>& configs,

@@ -31,20 +31,21 @@ double mean(const std::vector<double>& v) {
 struct RankSteps {
   StepTimes slowest;  // the slowest rank's step
   double own = 0, compute = 0, wait = 0;
-  double forward_calls_s = 0, backward_calls_s = 0;  // summed over the timed steps
+  double forward_calls_s = 0, backward_calls_s = 0, weight_calls_s = 0;  // summed over the timed steps
   int peak_slots = 0;
 };
 
 // Every rank of the world runs the config on its pipeline (pp), each step after a world barrier.
 RankSteps run_steps(const PipelineConfig& c, Communicator& world, Communicator& pp, PipelineExecutor& executor,
                     TimedWork& work, DeviceContext& ctx, const PipelineRunSettings& rs) {
-  SyntheticStage runner(ctx, c.schedule, pp.rank(), work, rs.forward_s / c.v(), rs.activation_bytes);
+  SyntheticStage runner(ctx, c.schedule, pp.rank(), work, rs.forward_s / c.v(), rs.activation_bytes, rs.weight_share);
   RankSteps t;
-  double forward_before = 0, backward_before = 0;
+  double forward_before = 0, backward_before = 0, weight_before = 0;
   for (int step = 0; step < rs.warmup + rs.steps; ++step) {
     if (step == rs.warmup) {
       forward_before = runner.forward_s_total();
       backward_before = runner.backward_s_total();
+      weight_before = runner.weight_s_total();
     }
     runner.begin_step(step);
     ExecutorStats stats;
@@ -58,12 +59,16 @@ RankSteps run_steps(const PipelineConfig& c, Communicator& world, Communicator& 
   }
   t.forward_calls_s = runner.forward_s_total() - forward_before;
   t.backward_calls_s = runner.backward_s_total() - backward_before;
+  t.weight_calls_s = runner.weight_s_total() - weight_before;
   t.peak_slots = runner.peak_slots();
   return t;
 }
 
+bool is_zero_bubble(ScheduleKind kind) { return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV; }
+
 // Collective: the ranks' steps gathered into the row's numbers, next to the schedule's models.
-PipelineResult summarise(const PipelineConfig& c, const RankSteps& t, int steps) {
+PipelineResult summarise(const PipelineConfig& c, const RankSteps& t, const PipelineRunSettings& rs) {
+  const int steps = rs.steps;
   PipelineResult r;
   r.step_s = t.slowest.mean_s;
   r.step_min_s = t.slowest.min_s;
@@ -76,15 +81,24 @@ PipelineResult summarise(const PipelineConfig& c, const RankSteps& t, int steps)
   r.other_s = mean(r.rank_step_s) - r.ideal_s - r.wait_s;
   r.forward_call_s = mean(all_gather(t.forward_calls_s / calls));
   r.backward_call_s = mean(all_gather(t.backward_calls_s / calls));
+  // W's measured part where the schedule splits the backward, the configured share where it does not.
+  r.weight_call_s = is_zero_bubble(c.schedule.kind) ? mean(all_gather(t.weight_calls_s / calls))
+                                                     : r.backward_call_s * rs.weight_share;
   const std::vector<double> held = all_gather(t.peak_slots);
   r.held_peak = static_cast<int>(*std::max_element(held.begin(), held.end()));
 
   r.bubble = 1.0 - r.ideal_s / r.step_s;
-  r.theory = theory_bubble(c.stages, c.m(), c.v());
-  r.simulated = simulate(c.schedule, 1.0, 2.0).bubble_fraction();
+  r.simulated = simulate(c.schedule, unit_costs(rs.weight_share, c.v())).bubble_fraction();
+  switch (c.schedule.kind) {
+    case ScheduleKind::ZeroBubbleH1: r.theory = zb_h1_theory_bubble(c.stages, c.m(), unit_costs(rs.weight_share, 1)); break;
+    case ScheduleKind::ZeroBubbleV: r.theory = r.simulated; break;  // no closed form: the schedule's own
+    default: r.theory = theory_bubble(c.stages, c.m(), c.v());
+  }
   // The schedule's step with the measured compute times and free messages: what the executor would
   // take if transfers and wake-ups cost nothing.
-  r.model_step_s = simulate(c.schedule, r.forward_call_s, r.backward_call_s).makespan;
+  r.model_step_s = simulate(c.schedule, ComputeCosts{r.forward_call_s, r.backward_call_s - r.weight_call_s,
+                                                     r.weight_call_s})
+                       .makespan;
   const std::vector<int> peaks = peak_in_flight(c.schedule);
   r.peak_in_flight = *std::max_element(peaks.begin(), peaks.end());
   return r;
@@ -139,7 +153,7 @@ std::vector<PipelineResult> run_configs(const std::vector<PipelineConfig>& confi
     PipelineExecutor executor(*pp, s.ctx().stream(), ExecutorOptions{o.overlap});
     for (; i < configs.size() && configs[i].stages == p; ++i) {
       const RankSteps steps = run_steps(configs[i], s.world(), *pp, executor, work, s.ctx(), o.run);
-      results.push_back(summarise(configs[i], steps, o.run.steps));
+      results.push_back(summarise(configs[i], steps, o.run));
     }
   }
   return results;

@@ -26,9 +26,10 @@ struct PipelineResult {
   double wait_s = 0;                      // mean over ranks of time blocked on receives
   double other_s = 0;                     // mean over ranks of their own step - compute - waits
   double forward_call_s = 0, backward_call_s = 0;  // measured, one (chunk, micro-batch), mean over ranks
+  double weight_call_s = 0;  // W's part of backward_call_s: measured (zero-bubble), else the configured share
   int held_peak = 0;                      // slots the runner held at once, most over ranks
   std::vector<double> rank_step_s, rank_compute_s, rank_wait_s;  // rank_step_s: its own, not the slowest
-  double bubble = 0, theory = 0, simulated = 0, model_step_s = 0;
+  double bubble = 0, theory = 0, simulated = 0, model_step_s = 0;  // theory: zb-v's is its simulated
   int peak_in_flight = 0;
   double ratio() const { return theory > 0 ? bubble / theory : std::nan(""); }  // measured / theory
 };

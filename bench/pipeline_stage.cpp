@@ -60,12 +60,13 @@ void TimedWork::run(double seconds) {
 }
 
 SyntheticStage::SyntheticStage(DeviceContext& ctx, const Schedule& schedule, int stage, TimedWork& work,
-                               double forward_s, std::int64_t activation_bytes)
+                               double forward_s, std::int64_t activation_bytes, double weight_share)
     : ctx_(ctx),
       schedule_(schedule),
       stage_(stage),
       work_(work),
       forward_s_(forward_s),
+      weight_share_(weight_share),
       numel_(std::max<std::int64_t>(kHead, (activation_bytes + 3) / 4)) {}
 
 void SyntheticStage::begin_step(int step) {
@@ -132,16 +133,27 @@ Tensor SyntheticStage::output_grad_buffer(int chunk, int micro) {
 }
 
 void SyntheticStage::backward(int chunk, int micro, BackwardPart part, bool /*completes_chunk*/) {
-  MT_CHECK(part == BackwardPart::Full, "the synthetic stage runs whole backwards only");
   const auto start = clock_type::now();
   Slot& s = slot(chunk, micro);
   MT_CHECK(s.output.defined(), "stage ", stage_, ": backward of chunk ", chunk, " micro-batch ", micro,
            " before its forward");
+  if (part == BackwardPart::Weight) {
+    // W: the weight gradients of the B that ran before; no message comes or goes.
+    MT_CHECK(s.input_grad_done, "stage ", stage_, ": weight gradients of chunk ", chunk, " micro-batch ", micro,
+             " before its input gradient");
+    work_.run(2 * forward_s_ * weight_share_);
+    const double took = since(start);
+    backward_total_ += took;
+    weight_total_ += took;
+    return;
+  }
+  MT_CHECK(!s.input_grad_done, "stage ", stage_, ": a second backward of chunk ", chunk, " micro-batch ", micro);
   if (!schedule_.is_last_chunk(stage_, chunk))
     check_head(s.grad_input, schedule_.global_chunk(stage_, chunk) + 1, micro, kGradient, chunk);
-  work_.run(2 * forward_s_);
+  work_.run(part == BackwardPart::Full ? 2 * forward_s_ : 2 * forward_s_ * (1 - weight_share_));
   if (!s.grad_output.defined()) s.grad_output = acquire();
   write_head(s.grad_output, chunk, micro, kGradient);
+  s.input_grad_done = true;
   ctx_.synchronize();
   backward_total_ += since(start);
 }

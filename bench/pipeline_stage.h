@@ -1,5 +1,6 @@
 // The synthetic stage `meshbench pipeline` runs the real PipelineExecutor over: each forward of one
-// (chunk, micro-batch) burns a fixed time, each backward twice that, and every message is a real
+// (chunk, micro-batch) burns a fixed time, each backward twice that (split, for the zero-bubble
+// schedules, into B, the input gradient, and W, the weight gradients, by a given share), and every message is a real
 // activation (or gradient) tensor of a given size. A few values at the head of each tensor name its
 // sender, micro-batch and step, and the receiver checks them, so a schedule or executor that
 // delivers the wrong message fails loudly instead of timing nonsense.
@@ -44,8 +45,9 @@ class SyntheticStage : public PipelineStageRunner {
  public:
   // forward_s: one micro-batch through one chunk (the stage's forward time / virtual stages).
   // activation_bytes: of every message, rounded up to whole fp32 values (at least 4).
+  // weight_share: W's part of the backward (2 forward_s): B takes (1 - share), W share of it.
   SyntheticStage(DeviceContext& ctx, const Schedule& schedule, int stage, TimedWork& work, double forward_s,
-                 std::int64_t activation_bytes);
+                 std::int64_t activation_bytes, double weight_share = 0.5);
 
   // Before each step: the step number goes into the messages' heads. Every slot must be released.
   void begin_step(int step);
@@ -62,11 +64,13 @@ class SyntheticStage : public PipelineStageRunner {
   // posted into count: with overlap on, that is one computation before the schedule needs them).
   int peak_slots() const { return peak_slots_; }
   double forward_s_total() const { return forward_total_; }    // measured, all steps
-  double backward_s_total() const { return backward_total_; }
+  double backward_s_total() const { return backward_total_; }  // every part: Full, Input and Weight
+  double weight_s_total() const { return weight_total_; }      // the Weight (W) calls alone
 
  private:
   struct Slot {
     Tensor input, output, grad_input, grad_output;  // undefined until first used
+    bool input_grad_done = false;                   // B ran: W may
   };
   Slot& slot(int chunk, int micro);
   Tensor acquire();                                     // a message-sized buffer from the free list
@@ -78,12 +82,13 @@ class SyntheticStage : public PipelineStageRunner {
   int stage_;
   TimedWork& work_;
   double forward_s_;
+  double weight_share_;
   std::int64_t numel_;
   int step_ = 0;
   std::map<std::pair<int, int>, Slot> slots_;
   std::vector<Tensor> free_;
   int peak_slots_ = 0;
-  double forward_total_ = 0, backward_total_ = 0;
+  double forward_total_ = 0, backward_total_ = 0, weight_total_ = 0;
 };
 
 }  // namespace mt

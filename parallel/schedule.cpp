@@ -1,14 +1,14 @@
 // Schedules are built in two steps: each stage's order of computations (the part that differs between
-// GPipe, 1F1B and interleaved), then the receives and sends around every computation.
+// GPipe, 1F1B and interleaved), then the receives and sends around every computation. The
+// zero-bubble kinds come from a simulation instead (parallel/schedule_zero_bubble.h).
 #include "parallel/schedule.h"
 
 #include <algorithm>
-#include <deque>
-#include <map>
-#include <numeric>
 #include <sstream>
 #include <utility>
 
+#include "parallel/schedule_batches.h"
+#include "parallel/schedule_zero_bubble.h"
 #include "runtime/error.h"
 
 namespace mt {
@@ -17,7 +17,9 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
   if (name == "interleaved") return ScheduleKind::Interleaved;
-  MT_FAIL_AS(UsageError, "unknown pipeline schedule '", name, "' (expected gpipe, 1f1b or interleaved)");
+  if (name == "zb-h1") return ScheduleKind::ZeroBubbleH1;
+  if (name == "zb-v") return ScheduleKind::ZeroBubbleV;
+  MT_FAIL_AS(UsageError, "unknown pipeline schedule '", name, "' (expected gpipe, 1f1b, interleaved, zb-h1 or zb-v)");
 }
 
 const char* schedule_kind_name(ScheduleKind kind) {
@@ -25,6 +27,8 @@ const char* schedule_kind_name(ScheduleKind kind) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved: return "interleaved";
+    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::ZeroBubbleV: return "zb-v";
   }
   return "?";
 }
@@ -152,20 +156,29 @@ void mark_completing(std::vector<Action>& actions) {
   }
 }
 
-// Receive directly before, send directly after each computation that has a neighbouring chunk.
-std::vector<Action> with_messages(const Schedule& s, int stage, const std::vector<Compute>& order) {
+std::vector<Action> computations_of(const std::vector<Compute>& order) {
   std::vector<Action> actions;
-  for (const Compute& c : order) {
+  for (const Compute& c : order)
+    actions.push_back({c.forward ? ActionKind::Forward : ActionKind::Backward, c.micro, c.chunk});
+  return actions;
+}
+
+// Receive directly before, send directly after each computation that has a neighbouring chunk.
+std::vector<Action> with_messages(const Schedule& s, int stage, const std::vector<Action>& computations) {
+  std::vector<Action> actions;
+  for (const Action& c : computations) {
     const bool first = s.is_first_chunk(stage, c.chunk);
     const bool last = s.is_last_chunk(stage, c.chunk);
-    if (c.forward) {
+    if (c.kind == ActionKind::Forward) {
       if (!first) actions.push_back({ActionKind::RecvForward, c.micro, c.chunk});
-      actions.push_back({ActionKind::Forward, c.micro, c.chunk});
+      actions.push_back(c);
       if (!last) actions.push_back({ActionKind::SendForward, c.micro, c.chunk});
-    } else {
+    } else if (makes_input_grad(c.kind)) {
       if (!last) actions.push_back({ActionKind::RecvBackward, c.micro, c.chunk});
-      actions.push_back({ActionKind::Backward, c.micro, c.chunk});
+      actions.push_back(c);
       if (!first) actions.push_back({ActionKind::SendBackward, c.micro, c.chunk});
+    } else {
+      actions.push_back(c);
     }
   }
   return actions;
@@ -182,36 +195,64 @@ void require_sizes(int stages, int micro_batches, int virtual_stages) {
 
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int virtual_stages) {
   require_sizes(stages, micro_batches, virtual_stages);
-  if (kind == ScheduleKind::Interleaved) {
-    MT_REQUIRE(virtual_stages >= 2, "the interleaved schedule needs 2 or more virtual stages (model chunks per ",
-               "stage), got ", virtual_stages);
-    MT_REQUIRE(micro_batches % stages == 0, "the interleaved schedule needs the micro-batches (", micro_batches,
-               ") to be a multiple of the pipeline stages (", stages, ")");
+  switch (kind) {
+    case ScheduleKind::Interleaved:
+      MT_REQUIRE(virtual_stages >= 2, "the interleaved schedule needs 2 or more virtual stages (model chunks per ",
+                 "stage), got ", virtual_stages);
+      MT_REQUIRE(micro_batches % stages == 0, "the interleaved schedule needs the micro-batches (", micro_batches,
+                 ") to be a multiple of the pipeline stages (", stages, ")");
+      break;
+    case ScheduleKind::ZeroBubbleV:
+      MT_REQUIRE(virtual_stages == 2, "the zb-v schedule needs --virtual-stages 2 (two model chunks per stage, ",
+                 "placed in a V), got ", virtual_stages);
+      break;
+    case ScheduleKind::ZeroBubbleH1:
+      MT_REQUIRE(virtual_stages == 1, "the zb-h1 schedule needs --virtual-stages 1, got ", virtual_stages);
+      break;
+    default:
+      MT_REQUIRE(virtual_stages == 1, "virtual stages (", virtual_stages, ") need the interleaved schedule, not ",
+                 schedule_kind_name(kind));
+  }
+  Schedule s{kind, stages, micro_batches, virtual_stages, false, {}, placement_of(kind)};
+  if (kind == ScheduleKind::ZeroBubbleV) {
+    // Chunk 0's activations and chunk 1's gradients share each pair of stages: receives directly
+    // before their computations would not come in the order of the sends. Each sits where the
+    // simulation sent it.
+    s.actions = place_messages_by_clock(s, zero_bubble_timelines(s));
   } else {
-    MT_REQUIRE(virtual_stages == 1, "virtual stages (", virtual_stages, ") need the interleaved schedule, not ",
-               schedule_kind_name(kind));
-  }
-  Schedule s{kind, stages, micro_batches, virtual_stages, false, {}};
-  for (int stage = 0; stage < stages; ++stage) {
-    std::vector<Compute> order;
-    switch (kind) {
-      case ScheduleKind::GPipe: order = gpipe_order(micro_batches); break;
-      case ScheduleKind::OneFOneB: order = one_f_one_b_order(stages, stage, micro_batches); break;
-      case ScheduleKind::Interleaved:
-        order = interleaved_order(stages, stage, micro_batches, virtual_stages);
-        break;
+    const Timelines zb = kind == ScheduleKind::ZeroBubbleH1 ? zero_bubble_timelines(s) : Timelines{};
+    for (int stage = 0; stage < stages; ++stage) {
+      std::vector<Action> computations;
+      switch (kind) {
+        case ScheduleKind::GPipe: computations = computations_of(gpipe_order(micro_batches)); break;
+        case ScheduleKind::OneFOneB:
+          computations = computations_of(one_f_one_b_order(stages, stage, micro_batches));
+          break;
+        case ScheduleKind::Interleaved:
+          computations = computations_of(interleaved_order(stages, stage, micro_batches, virtual_stages));
+          break;
+        default:
+          for (const TimedCompute& t : zb[static_cast<std::size_t>(stage)]) computations.push_back({t.kind, t.micro, t.chunk});
+      }
+      s.actions.push_back(with_messages(s, stage, computations));
     }
-    s.actions.push_back(with_messages(s, stage, order));
-    mark_completing(s.actions.back());
+    // Receives directly before their computations deadlock the interleaved lists (M > P) once the
+    // messages between two computations go as one batch: those receives move earlier, as few as needed.
+    move_receives_until_batches_complete(s);
   }
+  for (auto& list : s.actions) mark_completing(list);
   return s;
 }
 
-Schedule make_forward_only_schedule(int stages, int micro_batches, int virtual_stages) {
+Schedule make_forward_only_schedule(int stages, int micro_batches, int virtual_stages, ChunkPlacement placement) {
   require_sizes(stages, micro_batches, virtual_stages);
-  const ScheduleKind kind = virtual_stages == 1 ? ScheduleKind::GPipe : ScheduleKind::Interleaved;
-  Schedule s{kind, stages, micro_batches, virtual_stages, true, {}};
-  const std::vector<Compute> order = forward_only_order(stages, micro_batches, virtual_stages);
+  const bool v_shape = placement == ChunkPlacement::VShape;
+  MT_REQUIRE(!v_shape || virtual_stages == 2, "the V placement (zb-v) needs 2 virtual stages, got ", virtual_stages);
+  const ScheduleKind kind = v_shape                ? ScheduleKind::ZeroBubbleV
+                            : virtual_stages == 1 ? ScheduleKind::GPipe
+                                                  : ScheduleKind::Interleaved;
+  Schedule s{kind, stages, micro_batches, virtual_stages, true, {}, placement};
+  const std::vector<Action> order = computations_of(forward_only_order(stages, micro_batches, virtual_stages));
   for (int stage = 0; stage < stages; ++stage) s.actions.push_back(with_messages(s, stage, order));
   return s;
 }
@@ -227,86 +268,6 @@ std::string describe(const Schedule& schedule, bool with_communication) {
     out << '\n';
   }
   return out.str();
-}
-
-double ScheduleSimulation::bubble_fraction() const {
-  if (makespan <= 0 || idle.empty()) return 0;
-  return std::accumulate(idle.begin(), idle.end(), 0.0) / static_cast<double>(idle.size()) / makespan;
-}
-
-namespace {
-
-struct SentMessage {
-  int tag;
-  double time;
-};
-
-std::string stuck_report(const Schedule& schedule, const std::vector<std::size_t>& next) {
-  std::ostringstream out;
-  for (int stage = 0; stage < schedule.stages; ++stage) {
-    const auto& list = schedule.actions[stage];
-    out << " s" << stage << (next[stage] < list.size() ? " waits at " + to_string(list[next[stage]], true) : " done");
-  }
-  return out.str();
-}
-
-}  // namespace
-
-ScheduleSimulation simulate(const Schedule& schedule, double forward_cost, double backward_cost) {
-  const int stages = schedule.stages;
-  std::vector<std::size_t> next(stages, 0);
-  std::vector<double> clock(stages, 0.0);
-  ScheduleSimulation result;
-  result.busy.assign(stages, 0.0);
-  std::map<std::pair<int, int>, std::deque<SentMessage>> in_transit;  // (from, to) -> in issue order
-  // Each stage runs until it blocks on a receive; sweep until nothing moves. A send's time is final
-  // when it is issued, so the order of the sweep does not change any clock.
-  bool moved = true;
-  while (moved) {
-    moved = false;
-    for (int stage = 0; stage < stages; ++stage) {
-      const auto& list = schedule.actions[stage];
-      while (next[stage] < list.size()) {
-        const Action& a = list[next[stage]];
-        if (is_compute(a.kind)) {
-          const double cost = a.kind == ActionKind::Forward ? forward_cost : backward_cost;
-          clock[stage] += cost;
-          result.busy[stage] += cost;
-        } else if (is_send(a.kind)) {
-          in_transit[{stage, schedule.peer(stage, a).stage}].push_back({schedule.tag(stage, a), clock[stage]});
-        } else {
-          auto& queue = in_transit[{schedule.peer(stage, a).stage, stage}];
-          if (queue.empty()) break;
-          MT_CHECK(queue.front().tag == schedule.tag(stage, a), "stage ", stage, " receives ", to_string(a, true),
-                   " but the next message from stage ", schedule.peer(stage, a).stage, " has tag ", queue.front().tag);
-          clock[stage] = std::max(clock[stage], queue.front().time);
-          queue.pop_front();
-        }
-        ++next[stage];
-        moved = true;
-      }
-    }
-  }
-  for (int stage = 0; stage < stages; ++stage) {
-    MT_CHECK(next[stage] == schedule.actions[stage].size(), "the schedule deadlocks:", stuck_report(schedule, next));
-  }
-  result.makespan = *std::max_element(clock.begin(), clock.end());
-  for (int stage = 0; stage < stages; ++stage) result.idle.push_back(result.makespan - result.busy[stage]);
-  return result;
-}
-
-std::vector<int> peak_in_flight(const Schedule& schedule) {
-  std::vector<int> peaks;
-  for (const auto& list : schedule.actions) {
-    int held = 0;
-    int peak = 0;
-    for (const Action& a : list) {
-      if (a.kind == ActionKind::Forward) peak = std::max(peak, ++held);
-      if (a.kind == ActionKind::Backward) --held;
-    }
-    peaks.push_back(peak);
-  }
-  return peaks;
 }
 
 }  // namespace mt
