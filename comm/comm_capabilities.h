@@ -30,6 +30,11 @@ struct CommCapabilities {
   // receive runs, so it answers no until sends and receives go out as grouped pairs.
   bool unordered_point_to_point = false;
 
+  // A batch of sends and receives (Communicator::batch_async) completes as one: neighbours may send
+  // to each other in the same batch, each listing its messages to a peer in the order the peer
+  // lists its matching ones. NCCL groups the batch (ncclGroupStart/End); MPI posts it nonblocking.
+  bool grouped_point_to_point = false;
+
   // Where a tensor may live. Host: CPU memory; device: memory of a GPU (for NCCL, only the GPU the
   // communicator was made on).
   MemoryAccess host_memory = MemoryAccess::None;

@@ -21,6 +21,11 @@ bool CollectiveDesc::in_place() const {
 }
 
 std::size_t CollectiveDesc::bytes() const {
+  if (kind == CollectiveKind::Batch) {
+    std::size_t total = 0;
+    for (const PointToPoint& m : messages) total += m.tensor.defined() ? m.tensor.nbytes() : 0;
+    return total;
+  }
   std::size_t in = input.defined() ? input.nbytes() : 0;
   std::size_t out = output.defined() ? output.nbytes() : 0;
   return std::max(in, out);
@@ -44,6 +49,12 @@ OpRecord CollectiveDesc::record() const {
   r.peer = peer;
   r.tag = tag;
   r.group_size = group_size;
+  r.messages.reserve(messages.size());
+  for (const PointToPoint& m : messages) {
+    const bool defined = m.tensor.defined();
+    r.messages.push_back(MessageRecord{m.kind == PointToPoint::Kind::Send, defined ? m.tensor.dtype() : DType::F32,
+                                       defined ? m.tensor.numel() : 0, m.peer, m.tag});
+  }
   r.where = where;
   return r;
 }
@@ -85,6 +96,9 @@ void Work::complete(std::exception_ptr error) {
 }
 
 namespace {
+// MPI guarantees tags below 32768 (MPI_TAG_UB is at least 32767).
+constexpr int kMaxTag = 1 << 15;
+
 void check_same_device_and_dtype(const CollectiveDesc& d) {
   if (!d.input.defined() || !d.output.defined()) return;
   MT_CHECK(d.input.dtype() == d.output.dtype(), collective_name(d.kind), ": input ", d.input.describe(),
@@ -142,8 +156,11 @@ WorkPtr Communicator::submit(CollectiveDesc desc) {
   if (desc.kind == CollectiveKind::Send || desc.kind == CollectiveKind::Recv) {
     MT_CHECK(desc.peer >= 0 && desc.peer < size_, collective_name(desc.kind), " peer ", desc.peer,
              " outside a group of ", size_);
-    MT_CHECK(desc.tag >= 0 && desc.tag < (1 << 15), collective_name(desc.kind), " tag ", desc.tag,
-             " outside [0, 32768)");
+    MT_CHECK(desc.tag >= 0 && desc.tag < kMaxTag, collective_name(desc.kind), " tag ", desc.tag,
+             " outside [0, ", kMaxTag, ")");
+    desc.sequence = p2p_sequence_++;
+  } else if (desc.kind == CollectiveKind::Batch) {
+    check_batch(desc);
     desc.sequence = p2p_sequence_++;
   } else {
     desc.sequence = collective_sequence_++;
@@ -153,6 +170,44 @@ WorkPtr Communicator::submit(CollectiveDesc desc) {
   WorkPtr work = launch(std::move(desc));
   if (options_.watchdog) options_.watchdog->track(work, progress_);
   return work;
+}
+
+void Communicator::check_batch(const CollectiveDesc& desc) const {
+  const std::vector<PointToPoint>& all = desc.messages;
+  // "p2p batch message 2 (recv from 1 tag 8)": which message, in the caller's numbering.
+  auto which = [&](std::size_t i) {
+    const PointToPoint& m = all[i];
+    const bool send = m.kind == PointToPoint::Kind::Send;
+    return "p2p batch message " + std::to_string(i) + " (" + (send ? "send to " : "recv from ") +
+           std::to_string(m.peer) + " tag " + std::to_string(m.tag) + ")";
+  };
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const PointToPoint& m = all[i];
+    MT_CHECK(m.kind == PointToPoint::Kind::Send || m.kind == PointToPoint::Kind::Recv, which(i), ": unknown kind ",
+             static_cast<int>(m.kind));
+    MT_CHECK(m.tensor.defined(), which(i), ": no tensor");
+    MT_CHECK(m.peer >= 0 && m.peer < size_, which(i), ": peer ", m.peer, " outside a group of ", size_);
+    MT_CHECK(m.peer != rank_, which(i), ": the peer is this rank (", rank_,
+             "); a batch exchanges with other ranks only: copy the tensor instead");
+    MT_CHECK(m.tag >= 0 && m.tag < kMaxTag, which(i), ": tag ", m.tag, " outside [0, ", kMaxTag, ")");
+    MT_CHECK(m.tensor.device() == all.front().tensor.device(), which(i), ": ", m.tensor.describe(),
+             " is on another device than message 0 (", all.front().tensor.describe(),
+             "); a batch runs on one device");
+  }
+  // A receive writes while the batch runs: no other message of it may read or write that memory.
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i].kind != PointToPoint::Kind::Recv) continue;
+    const Tensor& into = all[i].tensor;
+    const char* lo = static_cast<const char*>(into.data());
+    const char* hi = lo + into.nbytes();
+    for (std::size_t j = 0; j < all.size(); ++j) {
+      const Tensor& other = all[j].tensor;
+      if (j == i || !other.same_storage(into) || into.nbytes() == 0 || other.nbytes() == 0) continue;
+      const char* olo = static_cast<const char*>(other.data());
+      MT_CHECK(hi <= olo || olo + other.nbytes() <= lo, which(i), " receives into memory that ", which(j),
+               " also uses");
+    }
+  }
 }
 
 void Communicator::check_in_step(const CollectiveDesc& desc) {
@@ -224,6 +279,20 @@ WorkPtr Communicator::recv_async(const Tensor& tensor, int peer, PointToPointOpt
 
 WorkPtr Communicator::barrier_async(Here where) {
   return submit(make_desc(CollectiveKind::Barrier, Tensor(), Tensor(), where));
+}
+
+WorkPtr Communicator::batch_async(std::vector<PointToPoint> messages, Here where) {
+  CollectiveDesc d = make_desc(CollectiveKind::Batch, Tensor(), Tensor(), where);
+  d.messages = std::move(messages);
+  if (d.messages.empty()) {
+    // Nothing to exchange (a pipeline step with no neighbour traffic): done, and no op of the group.
+    d.group_size = size_;
+    d.group_rank = rank_;
+    auto done = std::make_shared<Work>(std::move(d), options_.wait_limit());
+    done->complete();
+    return done;
+  }
+  return submit(std::move(d));
 }
 
 std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members, std::string label) {

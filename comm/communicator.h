@@ -2,7 +2,7 @@
 // Every operation has an async form returning a Work; the plain form waits for it.
 // Every op is numbered, registered with the job's watchdog (a deadline: --comm-timeout) and, with
 // --debug-collectives, checked against the other members' before it starts.
-// defines: CollectiveDesc, Work, WorkPtr, CommOptions, Communicator (CommCapabilities: comm/comm_capabilities.h)
+// defines: PointToPoint, CollectiveDesc, Work, WorkPtr, CommOptions, Communicator (CommCapabilities: comm/comm_capabilities.h)
 #pragma once
 
 #include <chrono>
@@ -13,6 +13,7 @@
 #include <mutex>
 #include <source_location>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/comm_capabilities.h"
@@ -39,6 +40,18 @@ struct PointToPointOptions {
   int tag = 0;
 };
 
+// One message of a batch (Communicator::batch_async).
+struct PointToPoint {
+  enum class Kind : std::uint8_t { Send, Recv };
+  Kind kind = Kind::Send;
+  Tensor tensor;  // sent from / received into
+  int peer = -1;  // rank in this communicator, not this rank
+  int tag = 0;
+
+  static PointToPoint send(Tensor tensor, int peer, int tag = 0) { return {Kind::Send, std::move(tensor), peer, tag}; }
+  static PointToPoint recv(Tensor tensor, int peer, int tag = 0) { return {Kind::Recv, std::move(tensor), peer, tag}; }
+};
+
 // One operation, checked and numbered before a backend sees it.
 struct CollectiveDesc {
   CollectiveKind kind = CollectiveKind::Barrier;
@@ -48,6 +61,7 @@ struct CollectiveDesc {
   int root = 0;   // broadcast
   int peer = -1;  // send/recv: rank in this communicator
   int tag = 0;
+  std::vector<PointToPoint> messages;  // a batch's, in issue order (input and output stay empty)
   std::uint64_t sequence = 0;  // collectives and point-to-point ops are numbered separately
   int group_size = 1;
   int group_rank = 0;
@@ -57,7 +71,7 @@ struct CollectiveDesc {
   // allgather output holds input at this rank's block (the nccl-tests convention). After an in-place
   // reduce_scatter only this rank's block is defined: the other blocks of the input may be overwritten.
   bool in_place() const;
-  std::size_t bytes() const;  // of the larger of input and output
+  std::size_t bytes() const;  // of the larger of input and output; a batch: of all its messages
   std::string describe() const;  // "allreduce #12 fp32 x 1024 (4.0 KiB) sum in a group of 4"
   OpRecord record() const;
 };
@@ -133,6 +147,19 @@ class Communicator {
   WorkPtr send_async(const Tensor& tensor, int peer, PointToPointOptions opts = {}, Here where = Here::current());
   WorkPtr recv_async(const Tensor& tensor, int peer, PointToPointOptions opts = {}, Here where = Here::current());
   WorkPtr barrier_async(Here where = Here::current());
+  // Starts every message of the batch together, in the given order, and completes them as one op:
+  // neighbours may each send to the other before receiving within one batch without deadlock
+  // (CommCapabilities::grouped_point_to_point). Between two ranks, sends are matched to receives
+  // in issue order (and by tag on MPI), so both ends must list the messages they exchange in the
+  // same order per peer. An empty batch is a Work already complete (not numbered, not watched).
+  // Every message is checked first (tensor, peer in the group and not this rank, tag, one device
+  // for the whole batch, a receive overlapping no other message's tensor). One numbered op: the
+  // watchdog and Work::wait name it with its messages. Like send and recv it is not part of
+  // --debug-collectives, which compares ops every member calls.
+  // NCCL: ncclGroupStart, the ncclSend/ncclRecv calls, ncclGroupEnd on the comm stream, then an
+  // event (wait_on orders compute after the receives without blocking the host). MPI: the
+  // MPI_Isend/MPI_Irecv calls in order on the engine thread, device tensors staged.
+  WorkPtr batch_async(std::vector<PointToPoint> messages, Here where = Here::current());
 
   void allreduce(const Tensor& tensor, AllreduceOptions opts = {}, Here where = Here::current()) {
     allreduce_async(tensor, tensor, opts, where)->wait();
@@ -157,6 +184,9 @@ class Communicator {
     recv_async(tensor, peer, opts, where)->wait();
   }
   void barrier(Here where = Here::current()) { barrier_async(where)->wait(); }
+  void batch(std::vector<PointToPoint> messages, Here where = Here::current()) {
+    batch_async(std::move(messages), where)->wait();
+  }
 
   // Collective over this communicator. Each rank names the members (ranks of this communicator,
   // in the order they get in the new one) of the group it belongs to; groups must be disjoint and
@@ -181,6 +211,7 @@ class Communicator {
 
  private:
   WorkPtr submit(CollectiveDesc desc);
+  void check_batch(const CollectiveDesc& desc) const;
   void check_in_step(const CollectiveDesc& desc);
 
   int rank_;

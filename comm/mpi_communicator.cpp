@@ -126,7 +126,58 @@ void MpiCommunicator::allgather_host_bytes(const void* mine, void* all, std::siz
   MT_MPI_CHECK(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, control_.get()));
 }
 
+WorkPtr MpiCommunicator::launch_batch(CollectiveDesc desc) {
+  // Each message as a send or receive of its own, staged like one: device tensors go through
+  // pinned host memory, copied in now and out once every message of the batch has completed.
+  struct Message {
+    CollectiveDesc part;
+    HostView view;
+    MPI_Datatype type;
+  };
+  auto messages = std::make_shared<std::vector<Message>>();
+  messages->reserve(desc.messages.size());
+  for (const PointToPoint& m : desc.messages) {
+    const bool send = m.kind == PointToPoint::Kind::Send;
+    CollectiveDesc part;
+    part.kind = send ? CollectiveKind::Send : CollectiveKind::Recv;
+    part.sequence = desc.sequence;
+    part.group_size = desc.group_size;
+    part.group_rank = desc.group_rank;
+    part.where = desc.where;
+    (send ? part.input : part.output) = m.tensor;
+    part.peer = m.peer;
+    part.tag = m.tag;
+    checked_count(m.tensor.numel(), desc);
+    HostView view = stage(part);
+    messages->push_back(Message{std::move(part), std::move(view), mpi_datatype(m.tensor.dtype())});
+  }
+  auto work = std::make_shared<Work>(std::move(desc), options().wait_limit());
+  MpiTask task;
+  task.work = work;
+  // Started in the caller's order, so per peer (and tag) they match the other side's in order.
+  task.start = [messages, data = data_](std::vector<MPI_Request>& requests) {
+    const MPI_Comm comm = data->get();
+    for (const Message& m : *messages) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      if (m.part.kind == CollectiveKind::Send) {
+        const int n = static_cast<int>(m.part.input.numel());
+        MT_MPI_CHECK(MPI_Isend(m.view.input, n, m.type, m.part.peer, m.part.tag, comm, &req));
+      } else {
+        const int n = static_cast<int>(m.part.output.numel());
+        MT_MPI_CHECK(MPI_Irecv(m.view.output, n, m.type, m.part.peer, m.part.tag, comm, &req));
+      }
+      requests.push_back(req);
+    }
+  };
+  task.finish = [messages]() {
+    for (const Message& m : *messages) unstage(m.part, m.view);
+  };
+  engine_->submit(std::move(task));
+  return work;
+}
+
 WorkPtr MpiCommunicator::launch(CollectiveDesc desc) {
+  if (desc.kind == CollectiveKind::Batch) return launch_batch(std::move(desc));
   const Tensor& any = desc.input.defined() ? desc.input : desc.output;
   const DType dtype = any.defined() ? any.dtype() : DType::F32;
   // Created here, on the caller's thread, before the engine thread needs them.
@@ -192,6 +243,7 @@ WorkPtr MpiCommunicator::launch(CollectiveDesc desc) {
         break;
       }
       case CollectiveKind::Barrier: MT_MPI_CHECK(MPI_Ibarrier(comm, &req)); break;
+      case CollectiveKind::Batch: MT_CHECK(false, "a batch goes through launch_batch"); break;
     }
     requests.push_back(req);
   };

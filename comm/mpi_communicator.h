@@ -20,10 +20,12 @@ class MpiCommunicator final : public Communicator {
 
   std::string backend_name() const override { return "mpi"; }
   // Every op is non-blocking and progressed on the engine thread, so receives may be posted early
-  // and neighbours may send and receive in any order; device tensors are staged (see stage()).
+  // and neighbours may send and receive in any order, alone or in batches; device tensors are
+  // staged (see stage()).
   CommCapabilities capabilities() const override {
     return {.early_receives = true,
             .unordered_point_to_point = true,
+            .grouped_point_to_point = true,
             .host_memory = MemoryAccess::Direct,
             .device_memory = MemoryAccess::Staged};
   }
@@ -35,6 +37,8 @@ class MpiCommunicator final : public Communicator {
   void allgather_host_bytes(const void* mine, void* all, std::size_t bytes) override;
 
  private:
+  WorkPtr launch_batch(CollectiveDesc desc);
+
   MpiComm control_;                // splits and checks, from the caller's thread
   std::shared_ptr<MpiComm> data_;  // the operations, from the engine thread only; every op holds it
                                    // alive, so dropping the communicator mid-op is safe

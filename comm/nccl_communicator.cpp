@@ -15,7 +15,8 @@
 //  - Point-to-point: NCCL has no tags (PointToPointOptions::tag is ignored) and matches sends and
 //    receives between two ranks in issue order. A send blocks this communicator's stream until the
 //    peer's matching receive runs, so two ranks that both send first deadlock on large messages:
-//    pair them (e.g. even ranks send first, odd ranks receive first).
+//    pair them (e.g. even ranks send first, odd ranks receive first), or put them in one batch
+//    (batch_async: ncclGroupStart/End around the calls, which NCCL then progresses together).
 //  - Tensors stay alive until the op has finished on the GPU: the Work holds its descriptor, and
 //    the communicator holds every Work still in flight even if the caller drops it.
 //  - ReduceOp::Avg is ncclAvg: floating types are pre-scaled by 1/size before the sum. In fp32 that
@@ -35,6 +36,7 @@
 #include <source_location>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda_api.h"
@@ -277,13 +279,14 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::string backend_name() const override { return "nccl"; }
-  // One stream, issue order (see the ordering rules above): no early receives, and a send blocks
-  // until its receive runs, so neighbours must pair their sends and receives. Grouped send/receive
-  // pairs (ncclGroupStart/End) would make unordered_point_to_point true. Tensors must be on
-  // device_ (launch checks).
+  // One stream, issue order (see the ordering rules above): no early receives, and a single send
+  // blocks until its receive runs, so neighbours must pair their single sends and receives; a
+  // batch groups them (ncclGroupStart/End), so within one, neighbours may both send first.
+  // Tensors must be on device_ (launch checks).
   CommCapabilities capabilities() const override {
     return {.early_receives = false,
             .unordered_point_to_point = false,
+            .grouped_point_to_point = true,
             .host_memory = MemoryAccess::None,
             .device_memory = MemoryAccess::Direct};
   }
@@ -292,7 +295,9 @@ class NcclCommunicator final : public Communicator {
  protected:
   WorkPtr launch(CollectiveDesc desc) override {
     prune_finished();
-    for (const Tensor* t : {&desc.input, &desc.output}) {
+    std::vector<const Tensor*> tensors{&desc.input, &desc.output};
+    for (const PointToPoint& m : desc.messages) tensors.push_back(&m.tensor);
+    for (const Tensor* t : tensors) {
       if (t->defined()) {
         MT_CHECK(t->device() == device_, desc.describe(), ": ", t->describe(), " is not on this communicator's ",
                  device_.str());
@@ -390,6 +395,24 @@ class NcclCommunicator final : public Communicator {
       case CollectiveKind::Recv:
         MT_NCCL_CHECK(ncclRecv(d.output.data(), count_of(d.output), type, d.peer, comm, stream));
         break;
+      case CollectiveKind::Batch: {
+        // One group: NCCL starts every message together, so sends to a peer that also sends first
+        // do not hold the stream; per peer, sends and receives match in this order.
+        std::vector<ncclDataType_t> types;  // before the group: nothing may throw inside it
+        for (const PointToPoint& m : d.messages) types.push_back(nccl_type(m.tensor.dtype()));
+        MT_NCCL_CHECK(ncclGroupStart());
+        ncclResult_t rc = ncclSuccess;
+        for (std::size_t i = 0; i < d.messages.size() && rc == ncclSuccess; ++i) {
+          const PointToPoint& m = d.messages[i];
+          rc = m.kind == PointToPoint::Kind::Send
+                   ? ncclSend(m.tensor.data(), count_of(m.tensor), types[i], m.peer, comm, stream)
+                   : ncclRecv(m.tensor.data(), count_of(m.tensor), types[i], m.peer, comm, stream);
+        }
+        const ncclResult_t end = ncclGroupEnd();  // always close the group, even after a failure
+        check_nccl(rc, "ncclSend/ncclRecv (p2p batch)", std::source_location::current());
+        check_nccl(end, "ncclGroupEnd (p2p batch)", std::source_location::current());
+        break;
+      }
       case CollectiveKind::Barrier:
         // Done on the GPU once every rank has joined; Work::wait() turns that into a host barrier.
         MT_NCCL_CHECK(ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclFloat32, ncclSum, comm, stream));

@@ -27,6 +27,7 @@ const char* collective_name(CollectiveKind kind) {
     case CollectiveKind::Send: return "send";
     case CollectiveKind::Recv: return "recv";
     case CollectiveKind::Barrier: return "barrier";
+    case CollectiveKind::Batch: return "p2p batch";
   }
   return "?";
 }
@@ -34,6 +35,20 @@ const char* collective_name(CollectiveKind kind) {
 std::string OpRecord::describe() const {
   std::ostringstream text;
   text << collective_name(kind) << " #" << sequence;
+  if (kind == CollectiveKind::Batch) {
+    // A report line stays readable however long the batch: the first few messages, then a count.
+    constexpr std::size_t kShown = 4;
+    text << " (" << format_bytes(bytes) << "):";
+    for (std::size_t i = 0; i < messages.size() && i < kShown; ++i) {
+      const MessageRecord& m = messages[i];
+      text << (i ? ", " : " ") << (m.send ? "send " : "recv ") << dtype_name(m.dtype) << " x " << m.count
+           << (m.send ? " to " : " from ") << m.peer << " tag " << m.tag;
+    }
+    if (messages.size() > kShown) text << ", and " << messages.size() - kShown << " more";
+    if (messages.empty()) text << " empty";
+    text << " in a group of " << group_size;
+    return text.str();
+  }
   if (has_data) text << ' ' << dtype_name(dtype) << " x " << count << " (" << format_bytes(bytes) << ')';
   if (kind == CollectiveKind::Allreduce || kind == CollectiveKind::ReduceScatter) text << ' ' << reduce_op_name(op);
   if (kind == CollectiveKind::Broadcast) text << " root " << root;

@@ -29,26 +29,55 @@ std::vector<int> parse_ranks(const std::string& text) {
   return ranks;
 }
 
-bool complementary(CollectiveKind a, CollectiveKind b) {
-  return (a == CollectiveKind::Send && b == CollectiveKind::Recv) || (a == CollectiveKind::Recv && b == CollectiveKind::Send);
+std::string encode_messages(const std::vector<PeerMessage>& messages) {
+  std::string text;
+  for (const PeerMessage& m : messages) {
+    if (!text.empty()) text += ',';
+    text += (m.send ? 's' : 'r') + std::to_string(m.peer) + ':' + std::to_string(m.tag);
+  }
+  return text;
+}
+
+std::vector<PeerMessage> parse_messages(const std::string& text) {
+  std::vector<PeerMessage> messages;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const std::size_t colon = item.find(':');
+    if (item.size() < 2 || colon == std::string::npos) continue;
+    messages.push_back(PeerMessage{item[0] == 's', std::stoi(item.substr(1, colon - 1)), std::stoi(item.substr(colon + 1))});
+  }
+  return messages;
+}
+
+// A send or a receive is one message; a batch is its messages.
+std::vector<PeerMessage> messages_of(const PeerOp& op) {
+  if (op.kind == CollectiveKind::Batch) return op.messages;
+  if (op.kind == CollectiveKind::Send || op.kind == CollectiveKind::Recv) {
+    return {PeerMessage{op.kind == CollectiveKind::Send, op.peer, op.tag}};
+  }
+  return {};
 }
 
 // The ranks `x`, blocked in `op`, waits for: the members that have not started the collective, or
-// the point-to-point peer when it has no matching op in flight. A rank with no answer is presumed
-// not there.
+// each point-to-point peer with no matching message in flight (a single op, or one of a batch).
+// A rank with no answer is presumed not there.
 std::vector<int> waited_for(int x, const PeerOp& op, const std::map<int, PeerStatus>& answers) {
   const std::string key = join_ranks(op.members);
   std::vector<int> ranks;
   if (is_point_to_point(op.kind)) {
-    if (op.peer < 0) return ranks;
-    auto theirs = answers.find(op.peer);
-    bool matched = false;
-    if (theirs != answers.end()) {
-      for (const PeerOp& o : theirs->second.in_flight) {
-        matched = matched || (complementary(op.kind, o.kind) && o.peer == x && o.tag == op.tag && join_ranks(o.members) == key);
+    for (const PeerMessage& m : messages_of(op)) {
+      if (m.peer < 0 || std::ranges::find(ranks, m.peer) != ranks.end()) continue;
+      auto theirs = answers.find(m.peer);
+      bool matched = false;
+      if (theirs != answers.end()) {
+        for (const PeerOp& o : theirs->second.in_flight) {
+          if (join_ranks(o.members) != key) continue;
+          for (const PeerMessage& n : messages_of(o)) matched = matched || (n.send != m.send && n.peer == x && n.tag == m.tag);
+        }
       }
+      if (!matched) ranks.push_back(m.peer);
     }
-    if (!matched) ranks.push_back(op.peer);
     return ranks;
   }
   for (int member : op.members) {
@@ -83,7 +112,7 @@ std::string PeerStatus::group_line(const std::vector<int>& members, std::uint64_
 std::string PeerStatus::op_line(const PeerOp& op) {
   std::ostringstream line;
   line << "F\t" << op.what << '\t' << op.detail << '\t' << join_ranks(op.members) << '\t' << static_cast<int>(op.kind)
-       << '\t' << op.sequence << '\t' << op.peer << '\t' << op.tag << '\n';
+       << '\t' << op.sequence << '\t' << op.peer << '\t' << op.tag << '\t' << encode_messages(op.messages) << '\n';
   return line.str();
 }
 
@@ -100,7 +129,8 @@ PeerStatus PeerStatus::parse(const std::string& text) {
     if (f[0] == "G" && f.size() >= 4) s.groups[f[1]] = Group{std::stoull(f[2]), f[3]};
     if (f[0] == "F" && f.size() >= 8) {
       s.in_flight.push_back(PeerOp{f[1], f[2], parse_ranks(f[3]), static_cast<CollectiveKind>(std::stoi(f[4])),
-                                   std::stoull(f[5]), std::stoi(f[6]), std::stoi(f[7])});
+                                   std::stoull(f[5]), std::stoi(f[6]), std::stoi(f[7]),
+                                   f.size() >= 9 ? parse_messages(f[8]) : std::vector<PeerMessage>{}});
     }
     if (f[0] == "E" && f.size() >= 2) s.events.push_back(f[1]);
     if (f[0] == "P" && f.size() >= 2) s.unpolled_s = std::stod(f[1]);

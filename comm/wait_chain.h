@@ -2,7 +2,7 @@
 // another op of another group, on a third rank: the watchdog follows these waits from rank to rank
 // until it reaches one that does not answer (stopped, dead) or answers that it is in no op at all
 // (busy outside any collective). Pure logic over the ranks' answers, so it is tested without MPI.
-// defines: PeerOp, PeerStatus, WaitLink, WaitChain, follow_wait_chain, join_ranks
+// defines: PeerMessage, PeerOp, PeerStatus, WaitLink, WaitChain, follow_wait_chain, join_ranks
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,13 @@ namespace mt {
 
 std::string join_ranks(const std::vector<int>& ranks);  // "0,2,3"
 
+// One message of a point-to-point batch in flight, as its rank reports it.
+struct PeerMessage {
+  bool send = true;  // else a receive
+  int peer = -1;     // the other side's world rank
+  int tag = 0;
+};
+
 // An op a rank has in flight, as it reports it.
 struct PeerOp {
   std::string what;          // "allreduce #5 ... on group "dp" (world ranks 0,2)"
@@ -24,12 +31,14 @@ struct PeerOp {
   std::vector<int> members;  // world ranks of its group, in group order
   CollectiveKind kind = CollectiveKind::Barrier;
   std::uint64_t sequence = 0;
-  int peer = -1;  // point-to-point: the other side's world rank
+  int peer = -1;  // send/recv: the other side's world rank
   int tag = 0;
+  std::vector<PeerMessage> messages;  // a batch's
 };
 
 // A rank's answer to "what are you doing?": one line per group (G), op in flight (F) and recent
-// event (E), and how long it had not looked for questions (P), fields separated by tabs.
+// event (E), and how long it had not looked for questions (P), fields separated by tabs; a batch's
+// messages ride in the op's last field ("s1:3,r0:8": send to world rank 1 tag 3, receive from 0 tag 8).
 struct PeerStatus {
   struct Group {
     std::uint64_t collectives = 0;  // started on the group

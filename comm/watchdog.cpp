@@ -141,10 +141,13 @@ PeerOp Watchdog::peer_op(const Tracked& t, Clock::time_point now) {
   op.detail = "for " + seconds_text(now - t.started) + ", called at " + t.record.called_from();
   op.kind = t.record.kind;
   op.sequence = t.record.sequence;
-  if (is_point_to_point(op.kind) && t.record.peer >= 0 && static_cast<std::size_t>(t.record.peer) < op.members.size()) {
-    op.peer = op.members[static_cast<std::size_t>(t.record.peer)];
-  }
+  // Peers in world ranks: the chain of waits crosses groups.
+  auto world_rank_of = [&](int peer) {
+    return peer >= 0 && static_cast<std::size_t>(peer) < op.members.size() ? op.members[static_cast<std::size_t>(peer)] : -1;
+  };
+  if (is_point_to_point(op.kind)) op.peer = world_rank_of(t.record.peer);
   op.tag = t.record.tag;
+  for (const MessageRecord& m : t.record.messages) op.messages.push_back(PeerMessage{m.send, world_rank_of(m.peer), m.tag});
   return op;
 }
 

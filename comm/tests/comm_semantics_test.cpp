@@ -245,6 +245,7 @@ TEST(Capabilities, MpiPostsEarlyAndSendsInEitherOrderOnHostAndStagedDeviceMemory
   for (const CommCapabilities& caps : {world.capabilities(), group->capabilities()}) {
     EXPECT_TRUE(caps.early_receives);
     EXPECT_TRUE(caps.unordered_point_to_point);
+    EXPECT_TRUE(caps.grouped_point_to_point);  // batches: comm_batch_test.cpp
     EXPECT_EQ(caps.host_memory, MemoryAccess::Direct);
     EXPECT_EQ(caps.device_memory, MemoryAccess::Staged);
   }

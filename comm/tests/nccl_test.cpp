@@ -1,5 +1,6 @@
 // The NCCL backend on GPUs, one GPU per rank: every collective in and out of place, several dtypes
-// and reduce ops, point-to-point, barrier, Work::wait_on ordering a compute stream, and splits.
+// and reduce ops, point-to-point alone and in batches, barrier, Work::wait_on ordering a compute
+// stream, and splits.
 // Expected values are exact (small integers, exact in fp32 and bf16), except fp32 averages, which
 // NCCL pre-scales by 1/size. All ranks decide together whether to run: the suite skips on every
 // rank unless NCCL is built in and each rank of a node has a GPU of its own.
@@ -127,11 +128,13 @@ TEST_F(Nccl, BackendIsNccl) {
   EXPECT_EQ(comm().world_ranks(), all);
 }
 
-// What the pipeline asks (comm/comm_capabilities.h): one stream in issue order, device memory only.
+// What the pipeline asks (comm/comm_capabilities.h): one stream in issue order, device memory only;
+// single sends and receives keep their order, batches group them.
 TEST_F(Nccl, CapabilitiesOfOneStreamInIssueOrder) {
   const CommCapabilities caps = comm().capabilities();
   EXPECT_FALSE(caps.early_receives);
   EXPECT_FALSE(caps.unordered_point_to_point);
+  EXPECT_TRUE(caps.grouped_point_to_point);
   EXPECT_EQ(caps.host_memory, MemoryAccess::None);
   EXPECT_EQ(caps.device_memory, MemoryAccess::Direct);
 }
@@ -264,6 +267,85 @@ TEST_F(Nccl, SendRecvBetweenPairs) {
   first->wait();
   second->wait();
   EXPECT_EQ(theirs.to_host<float>(), floats(n, [&](i64 i) { return partner * 100 + i % 1000; }));
+}
+
+// Every rank sends to the next and receives from the previous in one batch, the send listed first:
+// as single ops every rank's send would hold its stream until the next rank received, and none
+// would. Large enough to need the receiver.
+TEST_F(Nccl, BatchRingSendsBeforeReceiving) {
+  if (size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int next = (rank() + 1) % size(), prev = (rank() + size() - 1) % size();
+  const i64 n = (i64{1} << 20) + 7;
+  Tensor mine = on_gpu(floats(n, [&](i64 i) { return rank() * 1000 + i % 999; }));
+  Tensor theirs = on_gpu(floats(n, [](i64) { return -1; }));
+  WorkPtr work = comm().batch_async({PointToPoint::send(mine, next), PointToPoint::recv(theirs, prev)});
+  work->wait();
+  EXPECT_EQ(theirs.to_host<float>(), floats(n, [&](i64 i) { return prev * 1000 + i % 999; }));
+  EXPECT_EQ(mine.to_host<float>(), floats(n, [&](i64 i) { return rank() * 1000 + i % 999; }));
+}
+
+// Pairs exchange both ways, both listing the send first, over a few rounds.
+TEST_F(Nccl, BatchPairExchangesBothWays) {
+  if (size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int partner = rank() ^ 1;
+  if (partner >= size()) return;  // the last rank of an odd count has no partner
+  for (int round = 0; round < 3; ++round) {
+    const i64 n = (i64{1} << 18) + round;
+    Tensor mine = on_gpu(floats(n, [&](i64 i) { return rank() * 100 + round * 10 + i % 7; }));
+    Tensor theirs = on_gpu(floats(n, [](i64) { return -1; }));
+    comm().batch({PointToPoint::send(mine, partner), PointToPoint::recv(theirs, partner)});
+    EXPECT_EQ(theirs.to_host<float>(), floats(n, [&](i64 i) { return partner * 100 + round * 10 + i % 7; }))
+        << "round " << round;
+  }
+}
+
+// Several messages to one peer, of mixed sizes and dtypes, matched in issue order (NCCL has no
+// tags): each rank lists its sends, then its receives, in the same order as its partner.
+TEST_F(Nccl, BatchSeveralMessagesToOnePeerInOrder) {
+  if (size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int partner = rank() ^ 1;
+  if (partner >= size()) return;
+  const std::vector<i64> sizes{3, (i64{1} << 19) + 1, 1, 70001};
+  auto value = [](int from, std::size_t k, i64 i) { return from * 64 + static_cast<i64>(k) * 8 + i % 8; };
+  std::vector<PointToPoint> batch;
+  std::vector<Tensor> in;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    if (k == 2) {  // one bf16 message among the fp32 ones
+      std::vector<bf16> v;
+      for (i64 i = 0; i < sizes[k]; ++i) v.push_back(bf16::from_float(static_cast<float>(value(rank(), k, i))));
+      batch.push_back(PointToPoint::send(on_gpu(v), partner));
+      in.push_back(on_gpu(std::vector<bf16>(static_cast<std::size_t>(sizes[k]), bf16::from_float(-1))));
+    } else {
+      batch.push_back(PointToPoint::send(on_gpu(floats(sizes[k], [&](i64 i) { return value(rank(), k, i); })), partner));
+      in.push_back(on_gpu(floats(sizes[k], [](i64) { return -1; })));
+    }
+  }
+  for (const Tensor& t : in) batch.push_back(PointToPoint::recv(t, partner));
+  comm().batch(std::move(batch));
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<float> got;
+    if (k == 2) {
+      for (bf16 x : in[k].to_host<bf16>()) got.push_back(x.to_float());
+    } else {
+      got = in[k].to_host<float>();
+    }
+    EXPECT_EQ(got, floats(sizes[k], [&](i64 i) { return value(partner, k, i); })) << "message " << k;
+  }
+}
+
+// wait_on orders later compute after the batch's receives, without blocking the host.
+TEST_F(Nccl, BatchWaitOnOrdersTheComputeStream) {
+  if (size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int next = (rank() + 1) % size(), prev = (rank() + size() - 1) % size();
+  const i64 n = i64{1} << 22;
+  Tensor mine = on_gpu(floats(n, [&](i64 i) { return rank() + i % 13; }));
+  Tensor theirs = on_gpu(floats(n, [](i64) { return -1; }));
+  WorkPtr work = comm().batch_async({PointToPoint::recv(theirs, prev), PointToPoint::send(mine, next)});
+  work->wait_on(ctx().stream());
+  kernels::scale(ctx(), theirs, 2.0);  // queued on the compute stream, after the receive
+  ctx().synchronize();
+  EXPECT_EQ(theirs.to_host<float>(), floats(n, [&](i64 i) { return 2 * (prev + i % 13); }));
+  EXPECT_NO_THROW(work->wait());
 }
 
 TEST_F(Nccl, BarrierCompletes) {

@@ -75,6 +75,38 @@ TEST(Watchdog, NamesTheRankThatSkippedACollective) {
   EXPECT_FLOAT_EQ(x.to_host<float>()[0], static_cast<float>(n * n));
 }
 
+// A batch whose peer never posts its side: the report names the batch with its messages, and the
+// peer, in no op, as the culprit.
+TEST(Watchdog, NamesABatchWhosePeerNeverPostedItsSide) {
+  auto catcher = std::make_shared<ReportCatcher>();
+  auto watchdog = std::make_shared<Watchdog>(Watchdog::Options{
+      .timeout = std::chrono::milliseconds(500),
+      .answer_wait = std::chrono::milliseconds(500),
+      .on_expiry = [catcher](const std::string& text) { catcher->take(text); }});
+  auto world = MpiCommunicator::world(CommOptions{.timeout = std::chrono::milliseconds(500), .watchdog = watchdog});
+  if (world->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int r = world->rank();
+  Tensor out = ones(16);
+  Tensor in = ones(16);
+  MpiComm side = MpiComm::world().dup();  // tells rank 1 when the report is in
+  if (r == 0) {
+    WorkPtr pending = world->batch_async({PointToPoint::send(out, 1, 3), PointToPoint::recv(in, 1, 8)});
+    const std::string report = catcher->wait_for_report();
+    EXPECT_NE(report.find("watchdog: p2p batch #0 (128 B): send fp32 x 16 to 1 tag 3, recv fp32 x 16 from 1 tag 8 "
+                          "in a group of " + std::to_string(world->size()) + " on group \"world\""),
+              std::string::npos)
+        << report;
+    EXPECT_NE(report.find("watchdog_test.cpp:"), std::string::npos) << "names where the batch was called\n" << report;
+    EXPECT_NE(report.find("culprit: world rank 1 (host "), std::string::npos) << report;
+    EXPECT_NE(report.find("world rank 0 waits for world rank 1 in p2p batch #0"), std::string::npos) << report;
+    MPI_Barrier(side.get());
+    pending->wait();
+  } else {
+    MPI_Barrier(side.get());
+    if (r == 1) world->batch({PointToPoint::recv(in, 0, 3), PointToPoint::send(out, 0, 8)});  // late
+  }
+}
+
 TEST(Watchdog, FinishedOpsNeverExpire) {
   auto catcher = std::make_shared<ReportCatcher>();
   auto watchdog = std::make_shared<Watchdog>(Watchdog::Options{
@@ -164,6 +196,20 @@ TEST(Watchdog, FollowsTheWaitChainThroughPointToPoint) {
            [](Communicator& row, Tensor& x) { row.send(x, 1 - row.rank(), {.tag = 7}); });
 }
 
+TEST(Watchdog, FollowsTheWaitChainThroughBatches) {
+  ChainMesh mesh;
+  if (mesh.world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  // As a pipeline step: ranks 0 and 3 send to and receive from the other member of their row in
+  // one batch; the other member posts its mirror batch late.
+  auto step = [](Communicator& row, Tensor& x) {
+    const int other = 1 - row.rank();
+    // The receive's tensor lives in the batch's Work until it completes.
+    return row.batch_async({PointToPoint::send(x, other, 2 + row.rank()), PointToPoint::recv(ones(8), other, 3 - row.rank())});
+  };
+  mesh.run([&](Communicator& row, Tensor& x) { return step(row, x); },
+           [&](Communicator& row, Tensor& x) { step(row, x)->wait(); });
+}
+
 // The chain logic alone, on made-up answers: a stopped rank, and a cycle (ops in different orders).
 PeerOp op_on(std::vector<int> members, std::uint64_t sequence) {
   PeerOp op;
@@ -214,6 +260,54 @@ TEST(WaitChain, ACycleEndsWithNoCulprit) {
   EXPECT_FALSE(chain.has_culprit());
   EXPECT_TRUE(chain.stuck.empty());
   EXPECT_EQ(chain.links.size(), 2u);
+}
+
+// Batches in the chain: a message the peer has a matching one for in flight (alone or in a batch)
+// is not waited on; a peer with none is, once however many messages go to it.
+TEST(WaitChain, ABatchWaitsForThePeersWithoutTheirSide) {
+  PeerOp batch;
+  batch.what = "p2p batch #4 on 0,1,2";
+  batch.members = {0, 1, 2};
+  batch.kind = CollectiveKind::Batch;
+  batch.messages = {{true, 1, 3}, {false, 2, 8}, {true, 2, 9}};
+  PeerOp theirs;  // rank 1 receives from 0 with tag 3, in a batch of its own
+  theirs.what = "p2p batch #2 on 0,1,2";
+  theirs.members = {0, 1, 2};
+  theirs.kind = CollectiveKind::Batch;
+  theirs.messages = {{false, 0, 3}};
+  PeerStatus one;
+  one.in_flight.push_back(theirs);
+  PeerStatus two = in_op(op_on({0, 1, 2}, 5));  // rank 2 is in an allreduce
+  PeerStatus zero;
+  zero.in_flight.push_back(batch);
+  // The messages travel in the status line.
+  const PeerStatus parsed = PeerStatus::parse(PeerStatus::op_line(batch));
+  ASSERT_EQ(parsed.in_flight.size(), 1u);
+  ASSERT_EQ(parsed.in_flight[0].messages.size(), 3u);
+  EXPECT_FALSE(parsed.in_flight[0].messages[1].send);
+  EXPECT_EQ(parsed.in_flight[0].messages[2].peer, 2);
+  EXPECT_EQ(parsed.in_flight[0].messages[2].tag, 9);
+
+  const std::map<int, PeerStatus> answers{{0, zero}, {1, one}, {2, two}};
+  WaitChain chain = follow_wait_chain(0, batch, answers, {0, 1, 2}, 2.0);
+  ASSERT_GE(chain.links.size(), 1u);
+  EXPECT_EQ(chain.links[0].from, 0);
+  EXPECT_EQ(chain.links[0].to, 2);
+  for (const WaitLink& l : chain.links) EXPECT_FALSE(l.from == 0 && l.to == 1) << "rank 1 has its side in flight";
+  // A single send of rank 1 with the wrong tag is no match: then 0 waits for 1 too.
+  PeerOp wrong = theirs;
+  wrong.kind = CollectiveKind::Recv;
+  wrong.messages.clear();
+  wrong.peer = 0;
+  wrong.tag = 4;
+  PeerStatus one_wrong;
+  one_wrong.in_flight.push_back(wrong);
+  chain = follow_wait_chain(0, batch, {{0, zero}, {1, one_wrong}, {2, two}}, {0, 1, 2}, 2.0);
+  EXPECT_EQ(chain.links[0].to, 1);
+  wrong.tag = 3;  // the right tag: matched
+  one_wrong.in_flight = {wrong};
+  chain = follow_wait_chain(0, batch, {{0, zero}, {1, one_wrong}, {2, two}}, {0, 1, 2}, 2.0);
+  EXPECT_EQ(chain.links[0].to, 2);
 }
 
 std::string desync_error(Communicator& comm, const std::function<void()>& call) {
