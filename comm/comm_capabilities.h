@@ -23,11 +23,10 @@ struct CommCapabilities {
   // would sit ahead of this rank's own later sends until its sender comes.
   bool early_receives = false;
 
-  // A rank may send to and receive from a neighbour in either order, the neighbour doing the same,
-  // without deadlock: sends and receives are non-blocking and progressed independently. 1F1B and
-  // interleaved pipelines need this (adjacent stages each send before receiving from the other);
-  // GPipe sends one way at a time and does not. NCCL's send holds its stream until the matching
-  // receive runs, so it answers no until sends and receives go out as grouped pairs.
+  // A rank may send to and receive from a neighbour as single ops in either order, the neighbour
+  // doing the same, without deadlock: sends and receives are non-blocking and progressed
+  // independently. NCCL's single send holds its stream until the matching receive runs, so it
+  // answers no; the pipeline needs only batches (grouped_point_to_point).
   bool unordered_point_to_point = false;
 
   // A batch of sends and receives (Communicator::batch_async) completes as one: neighbours may send

@@ -238,7 +238,7 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   TrainData data = open_data(session, job);
   TrainSettings run = job.settings;
   run.peak_flops = peak_flops(job, ctx);
-  check_pipeline_backend(job.plan.layout().schedule, job.plan.mesh().pp, session.world->capabilities(),
+  check_pipeline_backend(job.plan.mesh().pp, session.world->capabilities(),
                          session.world->backend_name());
   ParallelGroups groups = build_groups(*session.world, Mesh(job.plan.mesh()));
   const std::unique_ptr<ParallelTrainer> trainer = build_trainer(session, groups, job, data, run);

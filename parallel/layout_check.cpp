@@ -65,9 +65,12 @@ void check_stage_split(const LayoutRequest& request, const LayoutLimits& limits)
   }
   if (request.virtual_stages > 1) {
     const std::int64_t chunks = std::int64_t{pp} * request.virtual_stages;
+    const std::string per_stage = request.schedule == ScheduleKind::Interleaved
+                                      ? "--virtual-stages " + std::to_string(request.virtual_stages)
+                                      : std::to_string(request.virtual_stages) + " chunks per stage";
     MT_REQUIRE(limits.layers % chunks == 0, "--schedule ", schedule_kind_name(request.schedule), " with --pp ", pp,
-               " x ", request.virtual_stages, " virtual stages = ", chunks, " model chunks needs the model's ",
-               limits.layers, " layers divisible by ", chunks, " (every chunk takes the same number of layers)");
+               " x ", per_stage, " = ", chunks, " model chunks needs the model's ", limits.layers,
+               " layers divisible by ", chunks, " (every chunk takes the same number of layers)");
   }
 }
 
@@ -122,10 +125,9 @@ int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& lim
   return static_cast<int>(limits.global_batch / per_step);
 }
 
-void check_pipeline_backend(ScheduleKind schedule, int pp, const CommCapabilities& caps, const std::string& backend) {
-  MT_REQUIRE(pp == 1 || schedule == ScheduleKind::GPipe || caps.unordered_point_to_point, "--schedule ",
-             schedule_kind_name(schedule), " with --pp ", pp, " needs grouped send/receive pairs that the ",
-             upper(backend), " backend does not issue yet: use --schedule gpipe, or --comm-backend mpi");
+void check_pipeline_backend(int pp, const CommCapabilities& caps, const std::string& backend) {
+  MT_REQUIRE(pp == 1 || caps.grouped_point_to_point, "--pp ", pp, " needs batches of sends and receives that the ",
+             upper(backend), " backend does not offer: use --comm-backend mpi");
 }
 
 }  // namespace mt

@@ -31,10 +31,10 @@ void check_layout(const LayoutRequest& request, const LayoutLimits& limits);
 // global_batch / (dp x micro_batch): the micro-batches each pipeline runs per step.
 int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits);
 
-// What the communication backend allows: 1F1B and interleaved pipelines (pp > 1) need
-// CommCapabilities::unordered_point_to_point, since neighbouring stages each send before receiving
-// from the other; GPipe sends one way at a time. `backend` (Communicator::backend_name()) only
-// names the backend in the message.
-void check_pipeline_backend(ScheduleKind schedule, int pp, const CommCapabilities& caps, const std::string& backend);
+// What the communication backend allows: a pipeline (pp > 1) sends each run of messages between
+// two computations as one batch (parallel/pipeline_executor.h), so every schedule needs
+// CommCapabilities::grouped_point_to_point (neighbours send to each other in the same batch).
+// `backend` (Communicator::backend_name()) only names the backend in the message.
+void check_pipeline_backend(int pp, const CommCapabilities& caps, const std::string& backend);
 
 }  // namespace mt

@@ -20,39 +20,67 @@ PipelineExecutor::PipelineExecutor(Communicator& pp, const Stream& stream, Execu
       options_(options),
       early_receives_(options.overlap && pp.capabilities().early_receives) {}
 
-void PipelineExecutor::post_receive(const Schedule& schedule, std::size_t index, PipelineStageRunner& runner) {
-  if (receives_.count(index)) return;
-  const int stage = pp_.rank();
-  const Action& a = schedule.actions[static_cast<std::size_t>(stage)][index];
-  const ChunkRef from = schedule.peer(stage, a);
-  Tensor buffer = a.kind == ActionKind::RecvForward ? runner.forward_input(a.chunk, a.micro)
-                                                    : runner.output_grad_buffer(a.chunk, a.micro);
-  Pending p;
-  if (from.stage == stage) {
-    p.staged = buffer;  // filled from the self-send when the receive is waited for
-  } else {
-    p.work = pp_.recv_async(buffer, from.stage, {schedule.tag(stage, a)});
+Tensor PipelineExecutor::message_tensor(const Action& a, PipelineStageRunner& runner) {
+  switch (a.kind) {
+    case ActionKind::RecvForward: return runner.forward_input(a.chunk, a.micro);
+    case ActionKind::RecvBackward: return runner.output_grad_buffer(a.chunk, a.micro);
+    case ActionKind::SendForward: return runner.forward_output(a.chunk, a.micro);
+    case ActionKind::SendBackward: return runner.input_grad(a.chunk, a.micro);
+    default: MT_FAIL("a computation carries no message: ", to_string(a, true));
   }
-  receives_[index] = std::move(p);
 }
 
-void PipelineExecutor::send(const Schedule& schedule, const Action& a, PipelineStageRunner& runner) {
+void PipelineExecutor::start_batch(const Schedule& schedule, const std::vector<std::size_t>& indices,
+                                   PipelineStageRunner& runner, ExecutorStats& stats) {
   const int stage = pp_.rank();
-  const ChunkRef to = schedule.peer(stage, a);
-  Tensor data = a.kind == ActionKind::SendForward ? runner.forward_output(a.chunk, a.micro)
-                                                  : runner.input_grad(a.chunk, a.micro);
-  if (to.stage == stage) {
-    // Copied when the receive comes; until then the sending slot is held (see release_finished).
-    self_sends_[schedule.tag(stage, a)] = {data, {a.chunk, a.micro}};
-    return;
+  const std::vector<Action>& actions = schedule.actions[static_cast<std::size_t>(stage)];
+  std::vector<PointToPoint> batch;
+  std::vector<std::size_t> receives;
+  for (std::size_t i : indices) {
+    const Action& a = actions[i];
+    const int peer = schedule.peer(stage, a).stage;
+    Tensor tensor = message_tensor(a, runner);
+    const int tag = schedule.tag(stage, a);
+    if (peer == stage) {
+      // A stage sending to itself copies: the send keeps its slot until the receive took the data.
+      if (is_send(a.kind)) {
+        self_sends_[tag] = {tensor, {a.chunk, a.micro}};
+      } else {
+        receives_[i] = Pending{nullptr, tensor};
+      }
+      continue;
+    }
+    batch.push_back({is_send(a.kind) ? PointToPoint::Kind::Send : PointToPoint::Kind::Recv, tensor, peer, tag});
+    if (is_receive(a.kind)) receives.push_back(i);
   }
-  // Never waited for before the stage goes on, with overlap or without: a send may complete only
-  // once its receiver posted the receive (MPI's rendezvous for large messages), and in the
-  // interleaved schedule the receiver may first need this stage's next computation. Without
-  // overlap the receiver posts that receive only where the schedule puts it, so the transfer
-  // still runs while the receiver waits, not while it computes. The slot is released (and the
-  // send waited for) once it completed (release_finished).
-  sends_[{a.chunk, a.micro}].push_back(pp_.send_async(data, to.stage, {schedule.tag(stage, a)}));
+  if (batch.empty()) return;
+  WorkPtr work = pp_.batch_async(std::move(batch));
+  ++stats.batches;
+  for (std::size_t i : indices) {
+    const Action& a = actions[i];
+    if (schedule.peer(stage, a).stage == stage) continue;
+    // Never waited for on its own before the stage goes on: the slot is released (and the batch
+    // waited for) once it completed (release_finished).
+    if (is_send(a.kind)) sends_[{a.chunk, a.micro}].push_back(work);
+  }
+  for (std::size_t i : receives) receives_[i] = Pending{work, Tensor()};
+}
+
+void PipelineExecutor::finish_receive(const Schedule& schedule, std::size_t index, ExecutorStats& stats) {
+  const int stage = pp_.rank();
+  const Action& a = schedule.actions[static_cast<std::size_t>(stage)][index];
+  Pending& p = receives_.at(index);
+  const auto start = std::chrono::steady_clock::now();
+  if (p.work) {
+    p.work->wait_on(stream_);  // a batch's receives all complete together: later ones return at once
+  } else {
+    auto it = self_sends_.find(schedule.tag(stage, a));
+    MT_CHECK(it != self_sends_.end(), "stage ", stage, ": ", to_string(a, true), " before its own send");
+    p.staged.copy_from(it->second.data, stream_);
+    self_sends_.erase(it);
+  }
+  stats.receive_wait_s += seconds_since(start);
+  receives_.erase(index);
 }
 
 void PipelineExecutor::release_finished(PipelineStageRunner& runner, bool wait_all) {
@@ -94,80 +122,71 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
   self_sends_.clear();
   sends_.clear();
   done_.clear();
-  std::vector<std::size_t> compute_positions;
-  for (std::size_t i = 0; i < actions.size(); ++i)
-    if (is_compute(actions[i].kind)) compute_positions.push_back(i);
-  // The receives just before compute position n (which that computation needs). A gradient's
-  // buffer exists only once its micro-batch's forward ran, so such a receive waits for that.
+  // The list as computations and the runs of messages between them: run n comes before
+  // computation n (the last run, after the last computation, has no computation after it).
+  std::vector<std::size_t> computes;
+  std::vector<std::vector<std::size_t>> runs(1);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (is_compute(actions[i].kind)) {
+      computes.push_back(i);
+      runs.emplace_back();
+    } else {
+      runs.back().push_back(i);
+    }
+  }
+  // Early receives (MPI with overlap): run n's receives are posted as one batch before computation
+  // n - 1, so the transfer runs during it. A gradient's buffer exists only once its micro-batch's
+  // forward ran, so such a receive waits for that (or for its run).
   std::set<std::pair<int, int>> forwarded;
-  auto post_receives_for = [&](std::size_t n) {
-    if (n >= compute_positions.size()) return;
-    const std::size_t at = compute_positions[n];
-    const std::size_t from = n == 0 ? 0 : compute_positions[n - 1] + 1;
-    for (std::size_t k = from; k < at; ++k) {
+  auto post_early = [&](std::size_t n) {
+    if (!early_receives_ || n >= runs.size()) return;
+    std::vector<std::size_t> postable;
+    for (std::size_t k : runs[n]) {
       const Action& r = actions[k];
       if (!is_receive(r.kind) || receives_.count(k)) continue;
       if (r.kind == ActionKind::RecvBackward && !forwarded.count({r.chunk, r.micro})) continue;
-      post_receive(schedule, k, runner);
-      ++stats.receives_posted_early;
+      postable.push_back(k);
     }
+    stats.receives_posted_early += static_cast<int>(postable.size());
+    start_batch(schedule, postable, runner, stats);
   };
-  std::size_t next_compute = 0;
-  if (early_receives_) post_receives_for(0);
-  for (std::size_t i = 0; i < actions.size(); ++i) {
-    const Action& a = actions[i];
-    switch (a.kind) {
-      case ActionKind::RecvForward:
-      case ActionKind::RecvBackward: {
-        post_receive(schedule, i, runner);  // a no-op when posted early
-        Pending& p = receives_.at(i);
-        const auto start = std::chrono::steady_clock::now();
-        if (p.work) {
-          p.work->wait_on(stream_);
-        } else {
-          auto it = self_sends_.find(schedule.tag(stage, a));
-          MT_CHECK(it != self_sends_.end(), "stage ", stage, ": ", to_string(a, true), " before its own send");
-          p.staged.copy_from(it->second.data, stream_);
-          self_sends_.erase(it);
-        }
-        stats.receive_wait_s += seconds_since(start);
-        receives_.erase(i);
-        break;
-      }
-      case ActionKind::Forward:
-      case ActionKind::Backward:
-      case ActionKind::BackwardInput:
-      case ActionKind::BackwardWeight: {
-        if (early_receives_) post_receives_for(next_compute + 1);
-        ++next_compute;
-        // In validation no backward holds a sending stage back: without a bound, the first stage
-        // would forward every micro-batch of the batch, each slot held until the next stage takes
-        // it. Waiting once `stages` slots are done bounds that, and cannot deadlock: the order of
-        // computations is the same on every stage, and what is waited for are receives of earlier
-        // computations, which depend only on computations earlier still (or earlier stages).
-        release_finished(runner, schedule.forward_only && done_.size() >= static_cast<std::size_t>(schedule.stages));
-        const auto start = std::chrono::steady_clock::now();
-        if (a.kind == ActionKind::Forward) {
-          runner.forward(a.chunk, a.micro);
-          forwarded.insert({a.chunk, a.micro});
-          if (early_receives_) post_receives_for(next_compute);  // a gradient it now has a buffer for
-        } else {
-          const BackwardPart part = a.kind == ActionKind::Backward        ? BackwardPart::Full
-                                    : a.kind == ActionKind::BackwardInput ? BackwardPart::Input
-                                                                          : BackwardPart::Weight;
-          runner.backward(a.chunk, a.micro, part, a.completes_chunk);
-        }
-        stats.compute_s += seconds_since(start);
-        const bool last_use = makes_weight_grad(a.kind) || schedule.forward_only;
-        if (last_use) done_.push_back({a.chunk, a.micro});
-        break;
-      }
-      case ActionKind::SendForward:
-      case ActionKind::SendBackward:
-        send(schedule, a, runner);
-        break;
+  // Run n: what was not posted early goes as one batch (sends with receives: NCCL groups them,
+  // so neighbours sending to each other in the same run cannot block one another); then the
+  // computation waits for the run's receives.
+  auto execute_run = [&](std::size_t n) {
+    std::vector<std::size_t> rest;
+    for (std::size_t k : runs[n])
+      if (!receives_.count(k)) rest.push_back(k);
+    start_batch(schedule, rest, runner, stats);
+    for (std::size_t k : runs[n])
+      if (is_receive(actions[k].kind)) finish_receive(schedule, k, stats);
+  };
+  post_early(0);
+  for (std::size_t n = 0; n < computes.size(); ++n) {
+    execute_run(n);
+    const Action& a = actions[computes[n]];
+    post_early(n + 1);
+    // In validation no backward holds a sending stage back: without a bound, the first stage
+    // would forward every micro-batch of the batch, each slot held until the next stage takes
+    // it. Waiting once `stages` slots are done bounds that, and cannot deadlock: the order of
+    // computations is the same on every stage, and what is waited for are receives of earlier
+    // computations, which depend only on computations earlier still (or earlier stages).
+    release_finished(runner, schedule.forward_only && done_.size() >= static_cast<std::size_t>(schedule.stages));
+    const auto start = std::chrono::steady_clock::now();
+    if (a.kind == ActionKind::Forward) {
+      runner.forward(a.chunk, a.micro);
+      forwarded.insert({a.chunk, a.micro});
+      post_early(n + 1);  // a gradient it now has a buffer for
+    } else {
+      const BackwardPart part = a.kind == ActionKind::Backward        ? BackwardPart::Full
+                                : a.kind == ActionKind::BackwardInput ? BackwardPart::Input
+                                                                      : BackwardPart::Weight;
+      runner.backward(a.chunk, a.micro, part, a.completes_chunk);
     }
+    stats.compute_s += seconds_since(start);
+    if (makes_weight_grad(a.kind) || schedule.forward_only) done_.push_back({a.chunk, a.micro});
   }
+  execute_run(computes.size());
   release_finished(runner, true);
   MT_CHECK(receives_.empty() && self_sends_.empty(), "stage ", stage, ": the schedule left messages unmatched");
   return stats;

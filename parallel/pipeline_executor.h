@@ -1,18 +1,20 @@
 // Runs a pipeline schedule (parallel/schedule.h) for one optimizer step on this stage: computes
 // through a PipelineStageRunner (the trainer's model), sends and receives over the pp group.
 //
-// Overlap: sends are asynchronous (a slot's buffers are released only once its sends completed),
-// and where the pp communicator has CommCapabilities::early_receives (MPI) each receive is posted
-// one computation early, before the computation that precedes it, so the transfer runs during that
-// computation on the communication thread. Otherwise (NCCL) every op goes on one comm stream in
-// schedule order (NCCL matches point-to-point messages in issue order; a receive posted early
-// would hold the stream ahead of this stage's own sends), and the GPU overlaps the comm stream
-// with compute. With overlap off each receive is posted and waited for where the schedule puts
-// it, so a transfer runs while its receiver waits, not while it computes. Sends are never waited
-// for before the stage goes on, with overlap or without: a large message completes only once its
-// receiver posted the receive, which in the interleaved schedule may come after this stage's next
-// computation (waiting would deadlock).
-// A stage sending to itself (one stage with virtual chunks) copies the tensor.
+// Messages go in batches (Communicator::batch_async): each run of sends and receives between two
+// computations of the list is one batch, in the list's order, so the per-peer order is the
+// schedule's on both ends (NCCL matches point-to-point messages in issue order) and neighbours
+// that send to each other in the same run cannot hold each other up (NCCL groups the batch). The
+// schedules guarantee that waiting for a whole batch never deadlocks (check_grouped_messages).
+//
+// Overlap: a batch's sends are never waited for before the stage goes on unless the batch also
+// holds receives; a slot's buffers are released once the batches sending from it completed. Where
+// the pp communicator has CommCapabilities::early_receives (MPI) a run's receives are posted as
+// their own batch one computation early, so the transfer runs during that computation on the
+// communication thread. Otherwise (NCCL) the batches go on one comm stream in schedule order and
+// the GPU overlaps it with compute. With overlap off every batch is posted and waited for where
+// the schedule puts it, so a transfer runs while its receiver waits, not while it computes.
+// A stage sending to itself (one stage with virtual chunks, or the turn of a V) copies the tensor.
 // defines: PipelineStageRunner, ExecutorOptions, ExecutorStats, PipelineExecutor
 #pragma once
 
@@ -55,6 +57,7 @@ struct ExecutorStats {
   double receive_wait_s = 0;  // time blocked on receives (the bubble as this stage saw it, plus transfers)
   double compute_s = 0;       // time in forward and backward
   int receives_posted_early = 0;
+  int batches = 0;  // point-to-point batches started
 };
 
 class PipelineExecutor {
@@ -69,16 +72,19 @@ class PipelineExecutor {
     WorkPtr work;
     Tensor staged;  // a self-send's copy
   };
-  void post_receive(const Schedule& schedule, std::size_t index, PipelineStageRunner& runner);
-  void send(const Schedule& schedule, const Action& action, PipelineStageRunner& runner);
+  static Tensor message_tensor(const Action& action, PipelineStageRunner& runner);
+  // Starts the messages at `indices` (of this stage's list) as one batch; self-messages are staged.
+  void start_batch(const Schedule& schedule, const std::vector<std::size_t>& indices, PipelineStageRunner& runner,
+                   ExecutorStats& stats);
+  void finish_receive(const Schedule& schedule, std::size_t index, ExecutorStats& stats);
   void release_finished(PipelineStageRunner& runner, bool wait_all);
 
   Communicator& pp_;
   const Stream& stream_;
   ExecutorOptions options_;
   bool early_receives_ = false;
-  // Per step: receives posted (by action index), self-sends waiting for their receive (by tag),
-  // and finished micro-batches whose sends may still be in flight.
+  // Per step: receives posted (by action index; a batch's receives share its Work), self-sends
+  // waiting for their receive (by tag), and finished micro-batches whose sends may be in flight.
   std::map<std::size_t, Pending> receives_;
   struct SelfSend {
     Tensor data;

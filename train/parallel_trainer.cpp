@@ -98,7 +98,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   reducer_ = std::make_unique<GradReducer>(ctx_, *groups_.dp, store.flat_grads(), std::move(flat), ro);
   optimizer_ = std::make_unique<DistributedAdamW>(ctx_, *groups_.dp, *reducer_, store.flat_params(), settings_.adamw);
   executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{plan_.layout().overlap});
-  check_pipeline_backend(plan_.layout().schedule, mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
+  check_pipeline_backend(mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
   train_schedule_ = plan_.train_schedule();
   // Evaluation runs one global batch at a time, so a schedule's message tags stay within a step's.
   eval_schedule_ = plan_.eval_schedule();

@@ -236,34 +236,25 @@ TEST(LayoutCheck, ValidLayoutsPass) {
   EXPECT_NO_THROW(check_layout(request(1, 1, 1), LayoutLimits{}));
 }
 
-// The answers MpiCommunicator and NcclCommunicator give today (comm/tests checks the MPI one).
-constexpr CommCapabilities kUnorderedP2p{.unordered_point_to_point = true};
-constexpr CommCapabilities kOrderedP2pOnly{.unordered_point_to_point = false};
+// The answers MpiCommunicator and NcclCommunicator give (comm/tests checks them), and a backend
+// that could only send single messages in order.
+constexpr CommCapabilities kMpi{.early_receives = true, .unordered_point_to_point = true, .grouped_point_to_point = true};
+constexpr CommCapabilities kNccl{.unordered_point_to_point = false, .grouped_point_to_point = true};
+constexpr CommCapabilities kSingleMessagesOnly{};
 
-TEST(LayoutCheck, NcclPipelinesRunGPipeOnly) {
-  EXPECT_NO_THROW(check_pipeline_backend(ScheduleKind::OneFOneB, 4, kUnorderedP2p, "mpi"));
-  EXPECT_NO_THROW(check_pipeline_backend(ScheduleKind::GPipe, 4, kOrderedP2pOnly, "nccl"));
-  EXPECT_NO_THROW(check_pipeline_backend(ScheduleKind::OneFOneB, 1, kOrderedP2pOnly, "nccl"));
-  const std::string message =
-      error_of([] { check_pipeline_backend(ScheduleKind::Interleaved, 2, kOrderedP2pOnly, "nccl"); });
-  EXPECT_TRUE(contains(message, "--schedule interleaved with --pp 2")) << message;
-  EXPECT_TRUE(contains(message, "--schedule gpipe, or --comm-backend mpi")) << message;
+// Every schedule runs on NCCL since the executor sends each run of messages as one batch.
+TEST(LayoutCheck, PipelinesRunOnEveryBackendWithBatches) {
+  EXPECT_NO_THROW(check_pipeline_backend(4, kMpi, "mpi"));
+  EXPECT_NO_THROW(check_pipeline_backend(4, kNccl, "nccl"));
+  EXPECT_NO_THROW(check_pipeline_backend(1, kSingleMessagesOnly, "nccl"));
 }
 
 // The check asks what the backend can do, not what it is called: the name only labels the message.
 TEST(LayoutCheck, PipelineBackendIsJudgedByCapabilityNotName) {
-  const std::string message =
-      error_of([] { check_pipeline_backend(ScheduleKind::OneFOneB, 2, kOrderedP2pOnly, "mpi"); });
-  EXPECT_EQ(message,
-            "--schedule 1f1b with --pp 2 needs grouped send/receive pairs that the MPI backend does not issue yet: "
-            "use --schedule gpipe, or --comm-backend mpi");
-  // What NCCL answers once its sends and receives go out as grouped pairs.
-  EXPECT_NO_THROW(check_pipeline_backend(ScheduleKind::OneFOneB, 4, kUnorderedP2p, "nccl"));
-  EXPECT_NO_THROW(check_pipeline_backend(ScheduleKind::Interleaved, 4, kUnorderedP2p, "nccl"));
-  const std::string nccl = error_of([] { check_pipeline_backend(ScheduleKind::OneFOneB, 4, kOrderedP2pOnly, "nccl"); });
-  EXPECT_EQ(nccl,
-            "--schedule 1f1b with --pp 4 needs grouped send/receive pairs that the NCCL backend does not issue yet: "
-            "use --schedule gpipe, or --comm-backend mpi");
+  const std::string message = error_of([] { check_pipeline_backend(2, kSingleMessagesOnly, "nccl"); });
+  EXPECT_EQ(message, "--pp 2 needs batches of sends and receives that the NCCL backend does not offer: use "
+                     "--comm-backend mpi");
+  EXPECT_TRUE(contains(error_of([] { check_pipeline_backend(2, kSingleMessagesOnly, "mpi"); }), "the MPI backend"));
 }
 
 TEST(LayoutCheck, MicroBatchesPerStep) {
