@@ -114,7 +114,9 @@ std::vector<std::string> plan_row(int rank, const Prediction& p) {
   const auto share = [&](double s) { return format_cell("%.3g", s); };
   return {std::to_string(rank),
           std::to_string(l.dp) + "x" + std::to_string(l.tp) + "x" + std::to_string(l.pp),
-          std::string(schedule_kind_name(l.schedule)) + (l.virtual_stages > 1 ? std::string("/").append(std::to_string(l.virtual_stages)) : ""),
+          // interleaved/v; zb-v always runs 2 chunks per stage, its name says so
+          std::string(schedule_kind_name(l.schedule)) +
+              (l.schedule == ScheduleKind::Interleaved ? std::string("/").append(std::to_string(l.virtual_stages)) : ""),
           std::to_string(l.zero),
           std::to_string(l.micro_batch),
           std::to_string(p.micro_batches),
@@ -164,7 +166,8 @@ po::options_description plan_options() {
        "(hosts 1: intra-node, more: inter-node) and the GEMM rate and achieved fraction from train rows")
       ("layout", po::value<std::string>(),
        "predict this one layout in full, e.g. dp=2,tp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b "
-       "(dp defaults to the devices left, micro to --micro-batch or 1, schedule to 1f1b or interleaved for v > 1)")
+       "(dp defaults to the devices left, micro to --micro-batch or 1, schedule to 1f1b or interleaved for v > 1; "
+       "schedule is gpipe, 1f1b, interleaved, zb-h1 or zb-v, whose v is always 2)")
       ("top", po::value<int>()->default_value(10), "how many of the best layouts to list")
       ("bucket-mb", po::value<double>()->default_value(25.0), "data-parallel gradient bucket size (as `train`)")
       ("no-overlap", po::bool_switch(), "predict `train --no-overlap`: no communication hidden under compute")

@@ -79,7 +79,7 @@ Schedule LayoutPlan::train_schedule() const {
 }
 
 Schedule LayoutPlan::eval_schedule() const {
-  return make_forward_only_schedule(layout_.pp, micro_batches_, layout_.virtual_stages);
+  return make_forward_only_schedule(layout_.pp, micro_batches_, layout_.virtual_stages, placement());
 }
 
 ModelPartition LayoutPlan::partition(const MeshCoord& coord) const {

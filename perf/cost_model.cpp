@@ -16,27 +16,32 @@
 namespace mt::perf {
 namespace {
 
-// The schedule's own simulation, with forward cost 1 and backward cost `ratio` (rounded to 1/16):
-// times scale with the forward cost, so one run serves every layout with the same shape. The
-// layout search asks for the same shapes thousands of times; schedules with P = 64 and M = 1536
-// take milliseconds to build.
+// The schedule's own simulation, with forward cost 1 and the backward's B (input gradients) and W
+// (weight gradients) relative to it, each rounded to 1/16: times scale with the forward cost, so
+// one run serves every layout with the same shape. The fused schedules' Backward costs B + W
+// whatever the split, so their key holds the sum alone; the zero-bubble ones run B and W apart
+// and key on both. The layout search asks for the same shapes thousands of times; schedules with
+// P = 64 and M = 1536 take milliseconds to build.
 struct ScheduleFacts {
   double makespan = 0;  // in forward costs
   std::vector<std::vector<int>> held_slots, held_slots_with_validation;  // perf/memory_model.h
 };
 
-const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double ratio) {
+const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double f, double backward, double weight) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int, long>, ScheduleFacts> cache;
-  const long r = std::lround(ratio * 16.0);
+  static std::map<std::tuple<int, int, int, int, long, long>, ScheduleFacts> cache;
   const Layout& l = plan.layout();
-  const auto key = std::make_tuple(static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages, r);
+  const bool split = splits_backward(l.schedule);
+  const long b = std::lround((split ? backward - weight : backward) / f * 16.0);
+  const long w = split ? std::lround(weight / f * 16.0) : 0;
+  const auto key = std::make_tuple(static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages, b, w);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const Schedule schedule = plan.train_schedule();
   ScheduleFacts facts;
-  facts.makespan = simulate(schedule, 1.0, static_cast<double>(r) / 16.0).makespan;
+  facts.makespan =
+      simulate(schedule, ComputeCosts{1.0, static_cast<double>(b) / 16.0, static_cast<double>(w) / 16.0}).makespan;
   const Schedule eval = plan.eval_schedule();
   facts.held_slots = held_slots(schedule, nullptr);
   facts.held_slots_with_validation = held_slots(schedule, &eval);
@@ -97,8 +102,13 @@ double achieved_rate(const Cluster& cluster, Precision precision) {
 }
 
 // One stage's seconds per micro-batch: forward and backward of all its chunks, split into parts.
+// compute_w is the part of compute_b that computes weight gradients (W of the zero-bubble split):
+// the weight-gradient GEMMs, half of each linear layer's and the head's backward GEMMs. The rest of
+// the backward is B: the input-gradient GEMMs, attention's backward (scores and values have no
+// weights), recomputation's extra forward, and every tensor-parallel allreduce of the backward
+// (all on the input-gradient path). Layernorm and bias gradients are memory bound and not counted.
 struct StageTimes {
-  double compute_f = 0, compute_b = 0, tp_f = 0, tp_b = 0;
+  double compute_f = 0, compute_b = 0, compute_w = 0, tp_f = 0, tp_b = 0;
   double params = 0;
   double cost() const { return compute_f + compute_b + tp_f + tp_b; }
 };
@@ -113,11 +123,12 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
   StageTimes st;
   st.params = static_cast<double>(stage_parameters(model, plan, s));
   for (int c = 0; c < v; ++c) {
-    const int g = c * P + s;
+    const int g = global_chunk_of(plan.placement(), P, s, c);
     const ChunkWork w = chunk_work(model, training, layout, plan.chunk_layers()[static_cast<std::size_t>(g)], g == 0,
                                    g == P * v - 1);
     st.compute_f += w.forward_flops / rate;
     st.compute_b += (2.0 * w.forward_flops + (training.recompute ? w.layer_flops : 0.0)) / rate;
+    st.compute_w += (w.forward_flops - w.attention_flops) / rate;
     st.tp_f += w.tp_allreduces_forward * tp_big + w.tp_small_allreduces * tp_small;
     st.tp_b += w.tp_allreduces_backward * tp_big;
     if (training.recompute) st.tp_b += 2 * w.layers * tp_big;  // the layers' forward allreduces again
@@ -144,9 +155,12 @@ double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, const Schedu
   p.time.tp_comm = M * (slow.tp_f + slow.tp_b);
   p.time.bubble = std::max(0.0, makespan - p.time.compute - p.time.tp_comm);
   if (P > 1) {
-    // Fill and drain cross every chunk boundary once each way; without overlap every send is
-    // also waited for by its sender.
-    p.time.pp_comm = 2.0 * (P * v - 1) * message + (layout.overlap ? 0.0 : 2.0 * M * v * message);
+    // Fill and drain cross every chunk boundary between two stages once each way (zb-v's turn at
+    // the last stage stays on it); without overlap every send is also waited for by its sender.
+    int crossings = 0;
+    for (int g = 0; g + 1 < P * v; ++g)
+      crossings += local_chunk_of(plan.placement(), P, g).stage != local_chunk_of(plan.placement(), P, g + 1).stage;
+    p.time.pp_comm = 2.0 * crossings * message + (layout.overlap ? 0.0 : 2.0 * M * v * message);
   }
   return makespan;
 }
@@ -169,11 +183,13 @@ void add_data_parallel(const Layout& layout, double params, const StageTimes& sl
     p.time.dp_exposed += layout.overlap ? std::max(gather_last, gather_total - p.time.optimizer) : gather_total;
 }
 
-// The tied embedding's sum and broadcast between first and last stage, and the norm's allreduce.
-void add_synchronization(const ModelShape& model, const Layout& layout, const Mesh& mesh, const Cluster& cluster,
+// The tied embedding's sum and broadcast between the stages of its two copies (none where one stage
+// holds the embedding and the head: zb-v's stage 0), and the norm's allreduce.
+void add_synchronization(const ModelShape& model, const LayoutPlan& plan, const Mesh& mesh, const Cluster& cluster,
                          Prediction& p) {
+  const Layout& layout = plan.layout();
   const int dpn = cluster.devices_per_node;
-  if (layout.pp > 1) {
+  if (plan.tied_across_stages()) {
     const double wte = static_cast<double>(model.vocab_rows()) * model.channels / layout.tp * 4.0;
     const Link& emb_link = link_for(any_group_crosses(mesh.all_embedding_groups(), dpn), cluster);
     p.time.embedding_sync = allreduce_s(2, wte, emb_link) + p2p_s(wte, emb_link);
@@ -243,7 +259,7 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
   const StageTimes& slow = slowest(stages);
   const int v = layout.virtual_stages;
   const double f = (slow.compute_f + slow.tp_f) / v, b = (slow.compute_b + slow.tp_b) / v;  // per chunk
-  const ScheduleFacts& facts = schedule_facts(plan, b / f);
+  const ScheduleFacts& facts = schedule_facts(plan, f, b, slow.compute_w / v);
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len;
   const double message =
       layout.pp > 1 ? p2p_s(N * model.channels * training.act_bytes(), link_for(p.pp_crosses_nodes, cluster)) : 0.0;
@@ -253,7 +269,7 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
                           return x.params < y.params;
                         })->params;
   add_data_parallel(layout, params, slow, cluster, link_for(p.dp_crosses_nodes, cluster), p);
-  add_synchronization(model, layout, mesh, cluster, p);
+  add_synchronization(model, plan, mesh, cluster, p);
 
   const double dedicated = makespan + p.time.pp_comm + p.time.dp_exposed + p.time.embedding_sync + p.time.norm +
                            p.time.optimizer;

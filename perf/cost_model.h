@@ -5,11 +5,13 @@
 //    GEMM FLOPs / achieved rate plus its tensor-parallel allreduces, which block (exposed);
 //  - the pipeline's fill and drain come from simulating the schedule itself (parallel/schedule.h
 //    simulate()) with the slowest stage's per-chunk costs, plus the point-to-point messages on
-//    the path through every stage boundary;
+//    the path through every stage boundary; the zero-bubble schedules' B and W get the backward's
+//    input-gradient and weight-gradient parts (cost_model.cpp StageTimes says which is which);
 //  - data-parallel buckets (ring or tree allreduce, or reduce-scatter + allgather for ZeRO-1) run
 //    under the last micro-batch's backward; what does not fit, and always the last bucket, is
 //    exposed; the allgather runs under the optimizer likewise;
-//  - the tied embedding's sum and broadcast between first and last stage, the norm's allreduce,
+//  - the tied embedding's sum and broadcast between first and last stage (where they differ: not
+//    zb-v, whose stage 0 holds both), the norm's allreduce,
 //    and the optimizer (memory bound: AdamW's 28 bytes per updated parameter, plus zeroing and
 //    the norm's pass over the gradients);
 //  - with bf16 compute, every chunk forward casts the stage's fp32 master into its bf16 copy.

@@ -17,7 +17,9 @@ std::vector<int> divisors(int n) {
 constexpr int kMaxTags = 1 << 15;  // meshtrain refuses schedules needing more MPI tags (parallel_trainer.cpp)
 
 // The schedules tried for a pipeline of `pp` stages (whether meshtrain accepts one for a model and
-// batch is the plan's to say): 1F1B; with pp > 1 also GPipe and interleaved with 2 and 4 chunks.
+// batch is the plan's to say): 1F1B; with pp > 1 also GPipe, interleaved with 2 and 4 chunks, and
+// the zero-bubble zb-h1 and zb-v (v = 2, resolved by the plan; it refuses layers not divisible by
+// 2 pp). Listed last: a tie goes to the schedules listed first.
 struct Sched {
   ScheduleKind kind;
   int v;
@@ -27,6 +29,8 @@ std::vector<Sched> schedules_for(int pp) {
   if (pp > 1) {
     schedules.push_back({ScheduleKind::GPipe, 1});
     for (int v : {2, 4}) schedules.push_back({ScheduleKind::Interleaved, v});
+    schedules.push_back({ScheduleKind::ZeroBubbleH1, 1});
+    schedules.push_back({ScheduleKind::ZeroBubbleV, 2});
   }
   return schedules;
 }
@@ -92,7 +96,7 @@ SearchResult search_layouts(const ModelShape& model, const TrainingShape& traini
     for (const Layout& l : candidates(mesh, micros, options)) {
       try {
         const LayoutPlan plan(l, dims, cluster.devices(), training.global_batch);  // the checks meshtrain runs
-        if (2L * plan.micro_batches() * l.pp * l.virtual_stages > kMaxTags) continue;
+        if (2L * plan.micro_batches() * l.pp * plan.layout().virtual_stages > kMaxTags) continue;
         record(predict_step(model, training, plan, cluster), result);
       } catch (const Error&) {
         continue;  // a layout meshtrain would refuse (parallel/layout_check.h)

@@ -1,6 +1,7 @@
 // Every layout meshtrain could run a model on a cluster with, predicted and ranked: dp x tp x pp
 // = the cluster's devices, tp dividing the heads (whole heads per rank) and at most a node unless
-// allowed, pp at most the layers, v in {1, 2, 4} where the layers divide, micro-batches dividing
+// allowed, pp at most the layers, the schedules 1F1B, GPipe, interleaved (v in {2, 4}), zb-h1 and
+// zb-v (v = 2) where the layers divide, micro-batches dividing
 // each pipeline's share of the batch, ZeRO 0 or 1. Layouts meshtrain would refuse are left out;
 // those that do not fit in memory are counted, with the reason.
 // defines: SearchOptions, SearchResult, search_layouts

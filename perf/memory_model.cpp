@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 namespace mt::perf {
@@ -19,24 +21,40 @@ double block(double bytes) { return std::ceil(std::max(bytes, 1.0) / 256.0) * 25
 // the whole block): what a step allocates and frees again is counted at that worst.
 constexpr double kCachedBlockFactor = 2.0;
 
-// One stage's computations in order, with what the executor does around them.
+// One stage's computations in order, with what the executor does around them. The list is
+// computations with runs of messages between them; a run holds at most one send, at its start
+// (the send of the computation before it).
 struct Compute {
-  bool forward;
+  ActionKind kind;
   int micro, chunk;
-  bool receives_first = false;  // a receive comes directly before (its buffer is the slot's)
-  int send_peer = -1;           // the stage its send after goes to; -1: no send
+  std::vector<int> receive_chunks_after;  // chunks of the RecvForwards in the run after it (slots they take)
+  std::optional<Action> send;             // the send directly after it
 };
 
-std::vector<Compute> computes_of(const Schedule& schedule, int stage) {
-  std::vector<Compute> out;
+struct StageList {
+  std::vector<int> receive_chunks_first;  // RecvForwards in the run before the first computation
+  std::vector<Compute> computes;
+  // (receive kind, chunk, micro) -> the computation the receive's run comes before; K: after the last.
+  std::map<std::tuple<ActionKind, int, int>, long> receive_run;
+};
+
+StageList list_of(const Schedule& schedule, int stage) {
+  StageList out;
   const std::vector<Action>& list = schedule.actions.at(static_cast<std::size_t>(stage));
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const Action& a = list[i];
-    if (!is_compute(a.kind)) continue;
-    Compute c{a.kind == ActionKind::Forward, a.micro, a.chunk};
-    c.receives_first = i > 0 && is_receive(list[i - 1].kind);
-    if (i + 1 < list.size() && is_send(list[i + 1].kind)) c.send_peer = schedule.peer(stage, list[i + 1]).stage;
-    out.push_back(c);
+  for (const Action& a : list) {
+    if (is_compute(a.kind)) {
+      out.computes.push_back({a.kind, a.micro, a.chunk, {}, std::nullopt});
+      continue;
+    }
+    const auto next = static_cast<long>(out.computes.size());  // the run comes before this computation
+    if (is_receive(a.kind)) {
+      out.receive_run[{a.kind, a.chunk, a.micro}] = next;
+      if (a.kind == ActionKind::RecvForward)
+        (out.computes.empty() ? out.receive_chunks_first : out.computes.back().receive_chunks_after)
+            .push_back(a.micro * schedule.virtual_stages + a.chunk);
+    } else if (!out.computes.empty()) {
+      out.computes.back().send = a;
+    }
   }
   return out;
 }
@@ -44,29 +62,34 @@ std::vector<Compute> computes_of(const Schedule& schedule, int stage) {
 // Raises held[chunk] to the most slots each chunk of `stage` holds while the executor runs
 // `schedule` (see held_slots in the header for the rules).
 void simulate(const Schedule& schedule, int stage, std::vector<int>& held) {
-  const std::vector<Compute> order = computes_of(schedule, stage);
+  const StageList stage_list = list_of(schedule, stage);
+  const std::vector<Compute>& order = stage_list.computes;
   const auto K = static_cast<long>(order.size());
-  std::map<std::pair<int, int>, long> index;  // (forward?, chunk, micro) -> position, for self-sends
-  for (long k = 0; k < K; ++k) {
-    const Compute& c = order[static_cast<std::size_t>(k)];
-    index[{c.forward ? c.chunk : -1 - c.chunk, c.micro}] = k;
-  }
+  const int v = schedule.virtual_stages;
   // (chunk, micro) -> release before this computation; kNotDone: its last use is still to come;
   // kUntilWaited: validation's slot whose send the executor waits for only once `stages` are done.
   constexpr long kNotDone = LONG_MAX, kUntilWaited = LONG_MAX - 1;
   std::map<std::pair<int, int>, long> live;
+  // Per slot, the earliest computation before which its sends may be taken as done: a send to
+  // another stage one computation after it is known complete at the earliest (its completion is only
+  // tested; the zero-bubble W may come long after B's send, and still counts it), a send to itself
+  // once the run with its receive copied it.
+  std::map<std::pair<int, int>, long> sends_done;
+  const auto take = [&](const std::vector<int>& slots) {
+    for (const int key : slots) live.emplace(std::make_pair(key % v, key / v), kNotDone);
+  };
   const auto count = [&] {
     std::vector<int> per_chunk(held.size(), 0);
     for (const auto& [key, until] : live) ++per_chunk[static_cast<std::size_t>(key.first)];
     for (std::size_t c = 0; c < held.size(); ++c) held[c] = std::max(held[c], per_chunk[c]);
   };
+  take(stage_list.receive_chunks_first);
   for (long k = 0; k < K; ++k) {
     const Compute& c = order[static_cast<std::size_t>(k)];
-    // The next forward's receive is posted (its slot taken) before this computation's releases.
-    if (k + 1 < K) {
-      const Compute& next = order[static_cast<std::size_t>(k + 1)];
-      if (next.forward && next.receives_first) live.emplace(std::make_pair(next.chunk, next.micro), kNotDone);
-    }
+    // The receives of the run after this computation are posted (their slots taken) before it and
+    // before its releases: MPI with overlap posts them one computation early; without, the run is
+    // posted after this computation, still before the releases of the next (an upper bound on both).
+    take(c.receive_chunks_after);
     count();
     const auto done = std::count_if(live.begin(), live.end(), [](const auto& e) { return e.second != kNotDone; });
     if (schedule.forward_only && done >= schedule.stages) {
@@ -74,21 +97,34 @@ void simulate(const Schedule& schedule, int stage, std::vector<int>& held) {
     }
     std::erase_if(live, [k](const auto& entry) { return entry.second <= k; });
     // Then the computation: a forward takes its slot (from the pool) if its receive did not.
-    if (c.forward) live.emplace(std::make_pair(c.chunk, c.micro), kNotDone);
+    if (c.kind == ActionKind::Forward) live.emplace(std::make_pair(c.chunk, c.micro), kNotDone);
     count();
-    const bool last_use = !c.forward || schedule.forward_only;
+    const std::pair<int, int> slot{c.chunk, c.micro};
+    bool sends_to_others = false;
+    if (c.send) {
+      const ChunkRef to = schedule.peer(stage, *c.send);
+      long until = k + 2;
+      if (to.stage == stage) {
+        const ActionKind receive =
+            c.send->kind == ActionKind::SendForward ? ActionKind::RecvForward : ActionKind::RecvBackward;
+        const auto it = stage_list.receive_run.find({receive, to.chunk, c.micro});
+        until = it == stage_list.receive_run.end() ? K : it->second + 1;
+      } else {
+        sends_to_others = true;
+      }
+      long& at = sends_done[slot];
+      at = std::max(at, until);
+    }
+    // The slot's last use: W or the fused Backward, or the forward when forward-only.
+    const bool last_use = makes_weight_grad(c.kind) || schedule.forward_only;
     if (!last_use) continue;
     long release = k + 1;
-    if (c.send_peer == stage) {
-      // A send to itself (one stage, several chunks) is copied at the matching receive, which comes
-      // right before the next chunk's forward (or the previous chunk's backward).
-      const auto it = index.find({c.forward ? c.chunk + 1 : -1 - (c.chunk - 1), c.micro});
-      release = it == index.end() ? K : it->second + 1;
-    } else if (c.send_peer >= 0) {
-      // Validation: held until the executor waits for its sends, once `stages` slots are done.
-      release = schedule.forward_only ? kUntilWaited : k + 2;
-    }
-    live[{c.chunk, c.micro}] = release;
+    if (const auto it = sends_done.find(slot); it != sends_done.end()) release = std::max(release, it->second);
+    // Validation: a slot that sent is held until the executor waits for its sends, once `stages`
+    // slots are done.
+    if (schedule.forward_only && sends_to_others) release = kUntilWaited;
+    sends_done.erase(slot);
+    live[slot] = release;
   }
 }
 
@@ -137,6 +173,19 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
   return bytes;
 }
 
+double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
+                           bool head) {
+  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
+  const double a = training.act_bytes(), tp = layout.tp;
+  // Per layer the residual gradients at the MLP's and the attention's output and the layernorms'
+  // upstream gradients [N, C], dqkv [N, 3C/tp]; the head's dlnf [N, C]; the embedding nothing.
+  return layers * (4.0 * block(N * C * a) + block(N * 3.0 * C / tp * a)) + (head ? block(N * C * a) : 0.0);
+}
+
+bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV;
+}
+
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
   return block(static_cast<double>(layout.micro_batch) * training.seq_len * model.vocab_rows() / layout.tp *
                training.act_bytes());
@@ -165,17 +214,23 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   } else {
     for (const std::int64_t t : tensors) m.optimizer += 2.0 * block(static_cast<double>(t) * 4.0);
   }
-  // The slots each chunk keeps; the head chunk's slots also hold the logits.
+  // The slots each chunk keeps; the head chunk's slots also hold the logits. With the backward split
+  // (zero-bubble), a slot gains what B keeps for W at its first B and keeps it in the pool: counted
+  // for every slot, an upper bound (the pool hands its slots round, so in a long run each runs a B).
   const int v = layout.virtual_stages;
+  const bool split = splits_backward(layout.schedule);
   const std::vector<int>& held = slots.at(static_cast<std::size_t>(s));
   for (int c = 0; c < v; ++c) {
-    const int g = c * layout.pp + s;
+    const int g = global_chunk_of(plan.placement(), layout.pp, s, c);
     const bool embedding = g == 0, head = g == layout.pp * v - 1;
     const int n = held.at(static_cast<std::size_t>(c));
+    const int layers = chunk_layers.at(static_cast<std::size_t>(g));
     m.in_flight += n;
-    m.activations += n * slot_bytes(model, training, layout, chunk_layers.at(static_cast<std::size_t>(g)), embedding, head);
+    m.activations += n * slot_bytes(model, training, layout, layers, embedding, head);
+    if (split) m.deferred_weight += n * weight_inputs_bytes(model, training, layout, layers, head);
     if (head) m.logits = n * logits_bytes(model, training, layout);
   }
+  m.activations += m.deferred_weight;
   // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp;
   // with tp the vocab-parallel loss statistics, 3 x [N] fp32.
   m.workspace = 2.0 * block(N * C * a) + block(N * C / tp * a) + block(N * 3.0 * C / tp * a) +
@@ -185,7 +240,8 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   // backward's int32 index [2, N], a micro-batch's new tokens before the old are freed, the step's
   // few floats for the norm and loss.
   const double Bm = layout.micro_batch, Tm = training.seq_len, Hm = model.heads / layout.tp;
-  const double biggest = std::max({block(Bm * Hm * Tm * Tm * 4.0), s == 0 ? block(2.0 * N * 4.0) : 0.0,
+  const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
+  const double biggest = std::max({block(Bm * Hm * Tm * Tm * 4.0), embedding_stage ? block(2.0 * N * 4.0) : 0.0,
                                    block(N * 4.0), 256.0});
   m.transient = kCachedBlockFactor * biggest;
   m.reserved = cluster.memory_reserved;
@@ -217,13 +273,15 @@ MemoryBreakdown estimate_sampling_memory(const ModelShape& model, int window) {
 
 std::string describe(const MemoryBreakdown& m) {
   constexpr double GiB = 1024.0 * 1024 * 1024;
-  char buf[512];
+  char deferred[64] = "";
+  if (m.deferred_weight > 0) std::snprintf(deferred, sizeof deferred, ", %.2f of it kept by B for W", m.deferred_weight / GiB);
+  char buf[600];
   std::snprintf(buf, sizeof buf,
                 "%.2f GiB on stage %d = parameters %.2f + gradients %.2f + AdamW moments %.2f + activations %.2f "
-                "(%d slot%s kept) + logits %.2f + workspace %.2f + temporary %.2f + reserved %.2f",
+                "(%d slot%s kept%s) + logits %.2f + workspace %.2f + temporary %.2f + reserved %.2f",
                 m.total() / GiB, m.stage, m.parameters / GiB, m.gradients / GiB, m.optimizer / GiB,
-                m.activations / GiB, m.in_flight, m.in_flight == 1 ? "" : "s", m.logits / GiB, m.workspace / GiB,
-                m.transient / GiB, m.reserved / GiB);
+                m.activations / GiB, m.in_flight, m.in_flight == 1 ? "" : "s", deferred, m.logits / GiB,
+                m.workspace / GiB, m.transient / GiB, m.reserved / GiB);
   return buf;
 }
 

@@ -6,8 +6,10 @@
 // in training or in validation), the scratch every chunk shares, and the buffers a step allocates
 // and frees. Every block is rounded up to the allocator's 256 bytes; the step's temporary buffers
 // count twice, the most a caching allocator (CUDA) hands out for a request.
-// defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, logits_bytes, estimate_stage_memory,
-//          estimate_memory, estimate_sampling_memory, describe
+// With the zero-bubble schedules (backward split into B and W), each slot also keeps what B leaves
+// for W (models/gpt.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it.
+// defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, weight_inputs_bytes, splits_backward,
+//          logits_bytes, estimate_stage_memory, estimate_memory, estimate_sampling_memory, describe
 #pragma once
 
 #include <string>
@@ -25,6 +27,7 @@ struct MemoryBreakdown {
   double gradients = 0;    // fp32
   double optimizer = 0;    // AdamW m and v in fp32 (ZeRO-1: this rank's 1/dp of them)
   double activations = 0;  // what forward keeps for backward, in the slots the stage's chunks keep
+  double deferred_weight = 0;  // of activations: what B keeps in those slots for W (zero-bubble schedules)
   int in_flight = 0;       // slots the stage's chunks keep (held_slots), summed over its chunks
   double logits = 0;       // [b T, Vp/tp] logits of the head chunk's slots
   double workspace = 0;    // scratch shared by every chunk
@@ -37,11 +40,15 @@ struct MemoryBreakdown {
 
 // Per stage and local chunk: how many activation slots the chunk keeps, as the pipeline executor
 // (parallel/pipeline_executor.h) runs `train` and then, if given, `eval` (the forward-only
-// schedule of validation). The executor holds a slot longer than the schedule's forwards and
-// backwards say: it takes the slot of the next forward to post its receive early, it releases a
-// slot only once the slot's send completed (a completion it only tests, so a training slot is
-// counted for one computation more), and in validation, where no backward holds a stage back, a
-// stage that sends keeps its done slots until `stages` of them are done, then waits for their sends.
+// schedule of validation). A slot lives from its forward (or the receive that fills its input)
+// until its last use, W or the fused Backward (the forward in validation), and longer as the
+// executor holds it: it posts each run of messages between two computations as one batch, the run
+// after a computation already before that computation (MPI with overlap), so a RecvForward takes
+// its slot then; it releases a slot only once the slot's sends completed (a completion it only
+// tests, so a slot that sent to another stage is counted for one computation more; a send to the
+// stage itself until the run with its receive copied it); and in validation, where no backward
+// holds a stage back, a stage that sends keeps its done slots until `stages` of them are done, then
+// waits for their sends.
 std::vector<std::vector<int>> held_slots(const Schedule& train, const Schedule* eval);
 
 // The same for the plan's schedules: training, then validation's forward-only one if asked.
@@ -53,6 +60,12 @@ double layer_bytes(const ModelShape& model, const TrainingShape& training, const
 double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                   bool embedding, bool head);
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
+// What B keeps in one slot for W (the zero-bubble schedules): per layer 4 [N, C] + [N, 3C/tp] of the
+// compute dtype, the head's [N, C]; the embedding nothing.
+double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
+                           bool head);
+// Whether the schedule runs each backward as B and W apart (zb-h1, zb-v).
+bool splits_backward(ScheduleKind kind);
 
 // One pipeline stage of the plan (its layers, its shard of the parameters); slots: held_slots().
 MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,

@@ -42,6 +42,7 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
   // Per token and layer: QKV 6C^2, projection 2C^2, MLP 16C^2, attention scores and values 4TC
   // (causal, counted in full as the kernels compute it); the LM head 2 C Vp.
   w.layer_flops = N * layers * (24.0 * C * C + 4.0 * T * C) / tp;
+  w.attention_flops = N * layers * 4.0 * T * C / tp;
   w.forward_flops = w.layer_flops + (head ? N * 2.0 * C * model.vocab_rows() / tp : 0.0);
   if (layout.tp > 1) {
     // Two allreduces per layer each way (copy/reduce pairs); the vocab-parallel embedding sums its

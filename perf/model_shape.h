@@ -49,6 +49,8 @@ struct ChunkWork {
   bool embedding = false, head = false;
   double forward_flops = 0;       // matrix FLOPs (backward does twice as many)
   double layer_flops = 0;         // of which in the transformer layers (what recomputation repeats)
+  double attention_flops = 0;     // of which attention's scores and values: no weights, so all of their
+                                  // backward computes input gradients (B in the zero-bubble split)
   int tp_allreduces_forward = 0;  // of [b T, C] activations
   int tp_allreduces_backward = 0;
   int tp_small_allreduces = 0;    // of [b T] fp32 (the vocab-parallel loss statistics)

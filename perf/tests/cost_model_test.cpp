@@ -3,6 +3,9 @@
 // the GPT-3 175B prediction against the MFU Megatron-LM published.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "perf/comm_model.h"
 #include "perf/cost_model.h"
 
@@ -142,6 +145,107 @@ TEST(Pipeline, InterleavingShrinksTheBubble) {
   const Prediction interleaved = predict_step(m, t, l, c);
   EXPECT_NEAR(interleaved.time.bubble / interleaved.time.compute, 3.0 / (3 * 8), 0.02);
   EXPECT_NEAR(plain.time.bubble / plain.time.compute, 3.0 / 8, 0.02);
+}
+
+// Zero-bubble H1 fills the bubble with the deferred W: at the same p and m it idles less than 1F1B
+// (a third as much at F = B = W; GPT-2's costs are near that) and computes the same.
+TEST(Pipeline, ZeroBubbleH1BubbleIsBelowOneFOneBs) {
+  const ModelShape m = gpt_preset("gpt2");
+  TrainingShape t;
+  t.seq_len = 128;
+  t.precision = Precision::FP32;
+  Cluster c = cluster_preset("dgx-a100");
+  for (int P : {2, 4}) {
+    for (int M : {4, 8, 12}) {
+      t.global_batch = M;
+      c.devices_per_node = P;
+      Layout l;
+      l.pp = P;
+      const Prediction one = predict_step(m, t, l, c);
+      l.schedule = ScheduleKind::ZeroBubbleH1;
+      const Prediction zb = predict_step(m, t, l, c);
+      SCOPED_TRACE("P=" + std::to_string(P) + " M=" + std::to_string(M));
+      EXPECT_EQ(zb.time.compute, one.time.compute);
+      EXPECT_GT(zb.time.bubble, 0.0);
+      EXPECT_LT(zb.time.bubble, 0.6 * one.time.bubble);
+      EXPECT_LT(zb.step_s, one.step_s);
+    }
+  }
+}
+
+// The zero-bubble schedules are simulated with the backward split: W the weight-gradient GEMMs (as
+// many FLOPs as the forward's GEMMs), B the input-gradient GEMMs, attention's backward (twice its
+// forward, no weights) and recomputation's extra forward. Checked against the schedule simulated
+// with those costs by hand (each rounded to 1/16 of the forward, as the model does).
+TEST(Pipeline, ZeroBubbleSimulatesTheBackwardSplitIntoInputAndWeight) {
+  const ModelShape m = gpt_preset("gpt2");
+  TrainingShape t;
+  t.seq_len = 1024;  // attention is a fifth of a layer's FLOPs: B and W differ
+  t.global_batch = 4;
+  t.precision = Precision::FP32;
+  Cluster c = cluster_preset("dgx-a100");
+  c.devices_per_node = 2;
+  for (ScheduleKind kind : {ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV}) {
+    for (bool recompute : {false, true}) {
+      t.recompute = recompute;
+      Layout l;
+      l.pp = 2;
+      l.schedule = kind;
+      const Prediction p = predict_step(m, t, l, c);
+      LayoutRequest request = l;
+      request.order = "tp-dp-pp";
+      const LayoutPlan plan(request, layout_dims(m, t.seq_len), 2, t.global_batch);
+      const int P = 2, v = plan.layout().virtual_stages;
+      // FLOPs per micro-batch of each stage: forward, input part (B), weight part (W).
+      double slow_f = 0, slow_b = 0, slow_w = 0;
+      for (int s = 0; s < P; ++s) {
+        double f = 0, b = 0, w = 0;
+        for (int k = 0; k < v; ++k) {
+          const int g = global_chunk_of(plan.placement(), P, s, k);
+          const ChunkWork work = chunk_work(m, t, plan.layout(), plan.chunk_layers()[static_cast<std::size_t>(g)],
+                                            g == 0, g == P * v - 1);
+          f += work.forward_flops;
+          w += work.forward_flops - work.attention_flops;
+          b += work.forward_flops + work.attention_flops + (recompute ? work.layer_flops : 0.0);
+        }
+        if (f + b + w > slow_f + slow_b + slow_w) slow_f = f, slow_b = b, slow_w = w;
+      }
+      const auto sixteenths = [](double x) { return static_cast<double>(std::lround(x * 16.0)) / 16.0; };
+      const double units =
+          simulate(plan.train_schedule(), ComputeCosts{1.0, sixteenths(slow_b / slow_f), sixteenths(slow_w / slow_f)})
+              .makespan;
+      const double work = t.global_batch * (slow_f + slow_b + slow_w);
+      SCOPED_TRACE(std::string(schedule_kind_name(kind)) + (recompute ? " recompute" : ""));
+      EXPECT_NEAR(p.time.bubble / p.time.compute, (units * slow_f / v - work) / work, 1e-9);
+    }
+  }
+}
+
+// zb-v's stage 0 holds the embedding and the head: no tied-embedding sync between stages, and its
+// turn at the last stage is no message; interleaved v = 2 crosses all 2P-1 chunk boundaries.
+TEST(Pipeline, ZeroBubbleVKeepsTheTiedEmbeddingOnOneStage) {
+  const ModelShape m = gpt_preset("gpt2");  // 12 layers
+  TrainingShape t;
+  t.seq_len = 128;
+  t.global_batch = 12;
+  Cluster c = cluster_preset("dgx-a100");
+  c.devices_per_node = 3;
+  Layout l;
+  l.pp = 3;
+  l.schedule = ScheduleKind::OneFOneB;
+  const Prediction one = predict_step(m, t, l, c);
+  l.schedule = ScheduleKind::Interleaved;
+  l.virtual_stages = 2;
+  const Prediction interleaved = predict_step(m, t, l, c);
+  l.schedule = ScheduleKind::ZeroBubbleV;
+  const Prediction zb_v = predict_step(m, t, l, c);
+  EXPECT_GT(one.time.embedding_sync, 0.0);
+  EXPECT_GT(interleaved.time.embedding_sync, 0.0);
+  EXPECT_EQ(zb_v.time.embedding_sync, 0.0);
+  EXPECT_NEAR(zb_v.time.pp_comm / interleaved.time.pp_comm, 4.0 / 5.0, 1e-12);
+  EXPECT_EQ(zb_v.memory.stage, 0);  // embedding, head and logits
+  EXPECT_GT(zb_v.memory.logits, 0.0);
+  EXPECT_GT(zb_v.memory.deferred_weight, 0.0);
 }
 
 TEST(Links, TensorParallelAcrossNodesCostsMore) {

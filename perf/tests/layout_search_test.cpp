@@ -2,6 +2,9 @@
 // a model too large for the cluster rejected with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "perf/layout_search.h"
 
 namespace mt::perf {
@@ -33,6 +36,8 @@ TEST(LayoutSearch, OnlyValidLayoutsThatFitFastestFirst) {
       EXPECT_EQ(m.layers % (l.pp * l.virtual_stages), 0);
       EXPECT_EQ(p.micro_batches % l.pp, 0);
       saw_interleaved = true;
+    } else if (l.schedule == ScheduleKind::ZeroBubbleV) {
+      EXPECT_EQ(l.virtual_stages, 2);  // resolved by the plan
     } else {
       EXPECT_EQ(l.virtual_stages, 1);
     }
@@ -52,6 +57,38 @@ TEST(LayoutSearch, OnlyValidLayoutsThatFitFastestFirst) {
     saw_zero |= l.zero == 1;
   }
   EXPECT_TRUE(saw_tp && saw_pp && saw_interleaved && saw_zero);
+}
+
+// zb-h1 with pp > 1, zb-v (two chunks per stage in a V) with pp > 1 and the layers divisible by
+// 2 pp; where the bubble is a large part of the step, zb-h1 beats 1F1B on the same mesh.
+TEST(LayoutSearch, FindsZeroBubbleCandidates) {
+  const ModelShape m = gpt_preset("gpt2-medium");  // 24 layers: zb-v with pp 2, 4 (not 8: 16 chunks)
+  TrainingShape t;
+  t.seq_len = 1024;
+  t.global_batch = 32;
+  t.precision = Precision::BF16;
+  const SearchResult r = search_layouts(m, t, cluster_preset("dgx-a100"));
+  std::map<int, int> zb_v_pp;
+  double best_1f1b = 1e30, best_zb_h1 = 1e30;  // on the 4 x 1 x 2 mesh
+  for (const Prediction& p : r.plans) {
+    const Layout& l = p.layout;
+    SCOPED_TRACE(describe(l));
+    if (l.schedule == ScheduleKind::ZeroBubbleH1 || l.schedule == ScheduleKind::ZeroBubbleV) {
+      EXPECT_GT(l.pp, 1);
+    }
+    if (l.schedule == ScheduleKind::ZeroBubbleV) {
+      EXPECT_EQ(m.layers % (2 * l.pp), 0);
+      ++zb_v_pp[l.pp];
+    }
+    if (l.dp == 4 && l.tp == 1 && l.pp == 2) {
+      if (l.schedule == ScheduleKind::OneFOneB) best_1f1b = std::min(best_1f1b, p.step_s);
+      if (l.schedule == ScheduleKind::ZeroBubbleH1) best_zb_h1 = std::min(best_zb_h1, p.step_s);
+    }
+  }
+  EXPECT_TRUE(zb_v_pp.count(2) && zb_v_pp.count(4));
+  EXPECT_FALSE(zb_v_pp.count(8));
+  ASSERT_LT(best_zb_h1, 1e30);
+  EXPECT_LT(best_zb_h1, 0.97 * best_1f1b);
 }
 
 TEST(LayoutSearch, FixedMicroBatchIsKept) {

@@ -157,7 +157,8 @@ std::vector<Case> cases_for(int world_size) {
       bf16.compute = DType::BF16;
       Case no_val{1, 1, 1};
       no_val.validation = false;
-      return {{1, 1, 1}, no_val, bf16, {1, 1, 1, K::Interleaved, 2}};
+      return {{1, 1, 1}, no_val, bf16, {1, 1, 1, K::Interleaved, 2}, {1, 1, 1, K::ZeroBubbleH1},
+              {1, 1, 1, K::ZeroBubbleV, 2}};
     }
     case 2: {
       Case zero{2, 1, 1};
@@ -171,11 +172,26 @@ std::vector<Case> cases_for(int world_size) {
       // first stage could keep all 4 slots (7597 KiB measured; training alone peaks at 5027 KiB).
       Case pp_val_long{1, 1, 2};
       pp_val_long.global_batch = 8;
+      // The zero-bubble schedules: slots between B and W grow by what B keeps for W; zb-v's stage 0
+      // holds the embedding and the head, stage 1 the V's turn (a send to itself each way).
+      Case zb_h1_long{1, 1, 2, K::ZeroBubbleH1};
+      zb_h1_long.global_batch = 8;
+      zb_h1_long.validation = false;
+      Case zb_v_long{1, 1, 2, K::ZeroBubbleV, 2};
+      zb_v_long.global_batch = 16;  // M = 8 = 4P: the V's steady state
+      Case zb_v_bf16{1, 1, 2, K::ZeroBubbleV, 2};
+      zb_v_bf16.compute = DType::BF16;
       return {{2, 1, 1}, zero, {1, 2, 1}, {1, 1, 2, K::GPipe}, {1, 1, 2}, pp_no_val, pp_val_long, pp_bf16,
-              {1, 1, 2, K::Interleaved, 2}};
+              {1, 1, 2, K::Interleaved, 2}, {1, 1, 2, K::ZeroBubbleH1}, zb_h1_long, {1, 1, 2, K::ZeroBubbleV, 2},
+              zb_v_long, zb_v_bf16};
     }
-    case 4: return {{2, 1, 2}, {1, 2, 2}};
-    case 8: return {{2, 2, 2}};
+    case 4: {
+      Case zb_h1_long{1, 1, 4, K::ZeroBubbleH1};
+      zb_h1_long.global_batch = 16;  // M = 8
+      return {{2, 1, 2}, {1, 2, 2}, {1, 1, 4, K::ZeroBubbleH1}, zb_h1_long, {2, 1, 2, K::ZeroBubbleV, 2},
+              {1, 2, 2, K::ZeroBubbleV, 2}};
+    }
+    case 8: return {{2, 2, 2}, {2, 2, 2, K::ZeroBubbleH1}, {2, 2, 2, K::ZeroBubbleV, 2}, {2, 1, 4, K::ZeroBubbleH1}};
     default: return {};
   }
 }

@@ -48,6 +48,92 @@ TEST(HeldSlots, ChunksOfOneStageCountApartAndSelfSendsHoldUntilCopied) {
   EXPECT_LE(slots[0][0] + slots[0][1], 4);  // never more than M per chunk
 }
 
+// The executor posts a run of messages between two computations as one batch, the run after a
+// computation already before it: every RecvForward in the run takes its slot then, not only the one
+// directly before the next forward. Stage 1 below: before B0 it posts [SB0 RF1 RF2], taking slots 1
+// and 2 while slot 0 is still in use: 3 (a receive counted only directly before its forward: 2).
+TEST(HeldSlots, ARunOfReceivesTakesAllItsSlotsOneComputationEarly) {
+  using K = ActionKind;
+  Schedule s;
+  s.kind = ScheduleKind::GPipe;
+  s.stages = 2;
+  s.micro_batches = 3;
+  s.actions = {{{K::Forward, 0, 0}, {K::SendForward, 0, 0}, {K::Forward, 1, 0}, {K::SendForward, 1, 0},
+                {K::Forward, 2, 0}, {K::SendForward, 2, 0}, {K::RecvBackward, 0, 0}, {K::Backward, 0, 0},
+                {K::RecvBackward, 1, 0}, {K::Backward, 1, 0}, {K::RecvBackward, 2, 0}, {K::Backward, 2, 0}},
+               {{K::RecvForward, 0, 0}, {K::Forward, 0, 0}, {K::Backward, 0, 0}, {K::SendBackward, 0, 0},
+                {K::RecvForward, 1, 0}, {K::RecvForward, 2, 0}, {K::Forward, 1, 0}, {K::Backward, 1, 0},
+                {K::SendBackward, 1, 0}, {K::Forward, 2, 0}, {K::Backward, 2, 0}, {K::SendBackward, 2, 0}}};
+  EXPECT_EQ(held_slots(s, nullptr)[1], std::vector<int>{3});
+}
+
+// ZB-H1, P = 2, M = 4, stage 1: RF0 F0 Bi0 SB0 RF1 F1 Bi1 SB1 W0 RF2 F2 ... A slot lives until its W:
+// during W0 it holds slot 0, slot 1 (B done, W pending) and slot 2 (F2's receive, posted before W0):
+// 3. Released at B, as the fused Backward is, it would hold 2. Stage 0 holds 2 (F0 F1 before Bi0).
+TEST(HeldSlots, ZeroBubbleKeepsASlotUntilItsW) {
+  const Schedule train = make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4);
+  EXPECT_EQ(held_slots(train, nullptr), (Slots{{2}, {3}}));
+}
+
+ModelShape tiny_model() {
+  ModelShape m = gpt_preset("tiny");  // 4 layers, 4 heads, 64 channels
+  m.vocab_size = 256;
+  return m;
+}
+
+// With the backward split, every slot also keeps what B leaves for W: per layer 4 [N, C] + [N, 3C]
+// (tp 1), the head's [N, C], of the compute dtype. Tiny model, N = 2 x 32 = 64 rows, fp32.
+TEST(Memory, ZeroBubbleCountsWhatBKeepsForW) {
+  const ModelShape m = tiny_model();
+  TrainingShape t;
+  t.seq_len = 32;
+  t.global_batch = 8;
+  Layout l;
+  l.pp = 2;
+  l.micro_batch = 2;
+  const LayoutPlan fused(l, layout_dims(m, t.seq_len), l.world_size(), t.global_batch);
+  l.schedule = ScheduleKind::ZeroBubbleH1;
+  const LayoutPlan split(l, layout_dims(m, t.seq_len), l.world_size(), t.global_batch);
+  ASSERT_EQ(split.chunk_layers(), (std::vector<int>{2, 2}));
+  const Slots slots{{2}, {3}};  // the same slots for both: only what a slot holds differs
+  const double NC = 64 * 64 * 4.0;
+  for (int stage : {0, 1}) {
+    const MemoryBreakdown a = estimate_stage_memory(m, t, fused, Cluster{}, slots, stage);
+    const MemoryBreakdown b = estimate_stage_memory(m, t, split, Cluster{}, slots, stage);
+    const double per_slot = 2 * (4 * NC + 3 * NC) + (stage == 1 ? NC : 0.0);  // stage 1 has the head
+    EXPECT_EQ(a.deferred_weight, 0.0);
+    EXPECT_EQ(b.deferred_weight, slots[stage][0] * per_slot) << "stage " << stage;
+    EXPECT_EQ(b.activations - a.activations, b.deferred_weight);
+    EXPECT_EQ(b.total() - a.total(), b.deferred_weight);
+  }
+}
+
+// zb-v's V: stage 0 holds global chunks 0 (the embedding) and 3 (the head), stage 1 chunks 1 and 2.
+TEST(Memory, ZeroBubbleVPutsTheEmbeddingAndTheHeadOnStageZero) {
+  const ModelShape m = tiny_model();
+  TrainingShape t;
+  t.seq_len = 32;
+  t.global_batch = 8;
+  Layout l;
+  l.pp = 2;
+  l.micro_batch = 2;
+  l.schedule = ScheduleKind::ZeroBubbleV;
+  const LayoutPlan plan(l, layout_dims(m, t.seq_len), l.world_size(), t.global_batch);
+  ASSERT_EQ(plan.layout().virtual_stages, 2);
+  const Slots slots = held_slots(plan, false);
+  const MemoryBreakdown s0 = estimate_stage_memory(m, t, plan, Cluster{}, slots, 0);
+  const MemoryBreakdown s1 = estimate_stage_memory(m, t, plan, Cluster{}, slots, 1);
+  const Layout& resolved = plan.layout();
+  EXPECT_EQ(s0.logits, slots[0][1] * logits_bytes(m, t, resolved));  // the head is stage 0's chunk 1
+  EXPECT_EQ(s1.logits, 0.0);
+  const double head = weight_inputs_bytes(m, t, resolved, 1, true), layer = weight_inputs_bytes(m, t, resolved, 1, false);
+  EXPECT_EQ(s0.activations, slots[0][0] * (slot_bytes(m, t, resolved, 1, true, false) + layer) +
+                                slots[0][1] * (slot_bytes(m, t, resolved, 1, false, true) + head));
+  EXPECT_EQ(s1.activations, (slots[1][0] + slots[1][1]) * (slot_bytes(m, t, resolved, 1, false, false) + layer));
+  // Stage 0 also holds the token and position embeddings and the final norm, once.
+  EXPECT_EQ(s0.parameters - s1.parameters, 4.0 * (256 * 64 + 64 * 64 + 2 * 64));
+}
+
 TEST(Memory, ValidationRunAheadIsBoundedByTheStages) {
   ModelShape m = gpt_preset("tiny");
   m.vocab_size = 256;
