@@ -162,9 +162,9 @@ StepRecord ParallelTrainer::step() {
   if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
   reducer_->finish();
 
-  // One allreduce over the world for the norm (each element counted once) and the loss (from the
-  // last stage's tp rank 0 of every pipeline).
-  const bool reports_loss = groups_.last_stage() && groups_.coord.tp == 0;
+  // One allreduce over the world for the norm (each element counted once) and the loss (from tp
+  // rank 0 of the stage holding the head, in every pipeline).
+  const bool reports_loss = model_->partition().head && groups_.coord.tp == 0;
   // A double travels as two floats (high part and remainder): the sum keeps about 48 bits, so the
   // norm, and the clip scale from it, match a single rank's to far below fp32 rounding.
   const double sumsq = optimizer_->owned_grad_sum_of_squares();
@@ -216,7 +216,7 @@ double ParallelTrainer::evaluate() {
       read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local, plan_.micro_batches());
     executor_->run(eval_schedule_, runner);
   }
-  const bool reports_loss = groups_.last_stage() && groups_.coord.tp == 0;
+  const bool reports_loss = model_->partition().head && groups_.coord.tp == 0;
   Tensor sum = Tensor::from_host(std::vector<float>{reports_loss ? static_cast<float>(runner.loss_sum) : 0.0f}, {1}, ctx_);
   world_.allreduce(sum);
   return static_cast<double>(sum.to_host<float>()[0]) /
