@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -169,28 +170,34 @@ void print_interleaving_summary(const std::vector<PipelineConfig>& configs,
 }
 
 void print_zero_bubble_summary(const std::vector<PipelineConfig>& configs, const std::vector<PipelineResult>& results) {
-  const BubbleByShape one_f_one_b = one_f_one_b_bubbles(configs, results);
-  TextTable vs({"p", "m", "1f1b bubble", "schedule", "bubble", "ratio", "sim ratio"});
+  // The idle time per stage (bubble x step) is what the schedules cut: at the same p and m every
+  // schedule does the same work, so the ratio of idle times is the ratio of the bubble's odds,
+  // b / (1 - b), which is how the simulated ratio is taken.
+  const auto odds = [](double b) { return b / (1.0 - b); };
+  TextTable vs({"p", "m", "schedule", "1f1b idle ms", "idle ms", "idle ratio", "sim idle ratio", "bubble ratio"});
   int rows = 0;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const PipelineConfig& c = configs[i];
     if (c.schedule.kind != ScheduleKind::ZeroBubbleH1 && c.schedule.kind != ScheduleKind::ZeroBubbleV) continue;
-    const auto base = one_f_one_b.find({c.stages, c.m()});
-    if (base == one_f_one_b.end() || base->second <= 0) continue;
-    std::size_t base_index = 0;  // 1F1B's row, for its simulated bubble
+    std::optional<std::size_t> base;  // 1F1B's row at the same shape
     for (std::size_t j = 0; j < configs.size(); ++j)
       if (configs[j].schedule.kind == ScheduleKind::OneFOneB && configs[j].stages == c.stages && configs[j].m() == c.m())
-        base_index = j;
-    const double sim_base = results[base_index].simulated;
-    vs.add_row({std::to_string(c.stages), std::to_string(c.m()), format_cell("%.4f", base->second), c.name(),
-                format_cell("%.4f", results[i].bubble), format_cell("%.3f", results[i].bubble / base->second),
-                sim_base > 0 ? format_cell("%.3f", results[i].simulated / sim_base) : "-"});
+        base = j;
+    if (!base || results[*base].bubble <= 0) continue;
+    const PipelineResult& one = results[*base];
+    const PipelineResult& zb = results[i];
+    const double one_idle = one.bubble * one.step_s, zb_idle = zb.bubble * zb.step_s;
+    vs.add_row({std::to_string(c.stages), std::to_string(c.m()), c.name(), format_cell("%.2f", 1e3 * one_idle),
+                format_cell("%.2f", 1e3 * zb_idle), format_cell("%.3f", zb_idle / one_idle),
+                one.simulated > 0 ? format_cell("%.3f", odds(zb.simulated) / odds(one.simulated)) : "-",
+                format_cell("%.3f", zb.bubble / one.bubble)});
     ++rows;
   }
   if (rows == 0) return;
-  std::printf("\nzero bubble: bubble / 1F1B bubble at the same (p, m), measured and simulated. At F = B = W a "
-              "stage idles p-1 in zb-h1 and (p-1)/2 in zb-v (m >= 2p) against 3(p-1) in 1f1b, the least each can "
-              "with its activation memory\n%s",
+  std::printf("\nzero bubble against 1f1b at the same (p, m): idle time per stage (bubble x step), measured and "
+              "simulated, and the ratio of the bubble fractions. At F = B = W a stage idles p-1 in zb-h1 (1/3 of "
+              "1f1b's 3(p-1)) and (p-1)/2 in zb-v when m >= 2p (1/6): the least each can, zb-h1 with 1F1B's peak "
+              "activation memory, zb-v because its last stage waits for p-1 half-stage chunks\n%s",
               vs.render().c_str());
 }
 

@@ -94,7 +94,7 @@ check_summary() {
   local name=$1 pairs=$2 zb=$3 n
   n=$(awk '/^summary: interleaved/ {on = 1; next} on && $1 ~ /^[0-9]+$/ && NF == 7 && $7 ~ /^(yes|no)$/' "$out" | wc -l)
   if [ "$n" -ne "$pairs" ]; then fail "$name: $n summary row(s), expected $pairs"; show; return; fi
-  n=$(awk '/^zero bubble:/ {on = 1; next} on && $1 ~ /^[0-9]+$/ && NF == 7 && $4 ~ /^zb-(h1|v)$/' "$out" | wc -l)
+  n=$(awk '/^zero bubble against 1f1b/ {on = 1; next} on && $1 ~ /^[0-9]+$/ && NF == 8 && $3 ~ /^zb-(h1|v)$/' "$out" | wc -l)
   if [ "$n" -ne "$zb" ]; then fail "$name: $n zero-bubble summary row(s), expected $zb"; show; return; fi
   if ! grep -q -E '^measured bubble within 10% of theory \(relative\): [0-9]+ of [0-9]+ configuration' "$out"; then
     fail "$name: no 'within 10% of theory' line"; show; return
