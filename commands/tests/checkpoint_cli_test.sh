@@ -71,6 +71,25 @@ expect_ok "resume 1 rank -> pp 2 interleaved v2" \
   --metrics "$dir/m-v2-from111.jsonl"
 same_losses "1x1x1 -> pp 2 v 2: steps 5-8 within 1e-5" "$dir/m111.jsonl" "$dir/m-v2-from111.jsonl" 5 8 1e-5
 
+# --- zero-bubble schedules: zb-v resumes itself bit for bit; checkpoints move between zb-v (the
+# V puts the embedding and the head on stage 0), 1F1B and zb-h1.
+expect_ok "train pp 2 zb-v, checkpoints at 4 and 8" \
+  np 2 "${train[@]}" --pp 2 --schedule zb-v --checkpoint-dir "$dir/czbv" --save-every 4 --metrics "$dir/mzbv.jsonl"
+expect_ok "resume pp 2 zb-v from step 4" \
+  np 2 "${train[@]}" --pp 2 --schedule zb-v --resume "$dir/czbv/step_00000004" --metrics "$dir/mzbv-resume.jsonl"
+same_losses "zb-v, same layout: losses of steps 5-8 bit for bit" "$dir/mzbv.jsonl" "$dir/mzbv-resume.jsonl" 5 8 0
+expect_ok "resume pp 2 zb-v -> pp 2 1f1b" \
+  np 2 "${train[@]}" --pp 2 --resume "$dir/czbv/step_00000004" --metrics "$dir/m1f1b-from-zbv.jsonl"
+same_losses "zb-v -> 1f1b: steps 5-8 within 1e-5" "$dir/mzbv.jsonl" "$dir/m1f1b-from-zbv.jsonl" 5 8 1e-5
+expect_ok "resume 1 rank -> pp 2 zb-h1" \
+  np 2 "${train[@]}" --pp 2 --schedule zb-h1 --resume "$dir/c111/step_00000004" --metrics "$dir/mzbh1-from111.jsonl"
+same_losses "1x1x1 -> pp 2 zb-h1: steps 5-8 within 1e-5" "$dir/m111.jsonl" "$dir/mzbh1-from111.jsonl" 5 8 1e-5
+expect_ok "convert 1 rank -> pp 2 zb-v shards offline" \
+  "$meshtrain" convert --from "$dir/c111/step_00000004" --to "$dir/c111-as-zbv" --pp 2 --schedule zb-v
+expect_ok "resume the converted zb-v shards" \
+  np 2 "${train[@]}" --pp 2 --schedule zb-v --resume "$dir/c111-as-zbv/step_00000004" --metrics "$dir/mzbv-conv.jsonl"
+same_losses "1x1x1 -> zb-v converted offline: steps 5-8 within 1e-5" "$dir/m111.jsonl" "$dir/mzbv-conv.jsonl" 5 8 1e-5
+
 # --- dp 2 x tp 2 with ZeRO-1 -> dp 4 without, 4 ranks.
 expect_ok "train dp 2 x tp 2 zero 1" \
   np 4 "${train[@]}" --dp 2 --tp 2 --zero 1 --checkpoint-dir "$dir/c221" --save-every 4 --metrics "$dir/m221.jsonl"
