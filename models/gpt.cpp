@@ -322,11 +322,9 @@ Tensor Gpt::input_grad(int chunk, int micro) const {
   return live(chunk, micro).dres;
 }
 
-void Gpt::head_backward(Slot& s, Scratch& w, float loss_weight) {
+void Gpt::logits_to_dlogits(Slot& s, float loss_weight) {
   MT_CHECK(s.have_targets, "backward() needs a forward() with targets first");
-  const std::int64_t N = s.losses.numel();
-  const float dloss = loss_weight / static_cast<float>(N);
-  // dlogits replaces the logits; then through the tied LM head.
+  const float dloss = loss_weight / static_cast<float>(s.losses.numel());
   if (!tp_.active()) {
     nn::cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, config_.vocab_size, dloss, s.logits);
   } else {
@@ -334,6 +332,11 @@ void Gpt::head_backward(Slot& s, Scratch& w, float loss_weight) {
                                               config_.vocab_size, dloss, s.logits);
   }
   s.have_targets = false;  // the logits are gone
+}
+
+void Gpt::head_backward(Slot& s, Scratch& w, float loss_weight) {
+  // dlogits replaces the logits; then through the tied LM head.
+  logits_to_dlogits(s, loss_weight);
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));  // fp32 whatever the compute dtype
   matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);
   matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, w.dln);
@@ -420,16 +423,7 @@ void Gpt::keep_weight_inputs(Slot& s) {
 }
 
 void Gpt::head_backward_input(Slot& s, float loss_weight) {
-  MT_CHECK(s.have_targets, "backward() needs a forward() with targets first");
-  const std::int64_t N = s.losses.numel();
-  const float dloss = loss_weight / static_cast<float>(N);
-  if (!tp_.active()) {
-    nn::cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, config_.vocab_size, dloss, s.logits);
-  } else {
-    nn::vocab_parallel_cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, partition_.vocab_begin(config_),
-                                              config_.vocab_size, dloss, s.logits);
-  }
-  s.have_targets = false;  // the logits are dlogits now, kept for W
+  logits_to_dlogits(s, loss_weight);  // kept for W
   matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, s.dlnf);
   tp_.copy_backward(s.dlnf);
   kernels::fill(ctx_, s.dres, 0.0);

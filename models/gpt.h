@@ -130,6 +130,7 @@ class Gpt {
   void embed(Slot& s, std::span<const std::int32_t> inputs);
   float head_loss(Slot& s, std::span<const std::int32_t> targets);
   void head_logits(Slot& s);
+  void logits_to_dlogits(Slot& s, float loss_weight);  // the loss's gradient replaces the logits
   void head_backward(Slot& s, Scratch& w, float loss_weight);
   void head_backward_input(Slot& s, float loss_weight);
   void head_backward_weights(Slot& s);
