@@ -12,6 +12,31 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A stage's list as computations and the runs of messages between them: run n comes before
+// computation n (the last run, after the last computation, has none after it).
+struct StageList {
+  std::vector<std::size_t> computes;
+  std::vector<std::vector<std::size_t>> runs{1};
+};
+
+StageList split_list(const std::vector<Action>& actions) {
+  StageList list;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (is_compute(actions[i].kind)) {
+      list.computes.push_back(i);
+      list.runs.emplace_back();
+    } else {
+      list.runs.back().push_back(i);
+    }
+  }
+  return list;
+}
+
+BackwardPart backward_part(ActionKind kind) {
+  if (kind == ActionKind::BackwardInput) return BackwardPart::Input;
+  return kind == ActionKind::BackwardWeight ? BackwardPart::Weight : BackwardPart::Full;
+}
+
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Communicator& pp, const Stream& stream, ExecutorOptions options)
@@ -122,18 +147,7 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
   self_sends_.clear();
   sends_.clear();
   done_.clear();
-  // The list as computations and the runs of messages between them: run n comes before
-  // computation n (the last run, after the last computation, has no computation after it).
-  std::vector<std::size_t> computes;
-  std::vector<std::vector<std::size_t>> runs(1);
-  for (std::size_t i = 0; i < actions.size(); ++i) {
-    if (is_compute(actions[i].kind)) {
-      computes.push_back(i);
-      runs.emplace_back();
-    } else {
-      runs.back().push_back(i);
-    }
-  }
+  const auto [computes, runs] = split_list(actions);
   // Early receives (MPI with overlap): run n's receives are posted as one batch before computation
   // n - 1, so the transfer runs during it. A gradient's buffer exists only once its micro-batch's
   // forward ran, so such a receive waits for that (or for its run).
@@ -178,10 +192,7 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
       forwarded.insert({a.chunk, a.micro});
       post_early(n + 1);  // a gradient it now has a buffer for
     } else {
-      const BackwardPart part = a.kind == ActionKind::Backward        ? BackwardPart::Full
-                                : a.kind == ActionKind::BackwardInput ? BackwardPart::Input
-                                                                      : BackwardPart::Weight;
-      runner.backward(a.chunk, a.micro, part, a.completes_chunk);
+      runner.backward(a.chunk, a.micro, backward_part(a.kind), a.completes_chunk);
     }
     stats.compute_s += seconds_since(start);
     if (makes_weight_grad(a.kind) || schedule.forward_only) done_.push_back({a.chunk, a.micro});
