@@ -147,7 +147,9 @@ ExecutorStats PipelineExecutor::run(const Schedule& schedule, PipelineStageRunne
   self_sends_.clear();
   sends_.clear();
   done_.clear();
-  const auto [computes, runs] = split_list(actions);
+  const StageList list = split_list(actions);
+  const std::vector<std::size_t>& computes = list.computes;
+  const std::vector<std::vector<std::size_t>>& runs = list.runs;
   // Early receives (MPI with overlap): run n's receives are posted as one batch before computation
   // n - 1, so the transfer runs during it. A gradient's buffer exists only once its micro-batch's
   // forward ran, so such a receive waits for that (or for its run).

@@ -221,7 +221,8 @@ void layernorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tens
                               const Tensor& mean, const Tensor& rstd, Tensor& dx) {
   expect_f32(ctx, weight, "layernorm weight");
   expect_on(ctx, dx, "layernorm input gradient");
-  const auto [N, C] = check_layernorm_backward(ctx, dout, x, mean, rstd, weight.numel());
+  const auto shape = check_layernorm_backward(ctx, dout, x, mean, rstd, weight.numel());
+  const std::int64_t N = shape.N, C = shape.C;  // not a structured binding: clang cannot capture one in OpenMP
   expect_numel(dx, N * C, "layernorm input gradient");
   MT_CHECK(dx.dtype() == x.dtype(), "layernorm backward: input gradient ", dx.describe(), " for input ",
            x.describe());
@@ -236,7 +237,8 @@ void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Ten
                                const Tensor& rstd, Tensor& dweight, Tensor& dbias) {
   expect_f32(ctx, dweight, "layernorm weight gradient");
   expect_f32(ctx, dbias, "layernorm bias gradient");
-  const auto [N, C] = check_layernorm_backward(ctx, dout, x, mean, rstd, dweight.numel());
+  const auto shape = check_layernorm_backward(ctx, dout, x, mean, rstd, dweight.numel());
+  const std::int64_t N = shape.N, C = shape.C;  // not a structured binding: clang cannot capture one in OpenMP
   expect_numel(dbias, C, "layernorm bias gradient");
   auto go = [&](auto tag) {
     using T_ = decltype(tag);
