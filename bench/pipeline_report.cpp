@@ -178,7 +178,7 @@ void print_zero_bubble_summary(const std::vector<PipelineConfig>& configs, const
   int rows = 0;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const PipelineConfig& c = configs[i];
-    if (c.schedule.kind != ScheduleKind::ZeroBubbleH1 && c.schedule.kind != ScheduleKind::ZeroBubbleV) continue;
+    if (!splits_backward(c.schedule.kind)) continue;
     std::optional<std::size_t> base;  // 1F1B's row at the same shape
     for (std::size_t j = 0; j < configs.size(); ++j)
       if (configs[j].schedule.kind == ScheduleKind::OneFOneB && configs[j].stages == c.stages && configs[j].m() == c.m())

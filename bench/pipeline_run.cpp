@@ -64,8 +64,6 @@ RankSteps run_steps(const PipelineConfig& c, Communicator& world, Communicator& 
   return t;
 }
 
-bool is_zero_bubble(ScheduleKind kind) { return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV; }
-
 // Collective: the ranks' steps gathered into the row's numbers, next to the schedule's models.
 PipelineResult summarise(const PipelineConfig& c, const RankSteps& t, const PipelineRunSettings& rs) {
   const int steps = rs.steps;
@@ -82,7 +80,7 @@ PipelineResult summarise(const PipelineConfig& c, const RankSteps& t, const Pipe
   r.forward_call_s = mean(all_gather(t.forward_calls_s / calls));
   r.backward_call_s = mean(all_gather(t.backward_calls_s / calls));
   // W's measured part where the schedule splits the backward, the configured share where it does not.
-  r.weight_call_s = is_zero_bubble(c.schedule.kind) ? mean(all_gather(t.weight_calls_s / calls))
+  r.weight_call_s = splits_backward(c.schedule.kind) ? mean(all_gather(t.weight_calls_s / calls))
                                                      : r.backward_call_s * rs.weight_share;
   const std::vector<double> held = all_gather(t.peak_slots);
   r.held_peak = static_cast<int>(*std::max_element(held.begin(), held.end()));

@@ -1,5 +1,5 @@
 // The pipeline schedules meshtrain knows, by name (--schedule).
-// defines: ScheduleKind, parse_schedule_kind, schedule_kind_name
+// defines: ScheduleKind, parse_schedule_kind, schedule_kind_name, splits_backward
 #pragma once
 
 #include <string>
@@ -17,5 +17,10 @@ enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubble
 // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"; anything else throws Error listing the known names.
 ScheduleKind parse_schedule_kind(std::string_view name);
 const char* schedule_kind_name(ScheduleKind kind);
+
+// Whether the schedule runs each backward as B and W apart (zb-h1, zb-v).
+constexpr bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV;
+}
 
 }  // namespace mt

@@ -171,7 +171,7 @@ class Simulation {
 }  // namespace
 
 Timelines zero_bubble_timelines(const Schedule& shape) {
-  MT_CHECK(shape.kind == ScheduleKind::ZeroBubbleH1 || shape.kind == ScheduleKind::ZeroBubbleV,
+  MT_CHECK(splits_backward(shape.kind),
            "not a zero-bubble kind: ", schedule_kind_name(shape.kind));
   return Simulation(shape).run();
 }

@@ -182,10 +182,6 @@ double weight_inputs_bytes(const ModelShape& model, const TrainingShape& trainin
   return layers * (4.0 * block(N * C * a) + block(N * 3.0 * C / tp * a)) + (head ? block(N * C * a) : 0.0);
 }
 
-bool splits_backward(ScheduleKind kind) {
-  return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV;
-}
-
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
   return block(static_cast<double>(layout.micro_batch) * training.seq_len * model.vocab_rows() / layout.tp *
                training.act_bytes());

@@ -8,7 +8,7 @@
 // count twice, the most a caching allocator (CUDA) hands out for a request.
 // With the zero-bubble schedules (backward split into B and W), each slot also keeps what B leaves
 // for W (models/gpt.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it.
-// defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, weight_inputs_bytes, splits_backward,
+// defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, weight_inputs_bytes,
 //          logits_bytes, estimate_stage_memory, estimate_memory, estimate_sampling_memory, describe
 #pragma once
 
@@ -64,8 +64,6 @@ double logits_bytes(const ModelShape& model, const TrainingShape& training, cons
 // compute dtype, the head's [N, C]; the embedding nothing.
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                            bool head);
-// Whether the schedule runs each backward as B and W apart (zb-h1, zb-v).
-bool splits_backward(ScheduleKind kind);
 
 // One pipeline stage of the plan (its layers, its shard of the parameters); slots: held_slots().
 MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
