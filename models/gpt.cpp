@@ -6,10 +6,23 @@
 #include "runtime/nn_kernels.h"
 
 namespace mt {
-
 namespace {
+
+// Points the model's grad-ready callback at a backward call's for the call's duration.
+class ReadyScope {
+ public:
+  ReadyScope(const Gpt::GradReady*& slot, const Gpt::GradReady& on_ready) : slot_(slot) { slot_ = &on_ready; }
+  ~ReadyScope() { slot_ = nullptr; }
+  ReadyScope(const ReadyScope&) = delete;
+  ReadyScope& operator=(const ReadyScope&) = delete;
+
+ private:
+  const Gpt::GradReady*& slot_;
+};
+
 constexpr std::size_t kParamsPerLayer = 12;  // ln1 w/b, qkv w/b, proj w/b, ln2 w/b, fc w/b, fc_proj w/b
-}
+
+}  // namespace
 
 struct Gpt::Block {
   LayerNorm ln1, ln2;
@@ -371,11 +384,7 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
 }
 
 void Gpt::backward_chunk(int chunk, int micro, float loss_weight, const GradReady& on_ready) {
-  grad_ready_ = &on_ready;
-  struct Forget {
-    const GradReady*& slot;
-    ~Forget() { slot = nullptr; }
-  } forget{grad_ready_};
+  const ReadyScope scope(grad_ready_, on_ready);
   Slot& s = live(chunk, micro);
   MT_CHECK(s.backward != Slot::Backward::WeightsPending, "backward_chunk of chunk ", chunk, " micro-batch ", micro,
            " after its backward_chunk_input: its backward_chunk_weights is pending");
@@ -493,11 +502,7 @@ void Gpt::backward_chunk_weights(int chunk, int micro, const GradReady& on_ready
   MT_CHECK(s.backward == Slot::Backward::WeightsPending, "backward_chunk_weights of chunk ", chunk, " micro-batch ",
            micro, s.backward == Slot::Backward::Done ? " twice" : " without its backward_chunk_input");
   s.backward = Slot::Backward::Done;  // from here the slot may be released, even if W fails
-  grad_ready_ = &on_ready;
-  struct Forget {
-    const GradReady*& slot;
-    ~Forget() { slot = nullptr; }
-  } forget{grad_ready_};
+  const ReadyScope scope(grad_ready_, on_ready);
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   if (c.head) head_backward_weights(s);
   run_blocks_backward_weights(c, s);

@@ -13,13 +13,18 @@
 namespace mt {
 namespace {
 constexpr int kMaxTags = 1 << 15;  // MPI_TAG_UB is at least 32767 (comm/communicator.cpp checks it)
-
 }  // namespace
 
 // The executor's view of the model: one chunk, one micro-batch at a time.
 class ParallelTrainer::Runner : public PipelineStageRunner {
  public:
-  explicit Runner(ParallelTrainer& t) : t_(t) {}
+  // The schedule says which backward completes a chunk's gradients: that one feeds the reducer.
+  // The tied embedding waits for the end of the run (ParallelTrainer::step): its head and
+  // embedding parts may come from two chunks whose last computations the schedule orders either way.
+  explicit Runner(ParallelTrainer& t)
+      : t_(t), to_reducer_([&reducer = *t.reducer_, wte = t.wte_index_](std::size_t param) {
+          if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
+        }) {}
   Tensor forward_input(int chunk, int micro) override {
     return t_.model_->input_buffer(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len);
   }
@@ -36,15 +41,8 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
   Tensor output_grad_buffer(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
   void backward(int chunk, int micro, BackwardPart part, bool completes_chunk) override {
     const float weight = 1.0f / static_cast<float>(t_.plan_.micro_batches() * t_.groups_.mesh.shape().dp);
-    // The schedule says which backward completes the chunk's gradients: that one feeds the reducer.
-    // The tied embedding waits for the end of the run (ParallelTrainer::step): its head and
-    // embedding parts may come from two chunks whose last computations the schedule orders either way.
-    GradReducer& reducer = *t_.reducer_;
-    const std::int64_t wte = t_.wte_index_;
-    const Gpt::GradReady ready = [&reducer, wte](std::size_t param) {
-      if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
-    };
-    const Gpt::GradReady& on_ready = completes_chunk ? ready : Gpt::GradReady{};
+    static const Gpt::GradReady kNobody;
+    const Gpt::GradReady& on_ready = completes_chunk ? to_reducer_ : kNobody;
     switch (part) {
       case BackwardPart::Full: t_.model_->backward_chunk(chunk, micro, weight, on_ready); break;
       case BackwardPart::Input: t_.model_->backward_chunk_input(chunk, micro, weight); break;
@@ -58,6 +56,7 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
 
  private:
   ParallelTrainer& t_;
+  const Gpt::GradReady to_reducer_;
 };
 
 ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups,
@@ -134,6 +133,8 @@ void ParallelTrainer::set_lr_schedule(const LrSchedule& schedule) {
   settings_.schedule = schedule;
 }
 
+bool ParallelTrainer::reports_loss() const { return model_->partition().head && groups_.coord.tp == 0; }
+
 bool ParallelTrainer::is_primary_copy(std::size_t param) const {
   return mt::is_primary_copy(model_->shards().at(param), model_->partition());
 }
@@ -162,15 +163,13 @@ StepRecord ParallelTrainer::step() {
   if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
   reducer_->finish();
 
-  // One allreduce over the world for the norm (each element counted once) and the loss (from tp
-  // rank 0 of the stage holding the head, in every pipeline).
-  const bool reports_loss = model_->partition().head && groups_.coord.tp == 0;
+  // One allreduce over the world for the norm (each element counted once) and the loss.
   // A double travels as two floats (high part and remainder): the sum keeps about 48 bits, so the
   // norm, and the clip scale from it, match a single rank's to far below fp32 rounding.
   const double sumsq = optimizer_->owned_grad_sum_of_squares();
   const float sumsq_high = static_cast<float>(sumsq);
   const std::vector<float> local_sums{sumsq_high, static_cast<float>(sumsq - sumsq_high),
-                                      reports_loss ? static_cast<float>(runner.loss_sum) : 0.0f};
+                                      reports_loss() ? static_cast<float>(runner.loss_sum) : 0.0f};
   Tensor sums = Tensor::from_host(local_sums, {3}, ctx_);
   world_.allreduce(sums);
   const std::vector<float> total = sums.to_host<float>();
@@ -216,8 +215,7 @@ double ParallelTrainer::evaluate() {
       read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local, plan_.micro_batches());
     executor_->run(eval_schedule_, runner);
   }
-  const bool reports_loss = model_->partition().head && groups_.coord.tp == 0;
-  Tensor sum = Tensor::from_host(std::vector<float>{reports_loss ? static_cast<float>(runner.loss_sum) : 0.0f}, {1}, ctx_);
+  Tensor sum = Tensor::from_host(std::vector<float>{reports_loss() ? static_cast<float>(runner.loss_sum) : 0.0f}, {1}, ctx_);
   world_.allreduce(sum);
   return static_cast<double>(sum.to_host<float>()[0]) /
          static_cast<double>(mesh.dp * plan_.micro_batches() * settings_.eval_batches);

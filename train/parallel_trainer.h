@@ -67,6 +67,8 @@ class ParallelTrainer {
 
  private:
   class Runner;  // the executor's view of the model
+  // Adds its pipeline's loss to the world's sum: tp rank 0 of the stage holding the head.
+  bool reports_loss() const;
   void read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches);
 
   DeviceContext& ctx_;
