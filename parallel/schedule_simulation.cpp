@@ -92,32 +92,35 @@ ScheduleSimulation simulate(const Schedule& schedule, double forward_cost, doubl
   return simulate(schedule, ComputeCosts{forward_cost, backward_cost / 2, backward_cost / 2});
 }
 
-std::vector<int> peak_in_flight(const Schedule& schedule) {
+namespace {
+
+// Per stage: the most micro-batch slots between an action that `opens` one and one that `closes` it.
+template <class Opens, class Closes>
+std::vector<int> peak_held(const Schedule& schedule, Opens opens, Closes closes) {
   std::vector<int> peaks;
   for (const auto& list : schedule.actions) {
     int held = 0;
     int peak = 0;
     for (const Action& a : list) {
-      if (a.kind == ActionKind::Forward) peak = std::max(peak, ++held);
-      if (makes_weight_grad(a.kind)) --held;
+      if (opens(a.kind)) peak = std::max(peak, ++held);
+      if (closes(a.kind)) --held;
     }
     peaks.push_back(peak);
   }
   return peaks;
 }
 
+}  // namespace
+
+std::vector<int> peak_in_flight(const Schedule& schedule) {
+  return peak_held(
+      schedule, [](ActionKind k) { return k == ActionKind::Forward; }, makes_weight_grad);
+}
+
 std::vector<int> peak_deferred_weight(const Schedule& schedule) {
-  std::vector<int> peaks;
-  for (const auto& list : schedule.actions) {
-    int held = 0;
-    int peak = 0;
-    for (const Action& a : list) {
-      if (a.kind == ActionKind::BackwardInput) peak = std::max(peak, ++held);
-      if (a.kind == ActionKind::BackwardWeight) --held;
-    }
-    peaks.push_back(peak);
-  }
-  return peaks;
+  return peak_held(
+      schedule, [](ActionKind k) { return k == ActionKind::BackwardInput; },
+      [](ActionKind k) { return k == ActionKind::BackwardWeight; });
 }
 
 }  // namespace mt
