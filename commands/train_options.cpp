@@ -112,8 +112,23 @@ po::options_description layout_options() {
        "layers per pipeline stage, e.g. 3,2,1 (default: balanced by estimated cost, the embedding on the "
        "first stage and the LM head on the last)")
       ("zero", po::value<int>()->default_value(0),
-       "0: every data-parallel rank keeps the whole AdamW state; 1 (ZeRO-1): the state is sharded over the "
-       "dp group (gradients reduce-scattered, parameters all-gathered)")
+       "ZeRO stage over the dp group (per-rank bytes per parameter, fp32, AdamW: 16 at 0): 0: every "
+       "data-parallel rank keeps the whole AdamW state; 1: the state (8 bytes) is sharded over dp "
+       "(gradients reduce-scattered, parameters all-gathered after the update: an allreduce's bytes); "
+       "2: the gradients (4 bytes) too: each bucket is reduce-scattered after every micro-batch's backward "
+       "and only the owned shard kept (gradient accumulation then communicates once per micro-batch); "
+       "3: the parameters (4 bytes) too: each layer's are all-gathered before its forward and again before "
+       "its backward, the next one prefetched, and freed after use (1.5x ZeRO-1's bytes per micro-batch)")
+      ("recompute", po::value<std::string>()->default_value("none"),
+       "activation recomputation: none (forward keeps all backward reads); selective (keep the GEMMs' inputs "
+       "and outputs, recompute attention scores/softmax and GELU in backward: saves the [B, heads, T, T] "
+       "attention matrix, a few percent more compute); full (keep only each layer's input, run the layer's "
+       "forward again in backward: activations fall to about one layer's plus an [N, C] per layer, for about "
+       "one more forward, +25-40% step time)")
+      ("sequence-parallel", po::bool_switch(),
+       "with --tp >= 2: split layernorms, residual adds and the embedding output along the sequence over the "
+       "tp ranks (all-gather / reduce-scatter instead of allreduce, the same bytes): their activations fall "
+       "by tp")
       ("bucket-mb", po::value<double>()->default_value(25.0),
        "size of the gradient buckets, in MiB: each bucket's reduction starts during backward as soon as its "
        "gradients are complete")
@@ -196,6 +211,8 @@ LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptCon
     request.pp_layers = parse_stage_layers(pp_layers, config.layers, request.pp);
   }
   request.zero = get<int>(vm, "zero");
+  request.recompute = parse_recompute(get<std::string>(vm, "recompute"));
+  request.sequence_parallel = get<bool>(vm, "sequence-parallel");
   request.micro_batch = settings.micro_batch;  // kMicroBatchFromPlan: the plan chooses
   request.bucket_mb = get<double>(vm, "bucket-mb");
   request.overlap = !get<bool>(vm, "no-overlap");

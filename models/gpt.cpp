@@ -1,5 +1,7 @@
 #include "models/gpt.h"
 
+#include <exception>
+
 #include "models/init.h"
 #include "runtime/gemm.h"
 #include "runtime/kernels.h"
@@ -20,6 +22,31 @@ class ReadyScope {
   const Gpt::GradReady*& slot_;
 };
 
+}  // namespace
+
+// Tells the hooks (if any) that a unit's use begins, and on scope exit that it ended; not when
+// the scope is left by an exception (the step failed; what the hooks started is abandoned).
+class Gpt::UnitUse {
+ public:
+  UnitUse(ParamUseHooks* hooks, int unit, ParamUse use)
+      : hooks_(unit >= 0 ? hooks : nullptr), unit_(unit), use_(use), exceptions_(std::uncaught_exceptions()) {
+    if (hooks_) hooks_->begin(unit_, use_);
+  }
+  ~UnitUse() noexcept(false) {
+    if (hooks_ && std::uncaught_exceptions() == exceptions_) hooks_->end(unit_, use_);
+  }
+  UnitUse(const UnitUse&) = delete;
+  UnitUse& operator=(const UnitUse&) = delete;
+
+ private:
+  ParamUseHooks* hooks_;
+  int unit_;
+  ParamUse use_;
+  int exceptions_;
+};
+
+namespace {
+
 constexpr std::size_t kParamsPerLayer = 12;  // ln1 w/b, qkv w/b, proj w/b, ln2 w/b, fc w/b, fc_proj w/b
 
 }  // namespace
@@ -28,6 +55,7 @@ struct Gpt::Block {
   LayerNorm ln1, ln2;
   Linear qkv, attn_proj, fc, fc_proj;
   std::size_t first_param = 0;  // the layer's 12 parameters are consecutive in the store
+  int unit = -1;                // its index in units_
 };
 
 // What forward keeps for backward, for one chunk and one micro-batch. residual[i] is the input of
@@ -68,7 +96,7 @@ struct Gpt::Scratch {
 };
 
 Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartition partition, TensorParallel tp,
-         std::int64_t pad_multiple)
+         std::int64_t pad_multiple, GptOptions options)
     : ctx_(ctx),
       config_((config.validate(), config)),
       partition_([&] {
@@ -76,6 +104,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
         return std::move(partition);
       }()),
       tp_(tp),
+      options_(options),
       shards_(gpt_param_shards(config_, partition_)),
       store_(ctx, [&] {
         std::vector<ParamSpec> local;
@@ -91,6 +120,17 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
     if (kind == ParamKind::PositionEmbedding) wpe_ = static_cast<std::int64_t>(i);
     if (kind == ParamKind::LnfWeight) lnf_first_ = static_cast<std::int64_t>(i);
   }
+  MT_CHECK(!options_.sequence_parallel || tp_.size() > 1, "sequence parallelism needs a tensor-parallel group of 2 "
+           "or more ranks, got ", tp_.size());
+  MT_CHECK(!options_.sequence_parallel, "sequence parallelism is not implemented yet");
+  MT_CHECK(options_.recompute == Recompute::None, "recompute ", recompute_name(options_.recompute),
+           " is not implemented yet");
+  // The embeddings come first in the store (wte, then wpe where held).
+  if (wte_ >= 0) {
+    embedding_unit_ = static_cast<int>(units_.size());
+    units_.push_back({"embedding", 0, wpe_ >= 0 ? 2u : 1u});
+    MT_CHECK(wte_ == 0 && (wpe_ < 0 || wpe_ == 1), "the embeddings are not first in the store");
+  }
   for (std::size_t c = 0; c < partition_.chunks.size(); ++c) {
     const LayerRange r = partition_.chunks[c];
     chunks_.push_back({r, static_cast<int>(blocks_.size()), partition_.embedding && c == 0,
@@ -100,10 +140,15 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
       blocks_.push_back({LayerNorm::from_store(store_, p + "ln1"), LayerNorm::from_store(store_, p + "ln2"),
                          Linear::from_store(store_, p + "attn.qkv"), Linear::from_store(store_, p + "attn.proj"),
                          Linear::from_store(store_, p + "mlp.fc"), Linear::from_store(store_, p + "mlp.proj"),
-                         store_.index_of(p + "ln1.weight")});
+                         store_.index_of(p + "ln1.weight"), static_cast<int>(units_.size())});
+      units_.push_back({"h." + std::to_string(l), blocks_.back().first_param, kParamsPerLayer});
     }
   }
-  if (lnf_first_ >= 0) lnf_ = LayerNorm::from_store(store_, "lnf");
+  if (lnf_first_ >= 0) {
+    lnf_ = LayerNorm::from_store(store_, "lnf");
+    lnf_unit_ = static_cast<int>(units_.size());
+    units_.push_back({"lnf", static_cast<std::size_t>(lnf_first_), 2});
+  }
 }
 
 Gpt::~Gpt() = default;
@@ -232,6 +277,7 @@ void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
   MT_CHECK(static_cast<std::int64_t>(inputs.size()) == static_cast<std::int64_t>(s.B) * s.T, "forward: ",
            inputs.size(), " input tokens for a batch of ", s.B, " x ", s.T);
   check_tokens(inputs, "input");
+  const UnitUse use(hooks_, embedding_unit_, ParamUse::Forward);
   s.tokens = Tensor::from_host(inputs, {s.B, s.T}, ctx_);
   const Tensor& wte = store_.param(static_cast<std::size_t>(wte_));
   const Tensor& wpe = store_.param(static_cast<std::size_t>(wpe_));
@@ -252,6 +298,7 @@ void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
   const bool add_row_bias = tp_.rank() == 0;  // a row-parallel layer's bias is added once, before the sum
   for (int i = 0; i < c.layers.size(); ++i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    const UnitUse use(hooks_, blk.unit, ParamUse::Forward);
     auto& a = s.blocks[static_cast<std::size_t>(i)];
     const Tensor& x = s.residual[static_cast<std::size_t>(i)];
     blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
@@ -272,6 +319,8 @@ void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
 }
 
 void Gpt::head_logits(Slot& s) {
+  const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::Forward);
+  const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Forward);
   lnf_.forward(ctx_, s.residual.back(), s.lnf, s.lnf_mean, s.lnf_rstd);
   tp_.copy_forward(s.lnf);
   // logits = lnf wte^T over this rank's vocabulary rows (padding columns are ignored by the loss).
@@ -350,6 +399,8 @@ void Gpt::logits_to_dlogits(Slot& s, float loss_weight) {
 void Gpt::head_backward(Slot& s, Scratch& w, float loss_weight) {
   // dlogits replaces the logits; then through the tied LM head.
   logits_to_dlogits(s, loss_weight);
+  const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::Backward);
+  const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Backward);
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));  // fp32 whatever the compute dtype
   matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);
   matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, w.dln);
@@ -363,6 +414,7 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
   const int heads = config_.heads / tp_.size();
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    const UnitUse use(hooks_, blk.unit, ParamUse::Backward);
     auto& a = s.blocks[static_cast<std::size_t>(i)];
     // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
     // collects the branch's contribution.
@@ -399,6 +451,7 @@ void Gpt::backward_chunk(int chunk, int micro, float loss_weight, const GradRead
 // The embedding's gradients from the chunk's input gradient, and the grad-ready calls that end a
 // backward (fused or W).
 void Gpt::embedding_backward(Slot& s) {
+  const UnitUse use(hooks_, embedding_unit_, ParamUse::BackwardWeights);
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
   Tensor& dwpe = store_.grad(static_cast<std::size_t>(wpe_));
   if (!tp_.active()) {
@@ -433,6 +486,8 @@ void Gpt::keep_weight_inputs(Slot& s) {
 
 void Gpt::head_backward_input(Slot& s, float loss_weight) {
   logits_to_dlogits(s, loss_weight);  // kept for W
+  const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::BackwardInput);
+  const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardInput);
   matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, s.dlnf);
   tp_.copy_backward(s.dlnf);
   kernels::fill(ctx_, s.dres, 0.0);
@@ -440,6 +495,8 @@ void Gpt::head_backward_input(Slot& s, float loss_weight) {
 }
 
 void Gpt::head_backward_weights(Slot& s) {
+  const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::BackwardWeights);
+  const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardWeights);
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
   matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);
   lnf_.backward_params(ctx_, s.dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd);
@@ -450,6 +507,7 @@ void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
   const int heads = config_.heads / tp_.size();
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     const Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    const UnitUse use(hooks_, blk.unit, ParamUse::BackwardInput);
     auto& a = s.blocks[static_cast<std::size_t>(i)];
     auto& g = s.grads[static_cast<std::size_t>(i)];
     tp_.reduce_backward(s.dres);
@@ -472,6 +530,7 @@ void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
 void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    const UnitUse use(hooks_, blk.unit, ParamUse::BackwardWeights);
     const auto& a = s.blocks[static_cast<std::size_t>(i)];
     const auto& g = s.grads[static_cast<std::size_t>(i)];
     blk.fc_proj.backward_weights(ctx_, g.dmlp_out, a.fch_gelu);

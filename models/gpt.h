@@ -38,10 +38,18 @@
 #include "models/gpt_config.h"
 #include "models/gpt_sharding.h"
 #include "models/layers.h"
+#include "models/param_use.h"
 #include "models/parameter_store.h"
+#include "parallel/memory_options.h"
 #include "parallel/tensor_parallel.h"
 
 namespace mt {
+
+// How a Gpt trades compute and communication for memory (parallel/memory_options.h).
+struct GptOptions {
+  Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;  // needs a tensor-parallel group of 2 or more
+};
 
 class Gpt {
  public:
@@ -54,7 +62,7 @@ class Gpt {
   // compute: fp32 or bf16 (see above). partition: empty chunks means every layer. tp: the
   // tensor-parallel group of partition.tp_size ranks. pad_multiple: see ParameterStore.
   Gpt(DeviceContext& ctx, const GptConfig& config, DType compute = DType::F32, GptPartition partition = {},
-      TensorParallel tp = {}, std::int64_t pad_multiple = 1);
+      TensorParallel tp = {}, std::int64_t pad_multiple = 1, GptOptions options = {});
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -66,6 +74,14 @@ class Gpt {
   ParameterStore& parameters() { return store_; }
   const ParameterStore& parameters() const { return store_; }
   void init(std::uint64_t seed);  // GPT-2's initialization (models/init.h), shard by shard
+  const GptOptions& options() const { return options_; }
+
+  // The store's parameters in units (models/param_use.h), in store order: "embedding" (wte and wpe,
+  // or the tied wte alone on a last stage that holds no embedding layer), "h.<l>" per layer,
+  // "lnf". The head uses "embedding" (its tied wte) and "lnf" together.
+  const std::vector<ParamUnit>& param_units() const { return units_; }
+  // Told around every use of a unit from now on (null: nobody). Must outlive the model's use of it.
+  void set_param_hooks(ParamUseHooks* hooks) { hooks_ = hooks; }
 
   // --- Whole model on this rank (no pipeline; tensor parallel allowed) ---
   // B sequences of T tokens (row-major host arrays). Returns the mean cross-entropy over B x T
@@ -117,6 +133,7 @@ class Gpt {
 
  private:
   struct Block;
+  class UnitUse;
   struct Slot;
   struct Scratch;
   struct ChunkInfo {
@@ -147,12 +164,16 @@ class Gpt {
   GptConfig config_;
   GptPartition partition_;
   TensorParallel tp_;
+  GptOptions options_;
   std::vector<ParamShard> shards_;
   ParameterStore store_;
   std::vector<Block> blocks_;
   std::vector<ChunkInfo> chunks_;
   LayerNorm lnf_;
   std::int64_t wte_ = -1, wpe_ = -1, lnf_first_ = -1;  // parameter indices (-1: not held)
+  std::vector<ParamUnit> units_;
+  int embedding_unit_ = -1, lnf_unit_ = -1;  // indices into units_ (-1: not held)
+  ParamUseHooks* hooks_ = nullptr;
   std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
   std::vector<std::unique_ptr<Slot>> pool_;
   std::unique_ptr<Scratch> scratch_;

@@ -31,9 +31,18 @@ void resolve_data_parallel(LayoutRequest& r, int world_size) {
 }
 
 void check_optimizer_options(const LayoutRequest& r) {
-  MT_REQUIRE(r.zero == 0 || r.zero == 1, "--zero must be 0 or 1, got ", r.zero);
+  MT_REQUIRE(r.zero >= 0 && r.zero <= 3, "--zero must be 0, 1, 2 or 3, got ", r.zero);
+  MT_REQUIRE(r.zero <= 1, "--zero ", r.zero, " is not implemented yet (0 and 1 are)");
   MT_REQUIRE(r.bucket_mb > 0 && std::isfinite(r.bucket_mb) && r.bucket_mb * 1024.0 * 1024.0 >= 4.0,
              "--bucket-mb must be positive, got ", r.bucket_mb);
+}
+
+// What --recompute and --sequence-parallel need; refusals of what is not built yet go as it lands.
+void check_memory_options(const LayoutRequest& r) {
+  MT_REQUIRE(!r.sequence_parallel || r.tp > 1, "--sequence-parallel splits the sequence over the tensor-parallel "
+             "ranks: it needs --tp of at least 2, got ", r.tp);
+  MT_REQUIRE(!r.sequence_parallel, "--sequence-parallel is not implemented yet");
+  MT_REQUIRE(r.recompute == Recompute::None, "--recompute ", recompute_name(r.recompute), " is not implemented yet");
 }
 
 }  // namespace
@@ -42,6 +51,8 @@ std::string LayoutRequest::describe() const {
   std::ostringstream os;
   os << "dp=" << dp << " tp=" << tp << " pp=" << pp << " v=" << virtual_stages << " zero=" << zero
      << " micro=" << micro_batch << " schedule=" << schedule_kind_name(schedule);
+  if (recompute != Recompute::None) os << " recompute=" << recompute_name(recompute);
+  if (sequence_parallel) os << " sp";
   return os.str();
 }
 
@@ -70,6 +81,7 @@ LayoutPlan::LayoutPlan(LayoutRequest request, const ModelDims& model, int world_
   limits.micro_batch = layout_.micro_batch;
   check_layout(layout_, limits);
   check_optimizer_options(layout_);
+  check_memory_options(layout_);
   micro_batches_ = micro_batches_per_step(layout_, limits);
   chunk_layers_ = plan_chunk_layers(layout_, model);
 }

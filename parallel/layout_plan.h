@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "parallel/chunk_placement.h"
+#include "parallel/memory_options.h"
 #include "parallel/mesh.h"
 #include "parallel/schedule.h"
 #include "parallel/stage_partition.h"
@@ -31,13 +32,18 @@ struct LayoutRequest : MeshShape {   // dp 0: the ranks tp x pp leaves
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int virtual_stages = 1;      // model chunks per pipeline stage (interleaved: >= 2; zb-v: 2, resolved)
   std::vector<int> pp_layers;  // explicit layers per stage (--pp-layers); empty: balanced by cost
-  int zero = 0;                // 0: replicated optimizer state; 1: sharded over the dp group
+  // ZeRO stage over the dp group: 0 replicated; 1 AdamW state sharded; 2 also the gradients
+  // (each bucket reduce-scattered, only the owned shard kept); 3 also the parameters (gathered per
+  // layer before use, freed after).
+  int zero = 0;
+  Recompute recompute = Recompute::None;  // --recompute
+  bool sequence_parallel = false;         // --sequence-parallel (tp > 1)
   int micro_batch = 1;         // sequences per forward pass; 0: the largest of 4, 2, 1 dividing global/dp
   double bucket_mb = 25.0;     // gradient bucket size
   bool overlap = true;         // buckets and pipeline transfers overlap compute
 
   const MeshShape& mesh() const { return *this; }
-  // "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b"
+  // "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b", then " recompute=full" and " sp" when set
   std::string describe() const;
 };
 

@@ -77,7 +77,8 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
            "the groups' mesh ", mesh.describe(), " is not the plan's ", plan_.mesh().describe());
   const GptPartition partition = plan_.partition(groups_.coord);
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
-                                 TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), mesh.dp);
+                                 TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), mesh.dp,
+                                 GptOptions{plan_.layout().recompute, plan_.layout().sequence_parallel});
   ParameterStore& store = model_->parameters();
   reads_data_ = partition.embedding || partition.head;
 

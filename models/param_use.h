@@ -1,0 +1,39 @@
+// When a model reads a unit of its parameters and writes its gradients: the hooks ZeRO-3 gathers
+// parameters on (and frees them after), and ZeRO-2/3 reduce-scatter gradients on. A unit is a run
+// of consecutive parameters of the model's ParameterStore used together: the embeddings a rank
+// holds, one transformer layer, the final layernorm.
+// defines: ParamUse, ParamUnit, ParamUseHooks, reads_parameters, writes_gradients
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace mt {
+
+// Forward reads the parameters. Backward (fused) reads them (the input gradient) and adds to the
+// gradients; a split backward does the two apart: BackwardInput reads, BackwardWeights writes
+// (it reads activations only).
+enum class ParamUse { Forward, Backward, BackwardInput, BackwardWeights };
+
+constexpr bool reads_parameters(ParamUse use) { return use != ParamUse::BackwardWeights; }
+constexpr bool writes_gradients(ParamUse use) { return use == ParamUse::Backward || use == ParamUse::BackwardWeights; }
+
+struct ParamUnit {
+  std::string name;            // "embedding", "h.3", "lnf"
+  std::size_t first = 0;       // the unit's parameters are [first, first + count) of the store
+  std::size_t count = 0;
+};
+
+// Called by the model around each use of a unit, in the order it computes: begin before the first
+// kernel that touches the unit's parameters or gradients is queued, end after the last. Uses of
+// different units nest (the head reads the embedding unit's tied token embedding and the final
+// layernorm's unit together); the same unit is not begun twice without an end. What the hooks
+// start may run on another stream or thread; what the model queues after begin() must see it.
+class ParamUseHooks {
+ public:
+  virtual ~ParamUseHooks() = default;
+  virtual void begin(int unit, ParamUse use) = 0;
+  virtual void end(int unit, ParamUse use) = 0;
+};
+
+}  // namespace mt
