@@ -110,8 +110,12 @@ TEST(LayoutPlan, EveryCheckIsAUsageErrorNamingTheOption) {
   EXPECT_EQ(usage_error(request(0, 3, 1), 4, 12).rfind("--tp 3 x --pp 1 = 3 does not divide", 0), 0u);
   EXPECT_EQ(usage_error(request(1, 5, 1), 5, 10).rfind("--tp 5 does not divide the model's 12", 0), 0u);
   LayoutRequest zero = request(1, 1, 1);
-  zero.zero = 2;
-  EXPECT_EQ(usage_error(zero, 1, 8), "--zero must be 0 or 1, got 2");
+  zero.zero = 4;
+  EXPECT_EQ(usage_error(zero, 1, 8), "--zero must be 0, 1, 2 or 3, got 4");
+  LayoutRequest sp = request(1, 1, 1);
+  sp.sequence_parallel = true;
+  EXPECT_EQ(usage_error(sp, 1, 8).rfind("--sequence-parallel splits the sequence over the tensor-parallel ranks: "
+                                        "it needs --tp of at least 2, got 1", 0), 0u);
   LayoutRequest bucket = request(1, 1, 1);
   bucket.bucket_mb = 0;
   EXPECT_EQ(usage_error(bucket, 1, 8), "--bucket-mb must be positive, got 0");
