@@ -37,15 +37,45 @@ class WaitClock {
 TensorParallel::TensorParallel(Communicator* group, const Stream* stream, TensorParallelStats* stats)
     : group_(group), stream_(stream), stats_(stats) {}
 
-void TensorParallel::allreduce(Tensor& x, ReduceOp op) const {
-  if (!active()) return;
-  const WaitClock clock(stats_, x.nbytes());
-  WorkPtr work = group_->allreduce_async(x, x, {op});
+void TensorParallel::wait(const WorkPtr& work) const {
   if (stream_ != nullptr) {
     work->wait_on(*stream_);
   } else {
     work->wait();
   }
+}
+
+void TensorParallel::allreduce(Tensor& x, ReduceOp op) const {
+  if (!active()) return;
+  const WaitClock clock(stats_, x.nbytes());
+  wait(group_->allreduce_async(x, x, {op}));
+}
+
+void TensorParallel::check_row_blocks(const char* what, const Tensor& local, const Tensor& full) const {
+  MT_CHECK(local.rank() >= 1 && full.rank() >= 1 && local.shape().back() > 0 && local.dtype() == full.dtype() &&
+               full.shape().back() == local.shape().back() && rows_of(full) == rows_of(local) * size(),
+           "sequence ", what, ": ", local.describe(), " is not one of ", size(), " row blocks of ", full.describe());
+}
+
+void TensorParallel::sequence_gather_forward(DeviceContext& ctx, const Tensor& local, Tensor& full) const {
+  check_row_blocks("gather", local, full);
+  if (!active()) {
+    full.copy_from(local, ctx.stream());
+    return;
+  }
+  // Rank-major allgather output is the row blocks in order: the full tensor as it is laid out.
+  const WaitClock clock(stats_, full.nbytes());
+  wait(group_->allgather_async(local.reshape({local.numel()}), full.reshape({full.numel()})));
+}
+
+void TensorParallel::sequence_reduce_scatter_forward(DeviceContext& ctx, const Tensor& partial, Tensor& local) const {
+  check_row_blocks("reduce-scatter", local, partial);
+  if (!active()) {
+    local.copy_from(partial, ctx.stream());
+    return;
+  }
+  const WaitClock clock(stats_, partial.nbytes());
+  wait(group_->reduce_scatter_async(partial.reshape({partial.numel()}), local.reshape({local.numel()})));
 }
 
 void TensorParallel::gather_forward(DeviceContext& ctx, const Tensor& local, Tensor& full) const {

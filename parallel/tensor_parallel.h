@@ -4,6 +4,12 @@
 //   reduce:  forward allreduce,                backward identity    (output of a row-parallel layer)
 //   gather:  forward allgather (last dim),     backward keep own columns
 //   scatter: forward keep own columns,         backward allgather (last dim)
+// and, for sequence parallelism, over the rows of [N, C] cut into tp contiguous blocks (rank r's
+// block: rows [r N/tp, (r+1) N/tp)):
+//   sequence gather:         forward allgather of the blocks,       backward reduce-scatter
+//   sequence reduce-scatter: forward reduce-scatter of partial sums, backward allgather
+// They replace copy and reduce around the column- and row-parallel layers: the same bytes on a
+// ring, and what lies between them (layernorms, residual adds) is held once per rank, not tp times.
 // A layer calls the forward half in its forward and the backward half in its backward; keeping
 // them paired here is what makes the tp gradients right.
 // defines: TensorParallelStats, TensorParallel
@@ -46,11 +52,25 @@ class TensorParallel {
     gather_forward(ctx, dlocal, dfull);
   }
 
+  // local [N/tp, C] of every rank -> full [N, C] (rank r's rows at r N/tp), on every rank.
+  void sequence_gather_forward(DeviceContext& ctx, const Tensor& local, Tensor& full) const;
+  // dfull [N, C] of every rank -> dlocal [N/tp, C], this rank's rows of the sum over the group.
+  void sequence_gather_backward(DeviceContext& ctx, const Tensor& dfull, Tensor& dlocal) const {
+    sequence_reduce_scatter_forward(ctx, dfull, dlocal);
+  }
+  // partial [N, C] of every rank -> local [N/tp, C]: this rank's rows of the sum.
+  void sequence_reduce_scatter_forward(DeviceContext& ctx, const Tensor& partial, Tensor& local) const;
+  void sequence_reduce_scatter_backward(DeviceContext& ctx, const Tensor& dlocal, Tensor& dfull) const {
+    sequence_gather_forward(ctx, dlocal, dfull);
+  }
+
   // In place over the group (the loss statistics of the vocab-parallel cross-entropy use Max).
   void allreduce(Tensor& x, ReduceOp op) const;
 
  private:
   void own_columns(DeviceContext& ctx, const Tensor& full, Tensor& local) const;
+  void check_row_blocks(const char* what, const Tensor& local, const Tensor& full) const;
+  void wait(const WorkPtr& work) const;  // ordered before later kernels on stream_, or the host waits
   Communicator* group_ = nullptr;
   const Stream* stream_ = nullptr;
   TensorParallelStats* stats_ = nullptr;

@@ -7,6 +7,9 @@
 //    other's forward, so scatter-then-gather round-trips;
 //  - the pairs are adjoint: <forward(x), y> == <x, backward(y)> summed over the group as the
 //    replication demands, for random x and y (within 1e-5 relative, fp32 rounding of short dots);
+//  - the sequence pair: gather puts rank r's rows [r N/tp, (r+1) N/tp) in place on every rank,
+//    reduce-scatter leaves each rank its rows of the sum, each backward is the other's forward,
+//    and the two are adjoint;
 //  - a shape mismatch throws mt::Error on every rank before anything is sent (no hang).
 #include <gtest/gtest.h>
 
@@ -197,6 +200,44 @@ TEST(TensorParallel, ForwardAndBackwardHalvesAreAdjoint) {
   }
 }
 
+TEST(TensorParallel, SequenceGatherAndReduceScatterWorkOnContiguousRowBlocks) {
+  const std::int64_t rows = 3, cols = 2;  // this rank's rows
+  for (Communicator* group : tp_groups()) {
+    const TensorParallel tp(group);
+    const int n = tp.size(), r = tp.rank();
+    SCOPED_TRACE(::testing::Message() << "group of " << n);
+    std::vector<float> local(rows * cols), full(rows * cols * n), partial(rows * cols * n), sum_rows(rows * cols);
+    for (std::int64_t i = 0; i < rows * n; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const auto k = static_cast<std::size_t>(i * cols + j);
+        full[k] = local_value(int(i / rows), i % rows, j);
+        partial[k] = float(r + 1) * float(i * cols + j);  // sums exactly: n(n+1)/2 (i cols + j)
+        if (i / rows == r) {
+          local[static_cast<std::size_t>((i % rows) * cols + j)] = full[k];
+          sum_rows[static_cast<std::size_t>((i % rows) * cols + j)] = float(n * (n + 1) / 2) * float(i * cols + j);
+        }
+      }
+    Tensor gathered = zeros({rows * n, cols}), gathered_back = zeros({rows * n, cols});
+    tp.sequence_gather_forward(test_context(), make(local, {rows, cols}), gathered);
+    EXPECT_EQ(gathered.to_host<float>(), full);
+    tp.sequence_reduce_scatter_backward(test_context(), make(local, {rows, cols}), gathered_back);
+    EXPECT_EQ(gathered_back.to_host<float>(), full);
+    Tensor mine = zeros({rows, cols}), dmine = zeros({rows, cols});
+    tp.sequence_reduce_scatter_forward(test_context(), make(partial, {rows * n, cols}), mine);
+    EXPECT_EQ(mine.to_host<float>(), sum_rows);
+    tp.sequence_gather_backward(test_context(), make(partial, {rows * n, cols}), dmine);
+    EXPECT_EQ(dmine.to_host<float>(), sum_rows);
+
+    // Adjoint: <G x, y>, summed over ranks as each holds its own y, = sum_r <x_r, (G^T y)_r>.
+    const Tensor x = make(random_values(rows * cols, 500 + 3 * unsigned(r)), {rows, cols});
+    const Tensor y = make(random_values(rows * cols * n, 700 + 3 * unsigned(r)), {rows * n, cols});
+    Tensor gx = zeros({rows * n, cols}), gty = zeros({rows, cols});
+    tp.sequence_gather_forward(test_context(), x, gx);
+    tp.sequence_gather_backward(test_context(), y, gty);
+    expect_close(group_sum(tp, dot(gx, y)), group_sum(tp, dot(x, gty)));
+  }
+}
+
 TEST(TensorParallel, ShapeMismatchThrowsOnEveryRankBeforeCommunicating) {
   for (Communicator* group : tp_groups()) {
     const TensorParallel tp(group);
@@ -209,6 +250,10 @@ TEST(TensorParallel, ShapeMismatchThrowsOnEveryRankBeforeCommunicating) {
     EXPECT_THROW(tp.scatter_backward(test_context(), local, wrong_cols), Error);
     EXPECT_THROW(tp.scatter_forward(test_context(), wrong_cols, dlocal), Error);
     EXPECT_THROW(tp.gather_backward(test_context(), wrong_rows, dlocal), Error);
+    Tensor rows_short = zeros({2 * n - 1, 3}), cols_wrong = zeros({2 * n, 4});
+    EXPECT_THROW(tp.sequence_gather_forward(test_context(), local, rows_short), Error);
+    EXPECT_THROW(tp.sequence_gather_forward(test_context(), local, cols_wrong), Error);
+    EXPECT_THROW(tp.sequence_reduce_scatter_forward(test_context(), rows_short, dlocal), Error);
     EXPECT_EQ(group->collectives_issued(), issued);  // nothing was sent
   }
   test_world().barrier();  // every rank got here: none is stuck in a collective
