@@ -218,6 +218,10 @@ LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptCon
   request.overlap = !get<bool>(vm, "no-overlap");
   LayoutPlan plan(std::move(request), layout_dims(config, settings.seq_len), world_size, settings.global_batch);
   settings.micro_batch = plan.micro_batch();
+  const std::int64_t positions = std::int64_t{settings.micro_batch} * settings.seq_len;
+  MT_REQUIRE(!plan.layout().sequence_parallel || positions % plan.mesh().tp == 0, "--sequence-parallel splits a "
+             "micro-batch's --micro-batch ", settings.micro_batch, " x --seq-len ", settings.seq_len, " = ", positions,
+             " positions over --tp ", plan.mesh().tp, ": they must divide evenly");
   return plan;
 }
 

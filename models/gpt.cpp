@@ -92,6 +92,10 @@ struct Gpt::Scratch {
   int B = 0, T = 0;
   Tensor branch, dln, datty, dqkv, dfch;
   Tensor row_max, sum_exp, target_logit;  // vocab-parallel loss statistics
+  // Sequence parallelism only: the gathered [N, C] input of a column-parallel layer, the gathered
+  // gradient of the residual stream, their [N/tp, C] counterparts, a layernorm's parameter
+  // gradients from this rank's rows ([2C]: weight, then bias).
+  Tensor full, dfull, branch_local, dln_local, ln_dparams;
   std::int64_t bytes = 0;
 };
 
@@ -122,7 +126,6 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
   }
   MT_CHECK(!options_.sequence_parallel || tp_.size() > 1, "sequence parallelism needs a tensor-parallel group of 2 "
            "or more ranks, got ", tp_.size());
-  MT_CHECK(!options_.sequence_parallel, "sequence parallelism is not implemented yet");
   MT_CHECK(options_.recompute == Recompute::None, "recompute ", recompute_name(options_.recompute),
            " is not implemented yet");
   // The embeddings come first in the store (wte, then wpe where held).
@@ -176,6 +179,14 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
   w->datty = make({N, C / tp}, act);
   w->dqkv = make({B, T, 3 * C / tp}, act);
   w->dfch = make({N, 4 * C / tp}, act);
+  if (options_.sequence_parallel) {
+    const std::int64_t rows = local_rows(B, T);
+    w->full = make({N, C}, act);
+    w->dfull = make({N, C}, act);
+    w->branch_local = make({rows, C}, act);
+    w->dln_local = make({rows, C}, act);
+    w->ln_dparams = make({2 * C}, DType::F32);
+  }
   if (tp_.active()) {
     w->row_max = make({N}, DType::F32);
     w->sum_exp = make({N}, DType::F32);
@@ -215,6 +226,7 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     const ChunkInfo& info = chunks_[static_cast<std::size_t>(chunk)];
     const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, tp = tp_.size();
     const std::int64_t H = config_.heads / tp;
+    const std::int64_t R = local_rows(B, T);  // the residual stream's rows here: N, or N/tp in sequence parallel
     auto make = [&](Shape shape, DType dtype) {
       Tensor t = Tensor::empty(std::move(shape), dtype, ctx_);
       a.bytes += static_cast<std::int64_t>(t.nbytes());
@@ -223,21 +235,21 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     // Activations and their gradients are of the compute dtype; statistics are fp32 whatever it is.
     auto act = [&](Shape shape) { return make(std::move(shape), compute_dtype()); };
     auto f32 = [&](Shape shape) { return make(std::move(shape), DType::F32); };
-    for (int l = 0; l <= info.layers.size(); ++l) a.residual.push_back(act({N, C}));
+    for (int l = 0; l <= info.layers.size(); ++l) a.residual.push_back(act({R, C}));
     for (int l = 0; l < info.layers.size(); ++l) {
-      a.blocks.push_back({act({N, C}), f32({N}), f32({N}), act({B, T, 3 * C / tp}), act({N, C / tp}),
-                          f32({B, H, T, T}), act({N, C}), act({N, C}), f32({N}), f32({N}), act({N, 4 * C / tp}),
+      a.blocks.push_back({act({R, C}), f32({R}), f32({R}), act({B, T, 3 * C / tp}), act({N, C / tp}),
+                          f32({B, H, T, T}), act({R, C}), act({R, C}), f32({R}), f32({R}), act({N, 4 * C / tp}),
                           act({N, 4 * C / tp})});
     }
     if (info.head) {
-      a.lnf = act({N, C});
-      a.lnf_mean = f32({N});
-      a.lnf_rstd = f32({N});
+      a.lnf = act({N, C});  // gathered: the LM head's GEMMs read every row
+      a.lnf_mean = f32({R});
+      a.lnf_rstd = f32({R});
       a.logits = act({N, partition_.vocab_rows_local(config_)});
       a.losses = f32({N});
       a.lse = f32({N});
     }
-    a.dres = act({N, C});
+    a.dres = act({R, C});
   }
   slot->have_targets = false;
   slot->backward = Slot::Backward::NotRun;
@@ -268,6 +280,62 @@ void Gpt::check_tokens(std::span<const std::int32_t> ids, const char* what) cons
              config_.vocab_size, ")");
 }
 
+std::int64_t Gpt::local_rows(int B, int T) const {
+  const std::int64_t N = static_cast<std::int64_t>(B) * T;
+  if (!options_.sequence_parallel) return N;
+  MT_CHECK(N % tp_.size() == 0, "sequence parallelism splits the ", B, " x ", T, " = ", N,
+           " positions of a micro-batch over ", tp_.size(), " tensor-parallel ranks: they must divide evenly");
+  return N / tp_.size();
+}
+
+const Tensor& Gpt::tp_enter(const Tensor& local, Tensor& full) const {
+  if (!options_.sequence_parallel) return local;  // copy_forward: the identity
+  tp_.sequence_gather_forward(ctx_, local, full);
+  return full;
+}
+
+Tensor& Gpt::tp_enter_backward(Tensor& dfull, Tensor& dlocal) const {
+  if (!options_.sequence_parallel) {
+    tp_.copy_backward(dfull);
+    return dfull;
+  }
+  tp_.sequence_gather_backward(ctx_, dfull, dlocal);
+  return dlocal;
+}
+
+const Tensor& Gpt::tp_leave(Tensor& partial, Tensor& local) const {
+  if (!options_.sequence_parallel) {
+    tp_.reduce_forward(partial);
+    return partial;
+  }
+  tp_.sequence_reduce_scatter_forward(ctx_, partial, local);
+  return local;
+}
+
+const Tensor& Gpt::tp_leave_backward(Tensor& dlocal, Tensor& dfull) const {
+  if (!options_.sequence_parallel) return dlocal;  // reduce_backward: the identity
+  tp_.sequence_reduce_scatter_backward(ctx_, dlocal, dfull);
+  return dfull;
+}
+
+void Gpt::layernorm_backward(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                             const Tensor& rstd, Tensor& dx, Scratch& w) {
+  if (!options_.sequence_parallel) {
+    ln.backward(ctx_, dout, x, mean, rstd, dx);
+    return;
+  }
+  ln.backward_input(ctx_, dout, x, mean, rstd, dx);
+  const std::int64_t C = config_.channels;
+  LayerNorm partial = ln;  // the same parameters, its gradients into the scratch
+  partial.dweight = w.ln_dparams.flat_slice(0, C);
+  partial.dbias = w.ln_dparams.flat_slice(C, C);
+  kernels::fill(ctx_, w.ln_dparams, 0.0);
+  partial.backward_params(ctx_, dout, x, mean, rstd);
+  tp_.allreduce(w.ln_dparams, ReduceOp::Sum);
+  kernels::binary(ctx_, BinaryOp::Add, ln.dweight, partial.dweight, ln.dweight);
+  kernels::binary(ctx_, BinaryOp::Add, ln.dbias, partial.dbias, ln.dbias);
+}
+
 void Gpt::ready(std::size_t first, std::size_t count) {
   if (grad_ready_ == nullptr || !*grad_ready_) return;
   for (std::size_t i = first; i < first + count; ++i) (*grad_ready_)(i);
@@ -288,9 +356,16 @@ void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
   }
   // Each rank looks up the tokens of its vocabulary slice (zero elsewhere), rank 0 adds the
   // positions; the sum over the group has exactly one non-zero token row per position.
+  if (!options_.sequence_parallel) {
+    nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_),
+                                tp_.rank() == 0 ? &wpe : nullptr, s.residual[0]);
+    tp_.reduce_forward(s.residual[0]);
+    return;
+  }
+  Scratch& w = scratch(s.B, s.T);  // every position's partial sum, then this rank's rows of the sum
   nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_), tp_.rank() == 0 ? &wpe : nullptr,
-                              s.residual[0]);
-  tp_.reduce_forward(s.residual[0]);
+                              w.full);
+  tp_.sequence_reduce_scatter_forward(ctx_, w.full, s.residual[0]);
 }
 
 void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
@@ -302,27 +377,29 @@ void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
     auto& a = s.blocks[static_cast<std::size_t>(i)];
     const Tensor& x = s.residual[static_cast<std::size_t>(i)];
     blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
-    tp_.copy_forward(a.ln1);
-    blk.qkv.forward(ctx_, a.ln1, a.qkv);  // column-parallel: this rank's heads
+    blk.qkv.forward(ctx_, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
     nn::attention_forward(ctx_, a.qkv, heads, a.atty, a.att);
     blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
-    tp_.reduce_forward(w.branch);
-    kernels::binary(ctx_, BinaryOp::Add, x, w.branch, a.res2);
+    kernels::binary(ctx_, BinaryOp::Add, x, tp_leave(w.branch, w.branch_local), a.res2);
     blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
-    tp_.copy_forward(a.ln2);
-    blk.fc.forward(ctx_, a.ln2, a.fch);
+    blk.fc.forward(ctx_, tp_enter(a.ln2, w.full), a.fch);
     nn::gelu_forward(ctx_, a.fch, a.fch_gelu);
     blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, add_row_bias);
-    tp_.reduce_forward(w.branch);
-    kernels::binary(ctx_, BinaryOp::Add, a.res2, w.branch, s.residual[static_cast<std::size_t>(i) + 1]);
+    kernels::binary(ctx_, BinaryOp::Add, a.res2, tp_leave(w.branch, w.branch_local),
+                    s.residual[static_cast<std::size_t>(i) + 1]);
   }
 }
 
 void Gpt::head_logits(Slot& s) {
   const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::Forward);
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Forward);
-  lnf_.forward(ctx_, s.residual.back(), s.lnf, s.lnf_mean, s.lnf_rstd);
-  tp_.copy_forward(s.lnf);
+  if (!options_.sequence_parallel) {
+    lnf_.forward(ctx_, s.residual.back(), s.lnf, s.lnf_mean, s.lnf_rstd);
+  } else {
+    Scratch& w = scratch(s.B, s.T);
+    lnf_.forward(ctx_, s.residual.back(), w.branch_local, s.lnf_mean, s.lnf_rstd);
+    tp_.sequence_gather_forward(ctx_, w.branch_local, s.lnf);
+  }
   // logits = lnf wte^T over this rank's vocabulary rows (padding columns are ignored by the loss).
   matmul(ctx_, s.lnf, false, store_.compute_param(static_cast<std::size_t>(wte_)), true, s.logits);
 }
@@ -404,9 +481,10 @@ void Gpt::head_backward(Slot& s, Scratch& w, float loss_weight) {
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));  // fp32 whatever the compute dtype
   matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);
   matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, w.dln);
-  tp_.copy_backward(w.dln);  // each rank's slice of the vocabulary contributed part of dlnf
+  // Each rank's slice of the vocabulary contributed part of dlnf.
+  const Tensor& dlnf = tp_enter_backward(w.dln, w.dln_local);
   kernels::fill(ctx_, s.dres, 0.0);
-  lnf_.backward(ctx_, w.dln, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres);
+  layernorm_backward(lnf_, dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres, w);
   ready(static_cast<std::size_t>(lnf_first_), 2);
 }
 
@@ -418,19 +496,17 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
     auto& a = s.blocks[static_cast<std::size_t>(i)];
     // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
     // collects the branch's contribution.
-    tp_.reduce_backward(s.dres);
-    blk.fc_proj.backward(ctx_, s.dres, a.fch_gelu, &w.dfch);
+    // With sequence parallelism the GEMMs' inputs are gathered again (forward kept this rank's rows).
+    blk.fc_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.fch_gelu, &w.dfch);
     nn::gelu_backward(ctx_, a.fch, w.dfch, w.dfch);
-    blk.fc.backward(ctx_, w.dfch, a.ln2, &w.dln);
-    tp_.copy_backward(w.dln);
-    blk.ln2.backward(ctx_, w.dln, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
+    blk.fc.backward(ctx_, w.dfch, tp_enter(a.ln2, w.full), &w.dln);
+    layernorm_backward(blk.ln2, tp_enter_backward(w.dln, w.dln_local), a.res2, a.ln2_mean, a.ln2_rstd, s.dres, w);
     // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
-    tp_.reduce_backward(s.dres);
-    blk.attn_proj.backward(ctx_, s.dres, a.atty, &w.datty);
+    blk.attn_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.atty, &w.datty);
     nn::attention_backward(ctx_, w.datty, a.qkv, a.att, heads, w.dqkv);
-    blk.qkv.backward(ctx_, w.dqkv, a.ln1, &w.dln);
-    tp_.copy_backward(w.dln);
-    blk.ln1.backward(ctx_, w.dln, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
+    blk.qkv.backward(ctx_, w.dqkv, tp_enter(a.ln1, w.full), &w.dln);
+    layernorm_backward(blk.ln1, tp_enter_backward(w.dln, w.dln_local), s.residual[static_cast<std::size_t>(i)],
+                       a.ln1_mean, a.ln1_rstd, s.dres, w);
     ready(blk.first_param, kParamsPerLayer);
   }
 }
@@ -457,7 +533,10 @@ void Gpt::embedding_backward(Slot& s) {
   if (!tp_.active()) {
     nn::embedding_backward(ctx_, s.tokens, s.dres, dwte, dwpe);
   } else {
-    nn::embedding_backward_slice(ctx_, s.tokens, s.dres, partition_.vocab_begin(config_), dwte, &dwpe);
+    // With sequence parallelism each rank holds its rows of the gradient: gather every position's
+    // (the adjoint of the forward's reduce-scatter), so wpe's gradient stays the same on every rank.
+    const Tensor& dout = tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
+    nn::embedding_backward_slice(ctx_, s.tokens, dout, partition_.vocab_begin(config_), dwte, &dwpe);
   }
   ready(static_cast<std::size_t>(wpe_), 1);
   // The tied embedding is complete here only if the head's contribution came from this rank too.
@@ -548,6 +627,8 @@ void Gpt::backward_chunk_input(int chunk, int micro, float loss_weight) {
   MT_CHECK(s.backward == Slot::Backward::NotRun, "backward_chunk_input of chunk ", chunk, " micro-batch ", micro,
            s.backward == Slot::Backward::WeightsPending ? " twice (its backward_chunk_weights is pending)"
                                                         : " after its backward already ran");
+  MT_CHECK(!options_.sequence_parallel, "a split backward (zero-bubble schedules) with sequence parallelism: W "
+           "would have to sum the layernorms' gradients over the tensor-parallel group");
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(s.B, s.T);
   keep_weight_inputs(s);

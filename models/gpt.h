@@ -157,6 +157,20 @@ class Gpt {
   void run_blocks_backward_weights(const ChunkInfo& c, Slot& s);
   void embedding_backward(Slot& s);
   void keep_weight_inputs(Slot& s);
+  // The tensor-parallel region's edges (parallel/tensor_parallel.h). enter: a layernorm's output
+  // becomes a column-parallel layer's input (tp alone: copy, the tensor itself; with sequence
+  // parallelism: the rows of every rank gathered into `full`). leave: a row-parallel layer's
+  // partial output becomes the residual branch (reduce in place; or reduce-scattered into `local`).
+  // Each returns the tensor to read next; the _backward halves are their adjoints.
+  const Tensor& tp_enter(const Tensor& local, Tensor& full) const;
+  Tensor& tp_enter_backward(Tensor& dfull, Tensor& dlocal) const;
+  const Tensor& tp_leave(Tensor& partial, Tensor& local) const;
+  const Tensor& tp_leave_backward(Tensor& dlocal, Tensor& dfull) const;
+  // A layernorm's backward; with sequence parallelism its parameter gradients from this rank's rows
+  // are summed over the tp group before they are added (each rank normalized other rows).
+  void layernorm_backward(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                          Tensor& dx, Scratch& w);
+  std::int64_t local_rows(int B, int T) const;  // rows of the residual stream on this rank
   void ready(std::size_t first, std::size_t count);
   void check_tokens(std::span<const std::int32_t> ids, const char* what) const;
 

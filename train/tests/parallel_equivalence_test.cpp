@@ -95,10 +95,12 @@ struct Layout {
   int dp, tp, pp;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int virtual_stages = 1;
+  bool sequence_parallel = false;
   int world_size() const { return dp * tp * pp; }
   std::string name() const {
     return "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " " +
-           schedule_kind_name(schedule) + (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "");
+           schedule_kind_name(schedule) + (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "") +
+           (sequence_parallel ? " sp" : "");
   }
 };
 
@@ -111,6 +113,7 @@ LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSett
   request.pp = layout.pp;
   request.schedule = layout.schedule;
   request.virtual_stages = layout.virtual_stages;
+  request.sequence_parallel = layout.sequence_parallel;
   request.zero = zero;
   request.micro_batch = s.micro_batch;
   request.bucket_mb = 0.05;
@@ -228,6 +231,22 @@ TEST(ParallelEquivalence, EveryLayoutTrainsTheSameModel) {
       const int whole = 8 / layout.dp;
       if (whole != 2 && (layout.pp == 1 || layout.schedule == ScheduleKind::GPipe)) check_layout(layout, zero, whole);
     }
+  }
+}
+
+// Sequence parallelism splits the residual stream's rows over the tp ranks and sums the
+// layernorms' gradients over them: the same model within the same tolerance, on every layout kind
+// with tp (pure tp, with dp, with a pipeline, interleaved, all three, tp 4).
+TEST(ParallelEquivalence, SequenceParallelTrainsTheSameModel) {
+  const int n = test_world().size();
+  std::vector<Layout> layouts;
+  if (n == 2) layouts = {{1, 2, 1}};
+  if (n == 4) layouts = {{2, 2, 1}, {1, 2, 2}, {1, 2, 2, ScheduleKind::Interleaved, 2}, {1, 4, 1}};
+  if (n == 8) layouts = {{2, 2, 2}, {1, 4, 2, ScheduleKind::GPipe}};
+  if (layouts.empty()) GTEST_SKIP() << "no sequence-parallel layouts for " << n << " ranks";
+  for (Layout layout : layouts) {
+    layout.sequence_parallel = true;
+    for (int zero : {0, 1}) check_layout(layout, zero, 2);
   }
 }
 
