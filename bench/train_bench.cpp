@@ -76,7 +76,10 @@ po::options_description train_options() {
       ("models", po::value<std::string>()->default_value("small,gpt2"),
        "comma-separated presets to measure, smallest first (peak memory is per process)")
       ("batch", po::value<int>()->default_value(4), "sequences per step B")
-      ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T");
+      ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T")
+      ("recompute", po::value<std::string>()->default_value("none"),
+       "comma-separated activation recomputation modes to measure per model, side by side: none, selective, "
+       "full (each row's 'vs first' compares its step time and activation peak with the first mode's)");
   add_repeat_options(desc, 5, "timed steps per model", "untimed steps first");
   desc.add_options()
       ("cpu-threads", po::value<int>()->default_value(0), "threads (0: all cores)")
@@ -106,6 +109,7 @@ std::optional<po::variables_map> parse_train_command(const std::vector<std::stri
 
 struct TrainOptions {
   std::vector<std::string> models;
+  std::vector<Recompute> recompute;
   int batch = 0, seq_len = 0, steps = 0, warmup = 0;
   DeviceOptions device;
   std::string dtype_name;  // fp32 or bf16
@@ -117,6 +121,8 @@ struct TrainOptions {
 TrainOptions read_options(const po::variables_map& vm) {
   TrainOptions o;
   o.models = split_list(vm["models"].as<std::string>());
+  for (const std::string& mode : split_list(vm["recompute"].as<std::string>())) o.recompute.push_back(parse_recompute(mode));
+  if (o.recompute.empty()) throw std::runtime_error("--recompute needs at least one mode");
   o.batch = vm["batch"].as<int>();
   o.seq_len = vm["seq-len"].as<int>();
   o.steps = vm["steps"].as<int>();
@@ -134,39 +140,54 @@ TrainOptions read_options(const po::variables_map& vm) {
 
 struct ModelRun {
   std::string name;
+  Recompute recompute = Recompute::None;
   GptConfig config;
   Timing time;
   double tokens = 0;    // per step
   double flops = 0;     // model FLOPs per second
   double peak_rss = 0;  // bytes, this process so far
+  // The allocator's peak over the steps less what it held before them (parameters, gradients,
+  // AdamW's moments): activations, scratch and a step's temporary buffers, as allocated.
+  double activation_peak = 0;
 };
 
-// One preset: its model and optimizer built, its steps timed.
-ModelRun run_model(DeviceContext& ctx, const TrainOptions& o, const std::string& name) {
+// One preset: its model and optimizer built, its steps timed, on a fresh device context (so that
+// the allocator's peak is this run's).
+ModelRun run_model(const TrainOptions& o, const std::string& name, Recompute recompute) {
+  DeviceContext ctx(o.device);
   ModelRun run;
   run.name = name;
+  run.recompute = recompute;
   run.config = gpt_preset(name);
-  Gpt model(ctx, run.config, o.compute);
+  Gpt model(ctx, run.config, o.compute, {}, {}, 1, GptOptions{recompute, false});
   model.init(1);
   std::vector<ParamSlot> slots;
   for (std::size_t i = 0; i < model.parameters().size(); ++i)
     slots.push_back({model.parameters().spec(i).name, model.parameters().param(i), model.parameters().grad(i),
                      model.parameters().spec(i).decay});
   AdamW opt(ctx, std::move(slots));
+  const double held = static_cast<double>(ctx.allocator().stats().in_use);
   run.time = run_steps(ctx, model, opt, o.batch, o.seq_len, o.warmup, o.steps);
+  run.activation_peak = static_cast<double>(ctx.allocator().stats().peak) - held;
   run.tokens = static_cast<double>(o.batch) * o.seq_len;
   run.flops = run.tokens * run.config.training_flops_per_token(o.seq_len) / run.time.total();
   run.peak_rss = peak_rss_bytes();
   return run;
 }
 
-std::vector<std::string> table_cells(const ModelRun& r, double sgemm) {
+// first: the same model's row with the first --recompute mode.
+std::vector<std::string> table_cells(const ModelRun& r, const ModelRun& first, double sgemm) {
   const Timing& t = r.time;
-  return {r.name, format_cell("%.1fM", static_cast<double>(r.config.real_parameter_count()) / 1e6),
+  constexpr double MiB = 1024.0 * 1024.0;
+  return {r.name, recompute_name(r.recompute),
+          format_cell("%.1fM", static_cast<double>(r.config.real_parameter_count()) / 1e6),
           format_cell("%.0f", r.tokens), format_cell("%.0f", 1e3 * t.total()), format_cell("%.0f", 1e3 * t.forward),
           format_cell("%.0f", 1e3 * t.backward), format_cell("%.0f", 1e3 * t.optimizer),
           format_cell("%.0f", r.tokens / t.total()), format_cell("%.1f", r.flops / 1e9),
-          format_cell("%.2f", r.flops / sgemm), format_cell("%.2f GiB", r.peak_rss / (1024.0 * 1024 * 1024))};
+          format_cell("%.2f", r.flops / sgemm), format_cell("%.1f MiB", r.activation_peak / MiB),
+          format_cell("x%.2f time", t.total() / first.time.total()) +
+              format_cell(", /%.2f act", first.activation_peak / r.activation_peak),
+          format_cell("%.2f GiB", r.peak_rss / (1024.0 * 1024 * 1024))};
 }
 
 nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int threads, double sgemm) {
@@ -175,6 +196,8 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
   row["device"] = device_kind(o.device.device);
   row["dtype"] = o.dtype_name;
   row["model"] = r.name;
+  row["recompute"] = recompute_name(r.recompute);
+  row["activation_peak_bytes"] = r.activation_peak;
   row["params"] = r.config.real_parameter_count();
   row["tokens_per_step"] = r.tokens;
   row["step_s"] = r.time.total();
@@ -209,14 +232,19 @@ int train_bench(const std::vector<std::string>& args) {
   std::printf("fp32 GEMM %d^3 (%s, best of 3 in this run): %.1f GFLOP/s\n", gemm_n, gpu ? "cuBLAS" : "OpenBLAS",
               sgemm / 1e9);
 
-  TextTable table({"model", "params", "tokens", "step ms", "fwd ms", "bwd ms", "opt ms", "tokens/s", "GFLOP/s",
-                   "MFU", "peak RSS"});
+  TextTable table({"model", "recompute", "params", "tokens", "step ms", "fwd ms", "bwd ms", "opt ms", "tokens/s",
+                   "GFLOP/s", "MFU", "act peak", "vs first mode", "peak RSS"});
   for (const std::string& name : o.models) {
-    const ModelRun run = run_model(ctx, o, name);
-    table.add_row(table_cells(run, sgemm));
-    json.append(json_row(run, o, ctx.cpu_threads(), sgemm));
+    std::vector<ModelRun> runs;
+    for (Recompute mode : o.recompute) {
+      runs.push_back(run_model(o, name, mode));
+      table.add_row(table_cells(runs.back(), runs.front(), sgemm));
+      json.append(json_row(runs.back(), o, ctx.cpu_threads(), sgemm));
+    }
   }
   std::printf("%s", table.render().c_str());
+  std::printf("act peak = the allocator's peak over the steps less what parameters, gradients and AdamW held "
+              "before them\n");
   std::printf("MFU = model FLOPs (6 x matmul parameters x tokens + attention) / step time / fp32 GEMM rate%s\n",
               o.compute == DType::BF16 ? " (bf16 products can beat it: MFU > 1 is possible)" : "");
   return 0;
