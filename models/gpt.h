@@ -134,7 +134,10 @@ class Gpt {
  private:
   struct Block;
   class UnitUse;
+  struct LayerActs;
+  struct LayerGrads;
   struct Slot;
+  struct WeightInputs;
   struct Scratch;
   struct ChunkInfo {
     LayerRange layers;
@@ -152,9 +155,16 @@ class Gpt {
   void head_backward_input(Slot& s, float loss_weight);
   void head_backward_weights(Slot& s);
   void run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w);
+  void layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out);
+  LayerActs layer_buffers(Slot& s, Scratch& w, int i, const WeightInputs* kept) const;
+  void recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a);
+  LayerActs new_layer(unsigned fields, int B, int T, std::int64_t& bytes);
+  std::vector<LayerGrads> new_layer_grads(int layers, int B, int T, std::int64_t& bytes);
+  void take_weight_inputs(Slot& s);
+  void give_back_weight_inputs(Slot& s);
   void run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w);
   void run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w);
-  void run_blocks_backward_weights(const ChunkInfo& c, Slot& s);
+  void run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w);
   void embedding_backward(Slot& s);
   void keep_weight_inputs(Slot& s);
   void ready(std::size_t first, std::size_t count);
@@ -176,6 +186,7 @@ class Gpt {
   ParamUseHooks* hooks_ = nullptr;
   std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
   std::vector<std::unique_ptr<Slot>> pool_;
+  std::vector<std::unique_ptr<WeightInputs>> weight_input_pool_;  // recompute's, between B and W
   std::unique_ptr<Scratch> scratch_;
   const GradReady* grad_ready_ = nullptr;  // during a backward call that was given one
 };

@@ -42,7 +42,6 @@ void check_memory_options(const LayoutRequest& r) {
   MT_REQUIRE(!r.sequence_parallel || r.tp > 1, "--sequence-parallel splits the sequence over the tensor-parallel "
              "ranks: it needs --tp of at least 2, got ", r.tp);
   MT_REQUIRE(!r.sequence_parallel, "--sequence-parallel is not implemented yet");
-  MT_REQUIRE(r.recompute == Recompute::None, "--recompute ", recompute_name(r.recompute), " is not implemented yet");
 }
 
 }  // namespace
