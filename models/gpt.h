@@ -47,6 +47,9 @@ namespace mt {
 
 // How a Gpt trades compute and communication for memory (parallel/memory_options.h).
 struct GptOptions {
+  // Full: a slot keeps per layer only its input; backward reruns the layer's forward (up to GELU)
+  // into one scratch layer. Selective: the attention probabilities and GELU output are recomputed.
+  // Either way the same kernels on the same inputs: the bits of None.
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // needs a tensor-parallel group of 2 or more
 };
@@ -120,7 +123,9 @@ class Gpt {
   // (4 x [B*T, C] + [B*T, 3C/tp], compute dtype; dfch overwrites the forward's pre-GELU activation,
   // which W no longer needs); the head's lnf gradient ([B*T, C]; dlogits replaces the logits as in
   // the fused backward); the embedding's is the slot's input gradient. Allocated at the slot's
-  // first B, then pooled with it and counted in activation_bytes().
+  // first B, then pooled with it and counted in activation_bytes(). With recompute, B also
+  // recomputes what W reads and the slot dropped; that and the layers' gradients above sit in a set
+  // taken at B and given back at W (pooled by the model), so only slots between B and W hold one.
   void backward_chunk_input(int chunk, int micro, float loss_weight);
   // W: the parameter gradients of that B (communicates nothing); `ready` as in backward_chunk, the
   // same parameters in the same order. Afterwards the slot may be released.
