@@ -58,16 +58,23 @@ struct Gpt::Block {
   int unit = -1;                // its index in units_
 };
 
+// One layer's activations, as forward writes them and backward reads them.
+struct Gpt::LayerActs {
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+};
+
+// What W reads of one layer, kept by B (see backward_chunk_input).
+struct Gpt::LayerGrads {
+  Tensor dmlp_out, dattn_out, dln2, dln1, dqkv;
+};
+
 // What forward keeps for backward, for one chunk and one micro-batch. residual[i] is the input of
 // the chunk's block i (residual[0] the chunk's input), residual.back() its output.
 struct Gpt::Slot {
   int chunk = -1, B = 0, T = 0;
   Tensor tokens, targets;
   std::vector<Tensor> residual;
-  struct PerBlock {
-    Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-  };
-  std::vector<PerBlock> blocks;
+  std::vector<LayerActs> blocks;  // what recompute drops stays undefined
   Tensor lnf, lnf_mean, lnf_rstd, logits, losses, lse;  // the head chunk only
   // The gradient flowing through the chunk: received from the next stage (or started by the head),
   // and after backward the gradient of the chunk's input, to send back.
@@ -79,11 +86,19 @@ struct Gpt::Slot {
   // What W reads, kept by B because the scratch and dres move on (see backward_chunk_input):
   // per block the residual gradient at the MLP's and the attention's output, the layernorms'
   // upstream gradients, dqkv. Allocated at the slot's first B and kept in the pool with it.
-  struct PerBlockGrads {
-    Tensor dmlp_out, dattn_out, dln2, dln1, dqkv;
-  };
-  std::vector<PerBlockGrads> grads;
+  std::vector<LayerGrads> grads;  // empty with recompute: WeightInputs holds them
   Tensor dlnf;  // the head chunk only
+  std::int64_t bytes = 0;
+  // With recompute, what a split backward's B recomputes for its W (taken at B, given back at W).
+  std::unique_ptr<WeightInputs> recomputed;
+};
+
+// The activations recompute drops that W reads, per layer of a chunk: B recomputes them here and
+// W reads them, so they live from B to W only (pooled by the model, not the slot).
+struct Gpt::WeightInputs {
+  int chunk = -1, B = 0, T = 0;
+  std::vector<LayerActs> blocks;
+  std::vector<LayerGrads> grads;  // as Slot::grads, which stays empty with recompute
   std::int64_t bytes = 0;
 };
 
@@ -92,12 +107,69 @@ struct Gpt::Scratch {
   int B = 0, T = 0;
   Tensor branch, dln, datty, dqkv, dfch;
   Tensor row_max, sum_exp, target_logit;  // vocab-parallel loss statistics
+  // With recompute, one layer's worth of what the slots do not keep, shared by every layer: the
+  // forward writes it and moves on, backward recomputes into it.
+  LayerActs layer;
   // Sequence parallelism only: the gathered [N, C] input of a column-parallel layer, the gathered
   // gradient of the residual stream, their [N/tp, C] counterparts, a layernorm's parameter
   // gradients from this rank's rows ([2C]: weight, then bias).
   Tensor full, dfull, branch_local, dln_local, ln_dparams;
   std::int64_t bytes = 0;
 };
+
+namespace {
+
+// Fields of a LayerActs, to say which of them a buffer set holds.
+enum LayerField : unsigned {
+  kLn1 = 1u << 0, kLn1Stats = 1u << 1, kQkv = 1u << 2, kAtty = 1u << 3, kAtt = 1u << 4, kRes2 = 1u << 5,
+  kLn2 = 1u << 6, kLn2Stats = 1u << 7, kFch = 1u << 8, kFchGelu = 1u << 9, kAllFields = (1u << 10) - 1,
+};
+
+// What each place holds per layer under each recompute mode:
+// the slot from forward to backward; the scratch (one layer, shared); the W inputs (B to W).
+unsigned slot_fields(Recompute r) {
+  switch (r) {
+    case Recompute::None: return kAllFields;
+    case Recompute::Selective: return kAllFields & ~(kAtt | kFchGelu);
+    case Recompute::Full: return 0;
+  }
+  return kAllFields;
+}
+unsigned scratch_fields(Recompute r) { return kAllFields & ~slot_fields(r); }
+// W reads every field but qkv and att (B's alone): those of them the slot lacks.
+unsigned weight_input_fields(Recompute r) { return scratch_fields(r) & ~(kQkv | kAtt); }
+
+}  // namespace
+
+// One layer's activations of a B x T micro-batch, the `fields` allocated (the others undefined);
+// adds their size to `bytes`.
+Gpt::LayerActs Gpt::new_layer(unsigned fields, int B, int T, std::int64_t& bytes) {
+  const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, tp = tp_.size();
+  const std::int64_t H = config_.heads / tp;
+  const std::int64_t R = local_rows(B, T);  // the residual stream's rows here: N, or N/tp in sequence parallel
+  auto make = [&](unsigned field, Shape shape, DType dtype) {
+    if ((fields & field) == 0) return Tensor();
+    Tensor t = Tensor::empty(std::move(shape), dtype, ctx_);
+    bytes += static_cast<std::int64_t>(t.nbytes());
+    return t;
+  };
+  // Activations are of the compute dtype; statistics and attention probabilities are fp32.
+  const DType act = compute_dtype(), f32 = DType::F32;
+  LayerActs a;
+  a.ln1 = make(kLn1, {R, C}, act);
+  a.ln1_mean = make(kLn1Stats, {R}, f32);
+  a.ln1_rstd = make(kLn1Stats, {R}, f32);
+  a.qkv = make(kQkv, {B, T, 3 * C / tp}, act);
+  a.atty = make(kAtty, {N, C / tp}, act);
+  a.att = make(kAtt, {B, H, T, T}, f32);
+  a.res2 = make(kRes2, {R, C}, act);
+  a.ln2 = make(kLn2, {R, C}, act);
+  a.ln2_mean = make(kLn2Stats, {R}, f32);
+  a.ln2_rstd = make(kLn2Stats, {R}, f32);
+  a.fch = make(kFch, {N, 4 * C / tp}, act);
+  a.fch_gelu = make(kFchGelu, {N, 4 * C / tp}, act);
+  return a;
+}
 
 Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartition partition, TensorParallel tp,
          std::int64_t pad_multiple, GptOptions options)
@@ -126,8 +198,6 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
   }
   MT_CHECK(!options_.sequence_parallel || tp_.size() > 1, "sequence parallelism needs a tensor-parallel group of 2 "
            "or more ranks, got ", tp_.size());
-  MT_CHECK(options_.recompute == Recompute::None, "recompute ", recompute_name(options_.recompute),
-           " is not implemented yet");
   // The embeddings come first in the store (wte, then wpe where held).
   if (wte_ >= 0) {
     embedding_unit_ = static_cast<int>(units_.size());
@@ -179,6 +249,7 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
   w->datty = make({N, C / tp}, act);
   w->dqkv = make({B, T, 3 * C / tp}, act);
   w->dfch = make({N, 4 * C / tp}, act);
+  w->layer = new_layer(scratch_fields(options_.recompute), B, T, w->bytes);
   if (options_.sequence_parallel) {
     const std::int64_t rows = local_rows(B, T);
     w->full = make({N, C}, act);
@@ -224,8 +295,7 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     a.B = B;
     a.T = T;
     const ChunkInfo& info = chunks_[static_cast<std::size_t>(chunk)];
-    const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, tp = tp_.size();
-    const std::int64_t H = config_.heads / tp;
+    const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels;
     const std::int64_t R = local_rows(B, T);  // the residual stream's rows here: N, or N/tp in sequence parallel
     auto make = [&](Shape shape, DType dtype) {
       Tensor t = Tensor::empty(std::move(shape), dtype, ctx_);
@@ -236,13 +306,10 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     auto act = [&](Shape shape) { return make(std::move(shape), compute_dtype()); };
     auto f32 = [&](Shape shape) { return make(std::move(shape), DType::F32); };
     for (int l = 0; l <= info.layers.size(); ++l) a.residual.push_back(act({R, C}));
-    for (int l = 0; l < info.layers.size(); ++l) {
-      a.blocks.push_back({act({R, C}), f32({R}), f32({R}), act({B, T, 3 * C / tp}), act({N, C / tp}),
-                          f32({B, H, T, T}), act({R, C}), act({R, C}), f32({R}), f32({R}), act({N, 4 * C / tp}),
-                          act({N, 4 * C / tp})});
-    }
+    for (int l = 0; l < info.layers.size(); ++l)
+      a.blocks.push_back(new_layer(slot_fields(options_.recompute), B, T, a.bytes));
     if (info.head) {
-      a.lnf = act({N, C});  // gathered: the LM head's GEMMs read every row
+      a.lnf = act({N, C});  // gathered with sequence parallelism: the LM head's GEMMs read every row
       a.lnf_mean = f32({R});
       a.lnf_rstd = f32({R});
       a.logits = act({N, partition_.vocab_rows_local(config_)});
@@ -269,6 +336,7 @@ void Gpt::release(int chunk, int micro) {
   if (it == live_.end()) return;
   MT_CHECK(it->second->backward != Slot::Backward::WeightsPending, "release of chunk ", chunk, " micro-batch ", micro,
            " between its backward_chunk_input and backward_chunk_weights would lose its weight gradients");
+  give_back_weight_inputs(*it->second);
   pool_.push_back(std::move(it->second));
   live_.erase(it);
 }
@@ -369,24 +437,72 @@ void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
 }
 
 void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
-  const int heads = config_.heads / tp_.size();
-  const bool add_row_bias = tp_.rank() == 0;  // a row-parallel layer's bias is added once, before the sum
   for (int i = 0; i < c.layers.size(); ++i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
     const UnitUse use(hooks_, blk.unit, ParamUse::Forward);
-    auto& a = s.blocks[static_cast<std::size_t>(i)];
-    const Tensor& x = s.residual[static_cast<std::size_t>(i)];
-    blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
-    blk.qkv.forward(ctx_, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
-    nn::attention_forward(ctx_, a.qkv, heads, a.atty, a.att);
-    blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
-    kernels::binary(ctx_, BinaryOp::Add, x, tp_leave(w.branch, w.branch_local), a.res2);
-    blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
-    blk.fc.forward(ctx_, tp_enter(a.ln2, w.full), a.fch);
-    nn::gelu_forward(ctx_, a.fch, a.fch_gelu);
-    blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, add_row_bias);
-    kernels::binary(ctx_, BinaryOp::Add, a.res2, tp_leave(w.branch, w.branch_local),
-                    s.residual[static_cast<std::size_t>(i) + 1]);
+    LayerActs a = layer_buffers(s, w, i, nullptr);
+    layer_forward(blk, s.residual[static_cast<std::size_t>(i)], a, w, &s.residual[static_cast<std::size_t>(i) + 1]);
+  }
+}
+
+// One layer's forward from its input x into a; `out` null stops it where backward no longer
+// reads anything (after GELU): the recomputation, which runs these very kernels on the very same
+// inputs, with the same tensor-parallel collectives up to there on every rank of the group.
+void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out) {
+  const int heads = config_.heads / tp_.size();
+  const bool add_row_bias = tp_.rank() == 0;  // a row-parallel layer's bias is added once, before the sum
+  blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
+  blk.qkv.forward(ctx_, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
+  nn::attention_forward(ctx_, a.qkv, heads, a.atty, a.att);
+  blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
+  kernels::binary(ctx_, BinaryOp::Add, x, tp_leave(w.branch, w.branch_local), a.res2);
+  blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
+  blk.fc.forward(ctx_, tp_enter(a.ln2, w.full), a.fch);
+  nn::gelu_forward(ctx_, a.fch, a.fch_gelu);
+  if (out == nullptr) return;
+  blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, add_row_bias);
+  kernels::binary(ctx_, BinaryOp::Add, a.res2, tp_leave(w.branch, w.branch_local), *out);
+}
+
+// Where layer i of slot s has its activations: the slot's, and what recompute does not keep there
+// in the scratch's shared layer, or (kept) in `kept` for a split backward's W.
+Gpt::LayerActs Gpt::layer_buffers(Slot& s, Scratch& w, int i, const WeightInputs* kept) const {
+  const LayerActs& in_slot = s.blocks[static_cast<std::size_t>(i)];
+  const LayerActs* for_w = kept ? &kept->blocks[static_cast<std::size_t>(i)] : nullptr;
+  switch (options_.recompute) {
+    case Recompute::None:
+      return in_slot;
+    case Recompute::Selective: {
+      LayerActs a = in_slot;
+      a.att = w.layer.att;
+      a.fch_gelu = for_w ? for_w->fch_gelu : w.layer.fch_gelu;
+      return a;
+    }
+    case Recompute::Full: {
+      LayerActs a = for_w ? *for_w : w.layer;
+      a.qkv = w.layer.qkv;  // B's alone: never kept for W
+      a.att = w.layer.att;
+      return a;
+    }
+  }
+  return in_slot;
+}
+
+// Before layer i's backward: what forward did not keep, computed again into a (layer_buffers').
+// Runs inside the layer's backward use of its parameters.
+void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) {
+  switch (options_.recompute) {
+    case Recompute::None:
+      return;
+    case Recompute::Selective:
+      // The probabilities from the kept qkv; the attention output they give again goes to datty,
+      // which the attention's backward overwrites before it reads it.
+      nn::attention_forward(ctx_, a.qkv, config_.heads / tp_.size(), w.datty, a.att);
+      nn::gelu_forward(ctx_, a.fch, a.fch_gelu);
+      return;
+    case Recompute::Full:
+      layer_forward(blk, s.residual[static_cast<std::size_t>(i)], a, w, nullptr);
+      return;
   }
 }
 
@@ -493,7 +609,8 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
     const UnitUse use(hooks_, blk.unit, ParamUse::Backward);
-    auto& a = s.blocks[static_cast<std::size_t>(i)];
+    LayerActs a = layer_buffers(s, w, i, nullptr);
+    recompute_layer(blk, s, w, i, a);
     // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
     // collects the branch's contribution.
     // With sequence parallelism the GEMMs' inputs are gathered again (forward kept this rank's rows).
@@ -551,16 +668,28 @@ void Gpt::embedding_backward(Slot& s) {
 
 void Gpt::keep_weight_inputs(Slot& s) {
   const ChunkInfo& info = chunks_[static_cast<std::size_t>(s.chunk)];
-  if (s.grads.size() == static_cast<std::size_t>(info.layers.size()) && (!info.head || s.dlnf.defined())) return;
-  const std::int64_t N = static_cast<std::int64_t>(s.B) * s.T, C = config_.channels, tp = tp_.size();
+  if (info.head && !s.dlnf.defined()) {
+    s.dlnf = Tensor::empty({static_cast<std::int64_t>(s.B) * s.T, config_.channels}, compute_dtype(), ctx_);
+    s.bytes += static_cast<std::int64_t>(s.dlnf.nbytes());
+  }
+  if (options_.recompute != Recompute::None) {
+    take_weight_inputs(s);  // the layers' gradients for W come with the recomputed activations
+  } else if (s.grads.empty()) {
+    s.grads = new_layer_grads(info.layers.size(), s.B, s.T, s.bytes);
+  }
+}
+
+std::vector<Gpt::LayerGrads> Gpt::new_layer_grads(int layers, int B, int T, std::int64_t& bytes) {
+  const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, tp = tp_.size();
   auto act = [&](Shape shape) {
     Tensor t = Tensor::empty(std::move(shape), compute_dtype(), ctx_);
-    s.bytes += static_cast<std::int64_t>(t.nbytes());
+    bytes += static_cast<std::int64_t>(t.nbytes());
     return t;
   };
-  for (int l = 0; l < info.layers.size(); ++l)
-    s.grads.push_back({act({N, C}), act({N, C}), act({N, C}), act({N, C}), act({s.B, s.T, 3 * C / tp})});
-  if (info.head) s.dlnf = act({N, C});
+  std::vector<LayerGrads> grads;
+  for (int l = 0; l < layers; ++l)
+    grads.push_back({act({N, C}), act({N, C}), act({N, C}), act({N, C}), act({B, T, 3 * C / tp})});
+  return grads;
 }
 
 void Gpt::head_backward_input(Slot& s, float loss_weight) {
@@ -585,10 +714,11 @@ void Gpt::head_backward_weights(Slot& s) {
 void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
   const int heads = config_.heads / tp_.size();
   for (int i = c.layers.size() - 1; i >= 0; --i) {
-    const Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
     const UnitUse use(hooks_, blk.unit, ParamUse::BackwardInput);
-    auto& a = s.blocks[static_cast<std::size_t>(i)];
-    auto& g = s.grads[static_cast<std::size_t>(i)];
+    LayerActs a = layer_buffers(s, w, i, s.recomputed.get());
+    recompute_layer(blk, s, w, i, a);
+    auto& g = (s.recomputed ? s.recomputed->grads : s.grads)[static_cast<std::size_t>(i)];
     tp_.reduce_backward(s.dres);
     g.dmlp_out.copy_from(s.dres, ctx_.stream());  // dres collects the branches' gradients from here on
     blk.fc_proj.backward_input(ctx_, s.dres, w.dfch);
@@ -606,12 +736,12 @@ void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
   }
 }
 
-void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s) {
+void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
     const UnitUse use(hooks_, blk.unit, ParamUse::BackwardWeights);
-    const auto& a = s.blocks[static_cast<std::size_t>(i)];
-    const auto& g = s.grads[static_cast<std::size_t>(i)];
+    const LayerActs a = layer_buffers(s, w, i, s.recomputed.get());  // no qkv nor att: B's alone
+    const auto& g = (s.recomputed ? s.recomputed->grads : s.grads)[static_cast<std::size_t>(i)];
     blk.fc_proj.backward_weights(ctx_, g.dmlp_out, a.fch_gelu);
     blk.fc.backward_weights(ctx_, a.fch, a.ln2);  // fch holds dfch since B
     blk.ln2.backward_params(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd);
@@ -645,8 +775,36 @@ void Gpt::backward_chunk_weights(int chunk, int micro, const GradReady& on_ready
   const ReadyScope scope(grad_ready_, on_ready);
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   if (c.head) head_backward_weights(s);
-  run_blocks_backward_weights(c, s);
+  run_blocks_backward_weights(c, s, scratch(s.B, s.T));
   if (c.embedding) embedding_backward(s);
+  give_back_weight_inputs(s);
+}
+
+// With recompute, B recomputes what W reads into a set it holds until W: only slots between B and
+// W hold one, so a schedule holds as many as it defers W's (peak_deferred_weight), not one per slot.
+void Gpt::take_weight_inputs(Slot& s) {
+  if (options_.recompute == Recompute::None || s.recomputed) return;
+  for (auto it = weight_input_pool_.begin(); it != weight_input_pool_.end(); ++it) {
+    if ((*it)->chunk == s.chunk && (*it)->B == s.B && (*it)->T == s.T) {
+      s.recomputed = std::move(*it);
+      weight_input_pool_.erase(it);
+      return;
+    }
+  }
+  std::erase_if(weight_input_pool_, [&](const auto& k) { return k->chunk == s.chunk; });  // of an old shape
+  auto kept = std::make_unique<WeightInputs>();
+  kept->chunk = s.chunk;
+  kept->B = s.B;
+  kept->T = s.T;
+  const int layers = chunks_[static_cast<std::size_t>(s.chunk)].layers.size();
+  for (int l = 0; l < layers; ++l)
+    kept->blocks.push_back(new_layer(weight_input_fields(options_.recompute), s.B, s.T, kept->bytes));
+  kept->grads = new_layer_grads(layers, s.B, s.T, kept->bytes);
+  s.recomputed = std::move(kept);
+}
+
+void Gpt::give_back_weight_inputs(Slot& s) {
+  if (s.recomputed) weight_input_pool_.push_back(std::move(s.recomputed));
 }
 
 float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T) {
@@ -694,7 +852,7 @@ const Tensor& Gpt::losses() const {
 
 std::int64_t Gpt::activation_bytes() const {
   std::int64_t bytes = scratch_ ? scratch_->bytes : 0;
-  for (const auto& [key, slot] : live_) bytes += slot->bytes;
+  for (const auto& [key, slot] : live_) bytes += slot->bytes + (slot->recomputed ? slot->recomputed->bytes : 0);
   return bytes;
 }
 

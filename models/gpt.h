@@ -47,6 +47,9 @@ namespace mt {
 
 // How a Gpt trades compute and communication for memory (parallel/memory_options.h).
 struct GptOptions {
+  // Full: a slot keeps per layer only its input; backward reruns the layer's forward (up to GELU)
+  // into one scratch layer. Selective: the attention probabilities and GELU output are recomputed.
+  // Either way the same kernels on the same inputs: the bits of None.
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // needs a tensor-parallel group of 2 or more
 };
@@ -120,7 +123,9 @@ class Gpt {
   // (4 x [B*T, C] + [B*T, 3C/tp], compute dtype; dfch overwrites the forward's pre-GELU activation,
   // which W no longer needs); the head's lnf gradient ([B*T, C]; dlogits replaces the logits as in
   // the fused backward); the embedding's is the slot's input gradient. Allocated at the slot's
-  // first B, then pooled with it and counted in activation_bytes().
+  // first B, then pooled with it and counted in activation_bytes(). With recompute, B also
+  // recomputes what W reads and the slot dropped; that and the layers' gradients above sit in a set
+  // taken at B and given back at W (pooled by the model), so only slots between B and W hold one.
   void backward_chunk_input(int chunk, int micro, float loss_weight);
   // W: the parameter gradients of that B (communicates nothing); `ready` as in backward_chunk, the
   // same parameters in the same order. Afterwards the slot may be released.
@@ -134,7 +139,10 @@ class Gpt {
  private:
   struct Block;
   class UnitUse;
+  struct LayerActs;
+  struct LayerGrads;
   struct Slot;
+  struct WeightInputs;
   struct Scratch;
   struct ChunkInfo {
     LayerRange layers;
@@ -152,9 +160,16 @@ class Gpt {
   void head_backward_input(Slot& s, float loss_weight);
   void head_backward_weights(Slot& s);
   void run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w);
+  void layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out);
+  LayerActs layer_buffers(Slot& s, Scratch& w, int i, const WeightInputs* kept) const;
+  void recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a);
+  LayerActs new_layer(unsigned fields, int B, int T, std::int64_t& bytes);
+  std::vector<LayerGrads> new_layer_grads(int layers, int B, int T, std::int64_t& bytes);
+  void take_weight_inputs(Slot& s);
+  void give_back_weight_inputs(Slot& s);
   void run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w);
   void run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w);
-  void run_blocks_backward_weights(const ChunkInfo& c, Slot& s);
+  void run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w);
   void embedding_backward(Slot& s);
   void keep_weight_inputs(Slot& s);
   // The tensor-parallel region's edges (parallel/tensor_parallel.h). enter: a layernorm's output
@@ -190,6 +205,7 @@ class Gpt {
   ParamUseHooks* hooks_ = nullptr;
   std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
   std::vector<std::unique_ptr<Slot>> pool_;
+  std::vector<std::unique_ptr<WeightInputs>> weight_input_pool_;  // recompute's, between B and W
   std::unique_ptr<Scratch> scratch_;
   const GradReady* grad_ready_ = nullptr;  // during a backward call that was given one
 };

@@ -88,6 +88,24 @@ fi
 size=$(stat -c %s "$weights" 2>/dev/null || echo 0)
 [ "$size" -eq $((1024 + 220544 * 4)) ] && echo "ok   weights file ($size bytes)" || fail "weights: $weights has $size bytes"
 
+# --- --recompute: the forward runs again in backward, on the same inputs with the same kernels, so
+# the printed losses and the metrics file's are those of keeping the activations, to the last digit.
+rc_train=("$meshtrain" train --device cpu --tokenizer bytes --data "$data" --model tiny --steps 3 --log-every 1
+  --cpu-threads 1)
+printed_losses() { grep -o -E '^step +[0-9]+/3 \| loss [0-9.]+( \| val [0-9.]+)?' "$out"; grep -o '"loss":[^,]*' "$1"; }
+if expect_ok "train --recompute none" "${rc_train[@]}" --recompute none --metrics "$dir/rc_none.jsonl"; then
+  printed_losses "$dir/rc_none.jsonl" >"$dir/rc_none"
+  for mode in selective full; do
+    expect_ok "train --recompute $mode" "${rc_train[@]}" --recompute $mode --metrics "$dir/rc_$mode.jsonl" || continue
+    printed_losses "$dir/rc_$mode.jsonl" >"$dir/rc_$mode"
+    if [ "$(grep -c . "$dir/rc_none")" -eq 6 ] && cmp -s "$dir/rc_none" "$dir/rc_$mode"; then
+      echo "ok   --recompute $mode prints the losses of none"
+    else
+      fail "--recompute $mode: the losses differ from none's"; diff "$dir/rc_none" "$dir/rc_$mode"
+    fi
+  done
+fi
+
 # --- sample: the same seed gives the same text, another seed other text.
 sample=("$meshtrain" sample --device cpu --tokenizer bytes --weights "$weights" --prompt "The " --tokens 20 --cpu-threads 1)
 expect_ok "sample seed 1" "${sample[@]}" --seed 1 && cp "$out" "$dir/s1"

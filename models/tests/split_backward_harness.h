@@ -95,14 +95,16 @@ struct PipelineOutcome {
 };
 
 // Runs `micros` micro-batches of B x T through the layout (parameters from init(seed); the same
-// batches for every order), then the backward in `order` with loss_weight 1/micros.
+// batches for every order), then the backward in `order` with loss_weight 1/micros. `options` go to
+// every stage's Gpt (recompute).
 inline PipelineOutcome run_pipeline(DeviceContext& ctx, const GptConfig& config, const SplitLayout& layout, DType dtype,
-                                    BackwardOrder order, int micros, int B, int T, TensorParallel tp = {}) {
+                                    BackwardOrder order, int micros, int B, int T, TensorParallel tp = {},
+                                    GptOptions options = {}) {
   std::vector<std::unique_ptr<Gpt>> stages;
   for (GptPartition p : layout.stages) {
     p.tp_size = tp.size();
     p.tp_rank = tp.rank();
-    stages.push_back(std::make_unique<Gpt>(ctx, config, dtype, p, tp));
+    stages.push_back(std::make_unique<Gpt>(ctx, config, dtype, p, tp, 1, options));
     stages.back()->init(5);
     stages.back()->parameters().zero_grads(ctx);
   }

@@ -105,6 +105,23 @@ TEST(LayoutPlan, SchedulesFollowTheResolvedLayout) {
   EXPECT_EQ(plan.eval_schedule().micro_batches, 4);
 }
 
+// Recomputation fits every layout, zero-bubble schedules included (B recomputes what W reads).
+TEST(LayoutPlan, RecomputeIsAcceptedOnEveryScheduleAndDescribed) {
+  for (ScheduleKind kind : {ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1}) {
+    for (Recompute recompute : {Recompute::Selective, Recompute::Full}) {
+      LayoutRequest r = request(1, 2, 2);
+      r.schedule = kind;
+      r.micro_batch = 1;
+      r.recompute = recompute;
+      EXPECT_EQ(usage_error(r, 4, 8), "");
+      const LayoutPlan plan(r, dims(), 4, 8);
+      EXPECT_EQ(plan.layout().recompute, recompute);
+      EXPECT_NE(plan.layout().describe().find(std::string(" recompute=") + recompute_name(recompute)),
+                std::string::npos);
+    }
+  }
+}
+
 TEST(LayoutPlan, EveryCheckIsAUsageErrorNamingTheOption) {
   EXPECT_EQ(usage_error(request(3, 1, 1), 4, 12).rfind("--dp 3 x --tp 1 x --pp 1 = 3 ranks", 0), 0u);
   EXPECT_EQ(usage_error(request(0, 3, 1), 4, 12).rfind("--tp 3 x --pp 1 = 3 does not divide", 0), 0u);

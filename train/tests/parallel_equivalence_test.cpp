@@ -96,11 +96,13 @@ struct Layout {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int virtual_stages = 1;
   bool sequence_parallel = false;
+  Recompute recompute = Recompute::None;
   int world_size() const { return dp * tp * pp; }
   std::string name() const {
     return "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " " +
            schedule_kind_name(schedule) + (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "") +
-           (sequence_parallel ? " sp" : "");
+           (sequence_parallel ? " sp" : "") +
+           (recompute != Recompute::None ? std::string(" recompute ") + recompute_name(recompute) : "");
   }
 };
 
@@ -114,6 +116,7 @@ LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSett
   request.schedule = layout.schedule;
   request.virtual_stages = layout.virtual_stages;
   request.sequence_parallel = layout.sequence_parallel;
+  request.recompute = layout.recompute;
   request.zero = zero;
   request.micro_batch = s.micro_batch;
   request.bucket_mb = 0.05;
@@ -248,6 +251,11 @@ TEST(ParallelEquivalence, SequenceParallelTrainsTheSameModel) {
     layout.sequence_parallel = true;
     for (int zero : {0, 1}) check_layout(layout, zero, 2);
   }
+  // With full recomputation the rerun forward makes the sequence-parallel collectives again.
+  Layout recomputed = layouts.front();
+  recomputed.sequence_parallel = true;
+  recomputed.recompute = Recompute::Full;
+  check_layout(recomputed, 1, 2);
 }
 
 // Trains `layout` for kSteps steps: every step's loss and norm, then the gathered parameters.
@@ -286,6 +294,29 @@ TEST(ParallelEquivalence, ZeroBubbleH1TrainsTheBitsOfOneFOneB) {
     std::size_t differ = 0;
     for (std::size_t i = 0; i < one_f_one_b.size(); ++i) differ += one_f_one_b[i] != zero_bubble[i];
     EXPECT_EQ(differ, 0u) << "of " << one_f_one_b.size() << " losses, norms and parameters";
+  }
+}
+
+// Recomputation runs the forward's kernels again on the same inputs: training with --recompute
+// selective or full gives the bits of training without, with the fused backward and with B and W
+// split (ZB-H1), on one rank and on dp 2 x tp 2 x pp 2.
+TEST(ParallelEquivalence, RecomputationTrainsTheBitsOfKeepingTheActivations) {
+  const int n = test_world().size();
+  std::vector<Layout> layouts;
+  if (n == 1) layouts = {{1, 1, 1}, {1, 1, 1, ScheduleKind::ZeroBubbleV, 2}};
+  if (n == 8) layouts = {{2, 2, 2}, {2, 2, 2, ScheduleKind::ZeroBubbleH1}};
+  if (layouts.empty()) GTEST_SKIP() << "runs on 1 and 8 ranks";
+  for (Layout layout : layouts) {
+    const std::vector<double> kept = train_bits(layout, 2);
+    for (Recompute recompute : {Recompute::Selective, Recompute::Full}) {
+      layout.recompute = recompute;
+      SCOPED_TRACE(layout.name());
+      const std::vector<double> recomputed = train_bits(layout, 2);
+      ASSERT_EQ(kept.size(), recomputed.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < kept.size(); ++i) differ += kept[i] != recomputed[i];
+      EXPECT_EQ(differ, 0u) << "of " << kept.size() << " losses, norms and parameters";
+    }
   }
 }
 
