@@ -60,7 +60,11 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
   l.virtual_stages = get("v", 1);
   l.zero = get("zero", 0);
   l.micro_batch = get("micro", micro_batch.value_or(1));
-  l.recompute = fields.count("recompute") ? parse_recompute(fields["recompute"]) : recompute;
+  try {
+    l.recompute = fields.count("recompute") ? parse_recompute(fields["recompute"]) : recompute;
+  } catch (const Error& e) {
+    throw UsageError("--layout " + text + ": " + e.message());
+  }
   l.sequence_parallel = sequence_parallel && l.tp > 1;
   if (fields.count("sp")) {
     const int sp = get("sp", 0);

@@ -22,19 +22,27 @@ namespace {
 // whatever the split, so their key holds the sum alone; the zero-bubble ones run B and W apart
 // and key on both. The layout search asks for the same shapes thousands of times; schedules with
 // P = 64 and M = 1536 take milliseconds to build.
+// The slots do not depend on the costs: they are kept per schedule shape alone, so the memory
+// options (which change B and W) do not simulate the executor again.
 struct ScheduleFacts {
   double makespan = 0;  // in forward costs
   std::vector<std::vector<int>> held_slots, held_slots_with_validation;  // perf/memory_model.h
 };
 
 const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double f, double backward, double weight) {
+  using Shape = std::tuple<int, int, int, int>;
+  struct Slots {
+    std::vector<std::vector<int>> train, with_validation;
+  };
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, long, long>, ScheduleFacts> cache;
+  static std::map<Shape, Slots> slots_cache;
   const Layout& l = plan.layout();
   const bool split = splits_backward(l.schedule);
   const long b = std::lround((split ? backward - weight : backward) / f * 16.0);
   const long w = split ? std::lround(weight / f * 16.0) : 0;
-  const auto key = std::make_tuple(static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages, b, w);
+  const Shape shape{static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages};
+  const auto key = std::tuple_cat(shape, std::make_tuple(b, w));
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -42,9 +50,13 @@ const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double f, double bac
   ScheduleFacts facts;
   facts.makespan =
       simulate(schedule, ComputeCosts{1.0, static_cast<double>(b) / 16.0, static_cast<double>(w) / 16.0}).makespan;
-  const Schedule eval = plan.eval_schedule();
-  facts.held_slots = held_slots(schedule, nullptr);
-  facts.held_slots_with_validation = held_slots(schedule, &eval);
+  auto slots = slots_cache.find(shape);
+  if (slots == slots_cache.end()) {
+    const Schedule eval = plan.eval_schedule();
+    slots = slots_cache.emplace(shape, Slots{held_slots(schedule, nullptr), held_slots(schedule, &eval)}).first;
+  }
+  facts.held_slots = slots->second.train;
+  facts.held_slots_with_validation = slots->second.with_validation;
   return cache.emplace(key, std::move(facts)).first->second;
 }
 
@@ -83,11 +95,32 @@ void check_job(const ModelShape& model, const TrainingShape& training, const Lay
              " devices, the cluster has ", cluster.devices());
 }
 
-// Which groups leave a node, in the plan's mesh order.
+// Which groups leave a node, in the plan's mesh order: tp, dp, pp, the embedding group. Kept per
+// mesh shape and node size (the search predicts many layouts of one mesh).
+struct Crossings {
+  bool tp = false, dp = false, pp = false, embedding = false;
+};
+
+const Crossings& node_crossings(const Mesh& mesh, int devices_per_node) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, std::string, int>, Crossings> cache;
+  const MeshShape& shape = mesh.shape();
+  const auto key = std::make_tuple(shape.dp, shape.tp, shape.pp, shape.order, devices_per_node);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  Crossings c;
+  c.tp = any_group_crosses(mesh.all_tp_groups(), devices_per_node);
+  c.dp = any_group_crosses(mesh.all_dp_groups(), devices_per_node);
+  c.pp = any_group_crosses(mesh.all_pp_groups(), devices_per_node);
+  c.embedding = any_group_crosses(mesh.all_embedding_groups(), devices_per_node);
+  return cache.emplace(key, c).first->second;
+}
+
 void mark_node_crossings(const Mesh& mesh, int devices_per_node, Prediction& p) {
-  p.tp_crosses_nodes = any_group_crosses(mesh.all_tp_groups(), devices_per_node);
-  p.dp_crosses_nodes = any_group_crosses(mesh.all_dp_groups(), devices_per_node);
-  p.pp_crosses_nodes = any_group_crosses(mesh.all_pp_groups(), devices_per_node);
+  const Crossings& c = node_crossings(mesh, devices_per_node);
+  p.tp_crosses_nodes = c.tp;
+  p.dp_crosses_nodes = c.dp;
+  p.pp_crosses_nodes = c.pp;
 }
 
 // The achieved GEMM rate in the compute dtype. fp32 on a GPU rated for bf16 runs on the CUDA
@@ -262,7 +295,7 @@ void add_synchronization(const ModelShape& model, const LayoutPlan& plan, const 
   const int dpn = cluster.devices_per_node;
   if (plan.tied_across_stages()) {
     const double wte = static_cast<double>(model.vocab_rows()) * model.channels / layout.tp * 4.0;
-    const Link& emb_link = link_for(any_group_crosses(mesh.all_embedding_groups(), dpn), cluster);
+    const Link& emb_link = link_for(node_crossings(mesh, dpn).embedding, cluster);
     p.time.embedding_sync = allreduce_s(2, wte, emb_link) + p2p_s(wte, emb_link);
   }
   p.time.norm = allreduce_s(layout.world_size(), 12.0, link_for(layout.world_size() > dpn, cluster));
