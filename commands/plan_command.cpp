@@ -3,6 +3,7 @@
 // parses the options (usage errors are the same everywhere) and rank 0 alone prints.
 #include "commands/plan_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -32,8 +33,10 @@ int parse_int(const std::string& what, const std::string& text) {
   return *v;
 }
 
-// "dp=2,tp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b"; dp defaults to what the cluster's devices leave.
-Layout parse_layout(const std::string& text, int devices, std::optional<int> micro_batch) {
+// "dp=2,tp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b,recompute=full,sp=1"; dp defaults to what the
+// cluster's devices leave, recompute and sp to --recompute and --sequence-parallel.
+Layout parse_layout(const std::string& text, int devices, std::optional<int> micro_batch, Recompute recompute,
+                    bool sequence_parallel) {
   std::map<std::string, std::string> fields;
   std::stringstream in(text);
   std::string item;
@@ -41,8 +44,9 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw UsageError("--layout: expected key=value, got '" + item + "' in '" + text + "'");
     const std::string key = item.substr(0, eq);
-    if (key != "dp" && key != "tp" && key != "pp" && key != "v" && key != "zero" && key != "micro" && key != "schedule")
-      throw UsageError("--layout: unknown key '" + key + "' (known: dp, tp, pp, v, zero, micro, schedule)");
+    if (key != "dp" && key != "tp" && key != "pp" && key != "v" && key != "zero" && key != "micro" && key != "schedule" &&
+        key != "recompute" && key != "sp")
+      throw UsageError("--layout: unknown key '" + key + "' (known: dp, tp, pp, v, zero, micro, schedule, recompute, sp)");
     fields[key] = item.substr(eq + 1);
   }
   Layout l;
@@ -57,6 +61,19 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
   l.zero = get("zero", 0);
   l.micro_batch = get("micro", micro_batch.value_or(1));
   try {
+    l.recompute = fields.count("recompute") ? parse_recompute(fields["recompute"]) : recompute;
+  } catch (const Error& e) {
+    throw UsageError("--layout " + text + ": " + e.message());
+  }
+  l.sequence_parallel = sequence_parallel && l.tp > 1;
+  if (fields.count("sp")) {
+    const int sp = get("sp", 0);
+    if (sp != 0 && sp != 1) throw UsageError("--layout " + text + ": sp must be 0 or 1, got " + fields["sp"]);
+    if (sp == 1 && l.tp < 2)
+      throw UsageError("--layout " + text + ": sp=1 (sequence parallelism) splits the sequence over tp: it needs tp of at least 2");
+    l.sequence_parallel = sp == 1;
+  }
+  try {
     l.schedule = fields.count("schedule") ? parse_schedule_kind(fields["schedule"])
                  : l.virtual_stages > 1   ? ScheduleKind::Interleaved
                                           : ScheduleKind::OneFOneB;
@@ -68,8 +85,8 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
                      ", but the cluster has " + std::to_string(devices) + " devices (see --nodes, --gpus-per-node)");
   // A plan takes micro-batch 0 for a default, and names ZeRO's problems as the option --zero's:
   // here they are --layout's fields, refused as before.
-  if (l.zero != 0 && l.zero != 1)
-    throw UsageError("--layout " + text + ": zero must be 0 or 1, got " + std::to_string(l.zero));
+  if (l.zero < 0 || l.zero > 3)
+    throw UsageError("--layout " + text + ": zero must be 0, 1, 2 or 3, got " + std::to_string(l.zero));
   if (l.micro_batch == 0) throw UsageError("--layout " + text + ": --micro-batch must be at least 1, got 0");
   return l;
 }
@@ -108,6 +125,23 @@ ModelShape read_model(const po::variables_map& vm) {
   return m;
 }
 
+// A preset's family: its name up to the first '-' ("gpt3-13b": gpt3).
+std::string family_of(const std::string& preset) { return preset.substr(0, preset.find('-')); }
+
+std::vector<std::string> preset_families() {
+  std::vector<std::string> families;
+  for (const std::string& name : gpt_preset_names())
+    if (std::find(families.begin(), families.end(), family_of(name)) == families.end()) families.push_back(family_of(name));
+  return families;
+}
+
+// "recompute full, sp": the memory options of a layout besides ZeRO; "-" for none.
+std::string memory_options_cell(const Layout& l) {
+  std::string out = l.recompute == Recompute::None ? "" : recompute_name(l.recompute);
+  if (l.sequence_parallel) out += out.empty() ? "sp" : ",sp";
+  return out.empty() ? "-" : out;
+}
+
 std::vector<std::string> plan_row(int rank, const Prediction& p) {
   const TimeBreakdown& t = p.time;
   const Layout& l = p.layout;
@@ -128,7 +162,7 @@ std::vector<std::string> plan_row(int rank, const Prediction& p) {
           share(t.tp_comm),
           share(t.pp_comm),
           share(t.bubble),
-          share(t.dp_exposed),
+          share(t.dp_exposed + t.zero_gather),
           share(t.optimizer + t.embedding_sync + t.norm + t.core_wait)};
 }
 
@@ -172,9 +206,22 @@ po::options_description plan_options() {
       ("bucket-mb", po::value<double>()->default_value(25.0), "data-parallel gradient bucket size (as `train`)")
       ("no-overlap", po::bool_switch(), "predict `train --no-overlap`: no communication hidden under compute")
       ("allow-cross-node-tp", po::bool_switch(), "also try tensor-parallel groups larger than a node")
-      ("recompute", po::bool_switch(),
-       "what-if: full activation recomputation as Megatron-LM does it (layer inputs kept, forward run again "
-       "in backward). meshtrain does not recompute; this predicts runs that did, for comparison");
+      ("recompute", po::value<std::string>()->default_value("none"),
+       "recomputation of every layout (as `train --recompute`): none; selective (attention probabilities and "
+       "GELU output not kept, their forward run again in backward: small extra compute); full (only each "
+       "layer's input kept, the layer's forward run again in backward: about one more forward of the layers)")
+      ("sequence-parallel", po::bool_switch(),
+       "sequence parallelism on every layout with tp >= 2 (as `train --sequence-parallel`): layernorm, "
+       "residual and embedding-output activations and the messages between stages fall by tp, the "
+       "tensor-parallel time stays the same")
+      ("memory-options", po::bool_switch(),
+       "search every memory option too: recompute none/selective/full, sequence parallelism off and on "
+       "(tp >= 2), ZeRO 0-3 (1-3 with dp >= 2), and list the fastest that fit; an option that only costs "
+       "time over one of the same layout that already fits is not predicted. Slower: a few times the plain search")
+      ("largest", po::value<std::string>(),
+       ("FAMILY: the largest model of a preset family that fits the cluster (families: " + joined(preset_families()) +
+        "), each of its presets searched with --memory-options, smallest first, with the fastest layout that "
+        "fits and its memory split; --seq-len defaults to each model's context").c_str());
   return desc;
 }
 
@@ -186,7 +233,9 @@ constexpr const char* kSummary =
     "achieved fraction of the peak, tensor-parallel allreduces exposed, the pipeline schedule simulated,\n"
     "data-parallel buckets overlapped with backward, the optimizer bound by memory bandwidth; links per\n"
     "group inside or across nodes (mesh order tp, dp, pp). Memory as meshtrain allocates it: fp32 master\n"
-    "weights, gradients and AdamW moments, activations of every micro-batch in flight (no recomputation).\n"
+    "weights, gradients and AdamW moments, activations of every micro-batch in flight, as the memory\n"
+    "options (recomputation, sequence parallelism, ZeRO 0-3) leave them. --largest FAMILY instead finds\n"
+    "the largest model of a family that fits.\n"
     "Under mpirun only rank 0 prints.";
 
 // What to predict, besides the model and the cluster.
@@ -210,7 +259,9 @@ PlanSettings read_settings(const po::variables_map& vm, const ModelShape& model,
   s.dtype = vm.count("dtype") ? vm["dtype"].as<std::string>() : cluster.peak_dtype;
   if (s.dtype != "fp32" && s.dtype != "bf16") throw UsageError("--dtype must be fp32 or bf16, got '" + s.dtype + "'");
   training.precision = s.dtype == "bf16" ? Precision::BF16 : Precision::FP32;
-  training.recompute = vm["recompute"].as<bool>();
+  s.search.recompute = parse_recompute(vm["recompute"].as<std::string>());
+  s.search.sequence_parallel = vm["sequence-parallel"].as<bool>();
+  s.search.memory_options = vm["memory-options"].as<bool>();
   if (vm.count("micro-batch")) {
     s.micro_batch = vm["micro-batch"].as<int>();
     if (*s.micro_batch < 1) throw UsageError("--micro-batch must be at least 1");
@@ -230,14 +281,20 @@ void print_job(const ModelShape& model, const PlanSettings& s, const Cluster& cl
   std::printf("model %s: %.4g B parameters, %.4g GFLOP per token (seq %d), %s compute\n", model.describe().c_str(),
               static_cast<double>(model.real_parameter_count()) / 1e9, model.training_flops_per_token(training.seq_len) / 1e9,
               training.seq_len, s.dtype.c_str());
+  std::string options;
+  if (s.search.memory_options) {
+    options = ", every memory option tried (recompute, sequence parallelism, ZeRO 0-3)";
+  } else {
+    if (s.search.recompute != Recompute::None) options += std::string(", recompute ") + recompute_name(s.search.recompute);
+    if (s.search.sequence_parallel) options += ", sequence parallel where tp >= 2";
+  }
   std::printf("training: global batch %d x %d tokens%s\n%s\n", training.global_batch, training.seq_len,
-              training.recompute ? ", with activation recomputation (what-if: meshtrain does not recompute)" : "",
-              describe(cluster).c_str());
+              options.c_str(), describe(cluster).c_str());
 }
 
 // --layout: the full breakdown of one layout.
 void predict_layout(const std::string& text, const ModelShape& model, const PlanSettings& s, const Cluster& cluster) {
-  Layout layout = parse_layout(text, cluster.devices(), s.micro_batch);
+  Layout layout = parse_layout(text, cluster.devices(), s.micro_batch, s.search.recompute, s.search.sequence_parallel);
   layout.bucket_mb = s.search.bucket_mb;
   layout.overlap = s.search.overlap;
   Prediction p;
@@ -264,12 +321,21 @@ void require_plans(const SearchResult& result, const PlanSettings& s, const Clus
   }
 }
 
-// The table of the fastest layouts that fit, what was rejected, and the best one in full.
-void report_search(const SearchResult& result, int top) {
-  TextTable table({"#", "dpxtpxpp", "schedule", "zero", "micro", "M", "GiB/dev", "step s", "tokens/s", "MFU",
-                   "compute", "tp", "pp", "bubble", "dp", "opt+other"});
+// The table of the fastest layouts that fit, what was rejected, and the best one in full. With
+// memory options a column says each row's recomputation and sequence parallelism.
+void report_search(const SearchResult& result, int top, const SearchOptions& search) {
+  const bool options_column = search.memory_options || search.recompute != Recompute::None || search.sequence_parallel;
+  std::vector<std::string> header{"#", "dpxtpxpp", "schedule", "zero", "micro", "M", "GiB/dev", "step s", "tokens/s", "MFU",
+                                  "compute", "tp", "pp", "bubble", "dp", "opt+other"};
+  if (options_column) header.insert(header.begin() + 4, "memory");
+  TextTable table(header);
   const int shown = std::min<int>(top, static_cast<int>(result.plans.size()));
-  for (int i = 0; i < shown; ++i) table.add_row(plan_row(i + 1, result.plans[static_cast<std::size_t>(i)]));
+  for (int i = 0; i < shown; ++i) {
+    const Prediction& p = result.plans[static_cast<std::size_t>(i)];
+    std::vector<std::string> row = plan_row(i + 1, p);
+    if (options_column) row.insert(row.begin() + 4, memory_options_cell(p.layout));
+    table.add_row(row);
+  }
   std::printf("\n%d valid layouts predicted; the %d fastest that fit (times in seconds per step):\n%s", result.considered,
               shown, table.render().c_str());
   if (result.rejected_for_memory > 0) {
@@ -282,6 +348,65 @@ void report_search(const SearchResult& result, int top) {
   std::printf("\nbest plan:\n%s\n", describe(result.plans.front()).c_str());
 }
 
+// --largest FAMILY: each preset of the family, smallest first, searched with every memory option;
+// a row per model (its fastest layout that fits, or what the least hungry layout needs), then the
+// largest that fits in full.
+// The presets of a family, smallest first; a UsageError for an unknown family.
+std::vector<std::string> family_presets(const std::string& family) {
+  std::vector<std::string> names;
+  for (const std::string& name : gpt_preset_names())
+    if (family_of(name) == family) names.push_back(name);
+  if (names.empty())
+    throw UsageError("--largest: unknown model family '" + family + "' (known: " + joined(preset_families()) + ")");
+  std::stable_sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return gpt_preset(a).real_parameter_count() < gpt_preset(b).real_parameter_count();
+  });
+  return names;
+}
+
+void report_largest(const std::string& family, const po::variables_map& vm, const Cluster& cluster) {
+  const std::vector<std::string> names = family_presets(family);
+  std::printf("the largest %s model that fits, every memory option tried\n%s\n", family.c_str(), describe(cluster).c_str());
+  TextTable table({"model", "parameters", "seq", "fits", "dpxtpxpp", "schedule", "zero", "memory", "micro", "GiB/dev",
+                   "step s", "MFU"});
+  std::optional<std::pair<std::string, Prediction>> largest;
+  for (const std::string& name : names) {
+    const ModelShape model = gpt_preset(name);
+    const std::string params = format_cell("%.4g B", static_cast<double>(model.real_parameter_count()) / 1e9);
+    if (vm.count("seq-len") && vm["seq-len"].as<int>() > model.max_seq_len) {
+      table.add_row({name, params, "-", "context " + std::to_string(model.max_seq_len) + " < --seq-len", "", "", "", "",
+                     "", "", "", ""});
+      continue;
+    }
+    PlanSettings s = read_settings(vm, model, cluster);
+    s.search.memory_options = true;
+    const SearchResult result = search_layouts(model, s.training, cluster, s.search);
+    const std::string seq = std::to_string(s.training.seq_len);
+    if (result.plans.empty()) {
+      const std::string need =
+          result.smallest_rejected ? format_cell("%.2f", result.smallest_rejected->memory.total() / GiB) : "-";
+      table.add_row({name, params, seq, result.considered == 0 ? "no valid layout" : "no", "", "", "", "", "", need, "", ""});
+      continue;
+    }
+    const Prediction& p = result.plans.front();
+    const Layout& l = p.layout;
+    table.add_row({name, params, seq, "yes", std::to_string(l.dp) + "x" + std::to_string(l.tp) + "x" + std::to_string(l.pp),
+                   std::string(schedule_kind_name(l.schedule)) +
+                       (l.schedule == ScheduleKind::Interleaved ? "/" + std::to_string(l.virtual_stages) : ""),
+                   std::to_string(l.zero), memory_options_cell(l), std::to_string(l.micro_batch),
+                   format_cell("%.2f", p.memory.total() / GiB), format_cell("%.4g", p.step_s), format_cell("%.3f", p.mfu)});
+    largest = {name, p};
+  }
+  std::printf("\n%s", table.render().c_str());
+  if (!largest) {
+    std::printf("\nno %s model fits on %d devices of %.1f GiB (GiB/dev: what the least hungry layout needs)\n",
+                family.c_str(), cluster.devices(), cluster.memory_bytes / GiB);
+    return;
+  }
+  std::printf("\nlargest that fits: %s, its fastest layout:\n%s\n", largest->first.c_str(),
+              describe(largest->second).c_str());
+}
+
 }  // namespace
 
 int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
@@ -290,8 +415,16 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   if (!parsed) return 0;
   const po::variables_map& vm = *parsed;
   const ModelShape model = read_model(vm);
+  if (vm.count("largest") && vm.count("layout"))
+    throw UsageError("--largest searches every layout of a family's models; --layout predicts one: give one of them");
+  if (vm.count("largest")) family_presets(vm["largest"].as<std::string>());  // an unknown family, said by every rank
   if (mpi.world_rank() != 0) return 0;
   const Cluster cluster = read_cluster(vm);
+  if (vm.count("largest")) {
+    report_largest(vm["largest"].as<std::string>(), vm, cluster);
+    std::fflush(stdout);
+    return 0;
+  }
   const PlanSettings settings = read_settings(vm, model, cluster);
   print_job(model, settings, cluster);
   if (vm.count("layout")) {
@@ -299,7 +432,7 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   } else {
     const SearchResult result = search_layouts(model, settings.training, cluster, settings.search);
     require_plans(result, settings, cluster);
-    report_search(result, settings.top);
+    report_search(result, settings.top, settings.search);
   }
   std::fflush(stdout);
   return 0;

@@ -20,6 +20,7 @@
 #include "models/gpt_weights.h"
 #include "parallel/groups.h"
 #include "parallel/layout_check.h"
+#include "perf/memory_model.h"
 #include "runtime/gemm_rate.h"
 #include "train/checkpointing.h"
 #include "train/parallel_trainer.h"
@@ -154,6 +155,26 @@ void print_layout(const TrainJob& job, const ParallelTrainer& trainer) {
               layout.bucket_mb, layout.overlap ? "" : ", no overlap");
 }
 
+// The estimate of a rank's memory (perf/memory_model.h: an upper bound on the allocator's peak) for
+// the stage needing the most, split as the options change it: "memory per rank (estimate, stage 1 of
+// 2): parameters 861.5 KiB, gradients ..., optimizer state ..., activations ... in 2 slots, workspace
+// ...; total ...". Validation's slots count where the data has a val split.
+std::string memory_split(const TrainJob& job, bool validation) {
+  perf::TrainingShape training;
+  training.seq_len = job.settings.seq_len;
+  training.global_batch = job.settings.global_batch;
+  training.precision = job.compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
+  const perf::MemoryBreakdown m = perf::estimate_memory(job.config, training, job.plan, perf::Cluster{},
+                                                        perf::held_slots(job.plan, validation));
+  const auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
+  const int stages = job.plan.mesh().pp;
+  const std::string where = stages > 1 ? ", stage " + std::to_string(m.stage) + " of " + std::to_string(stages) : "";
+  return "memory per rank (estimate" + where + "): parameters " + bytes(m.parameters) + ", gradients " +
+         bytes(m.gradients) + ", optimizer state " + bytes(m.optimizer) + ", activations " +
+         bytes(m.activations + m.logits) + " in " + std::to_string(m.in_flight) + " slot(s), workspace " +
+         bytes(m.workspace + m.transient) + "; total " + bytes(m.total());
+}
+
 // What rank 0 prints before the first step: model, data, batches, device, layout, every rank's place.
 void print_start(const TrainJob& job, const ParallelTrainer& trainer, const TrainData& data, DeviceContext& ctx,
                  double peak, const std::vector<std::string>& places, const std::optional<ResumeReport>& resumed) {
@@ -171,6 +192,7 @@ void print_start(const TrainJob& job, const ParallelTrainer& trainer, const Trai
   std::printf("  device %s, %s compute, %d CPU thread(s)%s\n", ctx.device().str().c_str(), dtype_name(job.compute),
               ctx.cpu_threads(), peak > 0 ? (", MFU against " + format_count(peak) + "FLOP/s per rank").c_str() : "");
   print_layout(job, trainer);
+  std::printf("  %s\n", memory_split(job, data.val != nullptr).c_str());
   for (const std::string& place : places) std::printf("  %s\n", place.c_str());
   if (resumed) {
     std::printf("  resumed from %s: step %d, %s sequences consumed (saved on %s)%s\n", resumed->dir.c_str(),

@@ -22,19 +22,27 @@ namespace {
 // whatever the split, so their key holds the sum alone; the zero-bubble ones run B and W apart
 // and key on both. The layout search asks for the same shapes thousands of times; schedules with
 // P = 64 and M = 1536 take milliseconds to build.
+// The slots do not depend on the costs: they are kept per schedule shape alone, so the memory
+// options (which change B and W) do not simulate the executor again.
 struct ScheduleFacts {
   double makespan = 0;  // in forward costs
   std::vector<std::vector<int>> held_slots, held_slots_with_validation;  // perf/memory_model.h
 };
 
 const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double f, double backward, double weight) {
+  using Shape = std::tuple<int, int, int, int>;
+  struct Slots {
+    std::vector<std::vector<int>> train, with_validation;
+  };
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, long, long>, ScheduleFacts> cache;
+  static std::map<Shape, Slots> slots_cache;
   const Layout& l = plan.layout();
   const bool split = splits_backward(l.schedule);
   const long b = std::lround((split ? backward - weight : backward) / f * 16.0);
   const long w = split ? std::lround(weight / f * 16.0) : 0;
-  const auto key = std::make_tuple(static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages, b, w);
+  const Shape shape{static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages};
+  const auto key = std::tuple_cat(shape, std::make_tuple(b, w));
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -42,9 +50,13 @@ const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double f, double bac
   ScheduleFacts facts;
   facts.makespan =
       simulate(schedule, ComputeCosts{1.0, static_cast<double>(b) / 16.0, static_cast<double>(w) / 16.0}).makespan;
-  const Schedule eval = plan.eval_schedule();
-  facts.held_slots = held_slots(schedule, nullptr);
-  facts.held_slots_with_validation = held_slots(schedule, &eval);
+  auto slots = slots_cache.find(shape);
+  if (slots == slots_cache.end()) {
+    const Schedule eval = plan.eval_schedule();
+    slots = slots_cache.emplace(shape, Slots{held_slots(schedule, nullptr), held_slots(schedule, &eval)}).first;
+  }
+  facts.held_slots = slots->second.train;
+  facts.held_slots_with_validation = slots->second.with_validation;
   return cache.emplace(key, std::move(facts)).first->second;
 }
 
@@ -83,11 +95,32 @@ void check_job(const ModelShape& model, const TrainingShape& training, const Lay
              " devices, the cluster has ", cluster.devices());
 }
 
-// Which groups leave a node, in the plan's mesh order.
+// Which groups leave a node, in the plan's mesh order: tp, dp, pp, the embedding group. Kept per
+// mesh shape and node size (the search predicts many layouts of one mesh).
+struct Crossings {
+  bool tp = false, dp = false, pp = false, embedding = false;
+};
+
+const Crossings& node_crossings(const Mesh& mesh, int devices_per_node) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, std::string, int>, Crossings> cache;
+  const MeshShape& shape = mesh.shape();
+  const auto key = std::make_tuple(shape.dp, shape.tp, shape.pp, shape.order, devices_per_node);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  Crossings c;
+  c.tp = any_group_crosses(mesh.all_tp_groups(), devices_per_node);
+  c.dp = any_group_crosses(mesh.all_dp_groups(), devices_per_node);
+  c.pp = any_group_crosses(mesh.all_pp_groups(), devices_per_node);
+  c.embedding = any_group_crosses(mesh.all_embedding_groups(), devices_per_node);
+  return cache.emplace(key, c).first->second;
+}
+
 void mark_node_crossings(const Mesh& mesh, int devices_per_node, Prediction& p) {
-  p.tp_crosses_nodes = any_group_crosses(mesh.all_tp_groups(), devices_per_node);
-  p.dp_crosses_nodes = any_group_crosses(mesh.all_dp_groups(), devices_per_node);
-  p.pp_crosses_nodes = any_group_crosses(mesh.all_pp_groups(), devices_per_node);
+  const Crossings& c = node_crossings(mesh, devices_per_node);
+  p.tp_crosses_nodes = c.tp;
+  p.dp_crosses_nodes = c.dp;
+  p.pp_crosses_nodes = c.pp;
 }
 
 // The achieved GEMM rate in the compute dtype. fp32 on a GPU rated for bf16 runs on the CUDA
@@ -101,21 +134,82 @@ double achieved_rate(const Cluster& cluster, Precision precision) {
   return rate;
 }
 
+// What recomputation adds to a chunk's backward: full runs the layers' forward again (not the
+// embedding's nor the head's), selective the attention core (scores, softmax, values; GELU is
+// elementwise and not counted).
+double recompute_flops(const Layout& layout, const ChunkWork& w) {
+  switch (layout.recompute) {
+    case Recompute::None: return 0.0;
+    case Recompute::Selective: return w.attention_flops;
+    case Recompute::Full: return w.layer_flops;
+  }
+  return 0.0;
+}
+
 // One stage's seconds per micro-batch: forward and backward of all its chunks, split into parts.
 // compute_w is the part of compute_b that computes weight gradients (W of the zero-bubble split):
 // the weight-gradient GEMMs, half of each linear layer's and the head's backward GEMMs. The rest of
 // the backward is B: the input-gradient GEMMs, attention's backward (scores and values have no
 // weights), recomputation's extra forward, and every tensor-parallel allreduce of the backward
 // (all on the input-gradient path). Layernorm and bias gradients are memory bound and not counted.
+// gather_f and gather_b: ZeRO-3's parameter all-gathers per micro-batch that the previous unit's
+// compute does not hide (zero3_exposed_gathers).
 struct StageTimes {
-  double compute_f = 0, compute_b = 0, compute_w = 0, tp_f = 0, tp_b = 0;
+  double compute_f = 0, compute_b = 0, compute_w = 0, tp_f = 0, tp_b = 0, gather_f = 0, gather_b = 0;
   double params = 0;
-  double cost() const { return compute_f + compute_b + tp_f + tp_b; }
+  double gather_total = 0;  // ZeRO-3: all of one micro-batch's gathers, forward and backward
+  double cost() const { return compute_f + compute_b + tp_f + tp_b + gather_f + gather_b; }
 };
 
-StageTimes stage_times(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
-                       const Cluster& cluster, const Link& tp_link, int s) {
-  const Layout& layout = plan.layout();
+// ZeRO-3 gathers each parameter unit before its use, one unit ahead: the first unit's gather is
+// exposed, each later one by what the previous unit's compute does not cover. `units` in the order of
+// use, each {gather seconds, compute seconds}.
+double exposed_gathers(const std::vector<std::pair<double, double>>& units) {
+  double exposed = 0;
+  for (std::size_t i = 0; i < units.size(); ++i)
+    exposed += i == 0 ? units[i].first : std::max(0.0, units[i].first - units[i - 1].second);
+  return exposed;
+}
+
+// One stage's units in forward order (the embedding, the layers, the final layernorm; the head's
+// tied embedding with it on the last stage), and their exposed gathers forward and backward (the
+// reverse order, backward's compute).
+void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                           const LayoutPlan& plan, double rate, const Link& dp_link, int s, StageTimes& st) {
+  const std::vector<std::int64_t> units = stage_parameter_units(model, plan, s);
+  const bool head_stage = local_chunk_of(plan.placement(), layout.pp, layout.pp * layout.virtual_stages - 1).stage == s;
+  const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
+  int layers = 0;
+  for (int c = 0; c < layout.virtual_stages; ++c)
+    layers += plan.chunk_layers()[static_cast<std::size_t>(global_chunk_of(plan.placement(), layout.pp, s, c))];
+  const ChunkWork layer = chunk_work(model, training, layout, 1, false, false);
+  const ChunkWork head = chunk_work(model, training, layout, 0, false, true);
+  const double layer_f = layer.forward_flops / rate, head_f = head.forward_flops / rate;
+  const double layer_b = (2.0 * layer.forward_flops + recompute_flops(layout, layer)) / rate;
+  const auto gather = [&](std::int64_t numel) { return allgather_s(layout.dp, static_cast<double>(numel) * 4.0, dp_link); };
+  // units: [embedding unit if held], layers..., [lnf if held]; the embedding unit of a head stage
+  // without the embedding is the tied wte the head reads with lnf.
+  std::vector<std::pair<double, double>> forward;
+  std::size_t i = 0;
+  const bool holds_wte = embedding_stage || head_stage;
+  double tied = 0;
+  if (holds_wte) {
+    if (embedding_stage) forward.emplace_back(gather(units[i]), 0.0);  // the lookup: no GEMM
+    else tied = gather(units[i]);
+    ++i;
+  }
+  for (int l = 0; l < layers; ++l, ++i) forward.emplace_back(gather(units[i]), layer_f);
+  if (head_stage) forward.emplace_back(gather(units[i]) + tied, head_f);
+  std::vector<std::pair<double, double>> backward(forward.rbegin(), forward.rend());
+  for (auto& [g, c] : backward) c = c == layer_f ? layer_b : 2.0 * c;
+  st.gather_f = exposed_gathers(forward);
+  st.gather_b = exposed_gathers(backward);
+  for (const auto& [g, c] : forward) st.gather_total += 2.0 * g;
+}
+
+StageTimes stage_times(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                       const LayoutPlan& plan, const Cluster& cluster, const Link& tp_link, const Link& dp_link,
+                       int s) {
   const int P = layout.pp, v = layout.virtual_stages;
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double act = training.act_bytes(), rate = achieved_rate(cluster, training.precision);
@@ -127,14 +221,17 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     const ChunkWork w = chunk_work(model, training, layout, plan.chunk_layers()[static_cast<std::size_t>(g)], g == 0,
                                    g == P * v - 1);
     st.compute_f += w.forward_flops / rate;
-    st.compute_b += (2.0 * w.forward_flops + (training.recompute ? w.layer_flops : 0.0)) / rate;
+    st.compute_b += (2.0 * w.forward_flops + recompute_flops(layout, w)) / rate;
     st.compute_w += (w.forward_flops - w.attention_flops) / rate;
+    // With sequence parallelism each allreduce becomes an all-gather and a reduce-scatter: on a
+    // ring the same bytes and steps, so the same time.
     st.tp_f += w.tp_allreduces_forward * tp_big + w.tp_small_allreduces * tp_small;
     st.tp_b += w.tp_allreduces_backward * tp_big;
-    if (training.recompute) st.tp_b += 2 * w.layers * tp_big;  // the layers' forward allreduces again
+    if (layout.recompute == Recompute::Full) st.tp_b += 2 * w.layers * tp_big;  // the layers' forward allreduces again
     // Gpt::forward_chunk casts the whole fp32 master to bf16 (read 4, write 2 bytes each).
     if (training.precision == Precision::BF16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
   }
+  if (layout.zero == 3 && layout.dp > 1) zero3_exposed_gathers(model, training, layout, plan, rate, dp_link, s, st);
   return st;
 }
 
@@ -146,14 +243,14 @@ const StageTimes& slowest(const std::vector<StageTimes>& stages) {
 // The pipeline: the schedule's makespan with the slowest stage's per-chunk costs, what of it is
 // compute and tensor-parallel communication, the rest bubble; and the messages between stages.
 // Returns the makespan.
-double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, const ScheduleFacts& facts, double f,
-                    double message, Prediction& p) {
-  const Layout& layout = plan.layout();
+double add_pipeline(const Layout& layout, const LayoutPlan& plan, const StageTimes& slow, const ScheduleFacts& facts,
+                    double f, double message, Prediction& p) {
   const int M = plan.micro_batches(), P = layout.pp, v = layout.virtual_stages;
   const double makespan = facts.makespan * f;
   p.time.compute = M * (slow.compute_f + slow.compute_b);
   p.time.tp_comm = M * (slow.tp_f + slow.tp_b);
-  p.time.bubble = std::max(0.0, makespan - p.time.compute - p.time.tp_comm);
+  p.time.zero_gather = M * (slow.gather_f + slow.gather_b);
+  p.time.bubble = std::max(0.0, makespan - p.time.compute - p.time.tp_comm - p.time.zero_gather);
   if (P > 1) {
     // Fill and drain cross every chunk boundary between two stages once each way (zb-v's turn at
     // the last stage stays on it); without overlap every send is also waited for by its sender.
@@ -167,19 +264,26 @@ double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, const Schedu
 
 // Data parallelism and the optimizer, for the stage holding the most parameters `params`: the
 // buckets' reduction (and ZeRO-1's allgather) under the last micro-batch's backward and the optimizer.
-void add_data_parallel(const Layout& layout, double params, const StageTimes& slow, const Cluster& cluster,
-                       const Link& dp_link, Prediction& p) {
+// ZeRO-2 and 3 reduce-scatter every micro-batch's gradients (M times the bytes), each under that
+// micro-batch's backward; ZeRO-3 gathers the parameters instead of all-gathering them after the update
+// (its exposed part is in the pipeline's time: StageTimes::gather_f, gather_b).
+void add_data_parallel(const Layout& layout, int micro_batches, double params, const StageTimes& slow,
+                       const Cluster& cluster, const Link& dp_link, Prediction& p) {
   const double bucket_bytes = layout.bucket_mb * 1024.0 * 1024.0;
+  const bool sharded = layout.zero >= 1, per_micro = layout.zero >= 2;
   const auto [reduce_total, reduce_last] =
-      bucketed(params * 4.0, bucket_bytes, layout.zero == 1 ? reduce_scatter_s : allreduce_s, layout.dp, dp_link);
+      bucketed(params * 4.0, bucket_bytes, sharded ? reduce_scatter_s : allreduce_s, layout.dp, dp_link);
+  const bool gathers_after_update = layout.zero == 1 || layout.zero == 2;
   const auto [gather_total, gather_last] =
-      layout.zero == 1 ? bucketed(params * 4.0, bucket_bytes, allgather_s, layout.dp, dp_link) : std::pair{0.0, 0.0};
-  const double updated = layout.zero == 1 ? params / layout.dp : params;
-  p.time.optimizer = (28.0 * updated + 8.0 * params) / cluster.memory_bandwidth;
-  const double window = layout.overlap ? slow.compute_b + slow.tp_b : 0.0;  // the last micro-batch's backward
-  p.time.dp_total = reduce_total + gather_total;
-  p.time.dp_exposed = std::max(reduce_last, reduce_total - window);
-  if (layout.zero == 1)
+      gathers_after_update ? bucketed(params * 4.0, bucket_bytes, allgather_s, layout.dp, dp_link) : std::pair{0.0, 0.0};
+  const double updated = sharded ? params / layout.dp : params;
+  // AdamW's 28 bytes per updated parameter; zeroing and the norm pass over the gradients kept.
+  p.time.optimizer = (28.0 * updated + 8.0 * (per_micro ? updated : params)) / cluster.memory_bandwidth;
+  const double window = layout.overlap ? slow.compute_b + slow.tp_b : 0.0;  // a micro-batch's backward
+  const int reductions = per_micro ? micro_batches : 1;
+  p.time.dp_total = reductions * reduce_total + gather_total + (layout.zero == 3 ? micro_batches * slow.gather_total : 0.0);
+  p.time.dp_exposed = (reductions - 1) * std::max(0.0, reduce_total - window) + std::max(reduce_last, reduce_total - window);
+  if (gathers_after_update)
     p.time.dp_exposed += layout.overlap ? std::max(gather_last, gather_total - p.time.optimizer) : gather_total;
 }
 
@@ -191,7 +295,7 @@ void add_synchronization(const ModelShape& model, const LayoutPlan& plan, const 
   const int dpn = cluster.devices_per_node;
   if (plan.tied_across_stages()) {
     const double wte = static_cast<double>(model.vocab_rows()) * model.channels / layout.tp * 4.0;
-    const Link& emb_link = link_for(any_group_crosses(mesh.all_embedding_groups(), dpn), cluster);
+    const Link& emb_link = link_for(node_crossings(mesh, dpn).embedding, cluster);
     p.time.embedding_sync = allreduce_s(2, wte, emb_link) + p2p_s(wte, emb_link);
   }
   p.time.norm = allreduce_s(layout.world_size(), 12.0, link_for(layout.world_size() > dpn, cluster));
@@ -233,9 +337,9 @@ void add_throughput(const ModelShape& model, const TrainingShape& training, cons
 
 // The stage needing the most memory, with the slots the schedule keeps; the ranks of a CPU node
 // share its memory (and what the OS keeps): each gets its share.
-void add_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+void add_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout, const LayoutPlan& plan,
                 const Cluster& cluster, const ScheduleFacts& facts, Prediction& p) {
-  p.memory = estimate_memory(model, training, plan, cluster,
+  p.memory = estimate_memory(model, training, layout, plan, cluster,
                              training.validation ? facts.held_slots_with_validation : facts.held_slots);
   const double sharers = cluster.shared_cores ? cluster.devices_per_node : 1;
   p.memory.reserved /= sharers;
@@ -243,9 +347,10 @@ void add_memory(const ModelShape& model, const TrainingShape& training, const La
   p.fits = p.memory.total() <= p.memory_capacity;
 }
 
-Prediction predict(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+Prediction predict(const ModelShape& model, const TrainingShape& training, const PlannedLayout& planned,
                    const Cluster& cluster) {
-  const Layout& layout = plan.layout();
+  const LayoutPlan& plan = planned.plan;
+  const Layout& layout = planned.layout;
   Prediction p;
   p.layout = layout;
   p.micro_batches = plan.micro_batches();
@@ -255,20 +360,23 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
 
   std::vector<StageTimes> stages;
   for (int s = 0; s < layout.pp; ++s)
-    stages.push_back(stage_times(model, training, plan, cluster, link_for(p.tp_crosses_nodes, cluster), s));
+    stages.push_back(stage_times(model, training, layout, plan, cluster, link_for(p.tp_crosses_nodes, cluster),
+                                 link_for(p.dp_crosses_nodes, cluster), s));
   const StageTimes& slow = slowest(stages);
   const int v = layout.virtual_stages;
-  const double f = (slow.compute_f + slow.tp_f) / v, b = (slow.compute_b + slow.tp_b) / v;  // per chunk
+  const double f = (slow.compute_f + slow.tp_f + slow.gather_f) / v;  // per chunk
+  const double b = (slow.compute_b + slow.tp_b + slow.gather_b) / v;
   const ScheduleFacts& facts = schedule_facts(plan, f, b, slow.compute_w / v);
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len;
+  // Sequence parallelism sends each stage's output split over tp: 1/tp of the bytes per rank.
+  const double N = static_cast<double>(layout.micro_batch) * training.seq_len / (layout.sequence_parallel ? layout.tp : 1);
   const double message =
       layout.pp > 1 ? p2p_s(N * model.channels * training.act_bytes(), link_for(p.pp_crosses_nodes, cluster)) : 0.0;
-  const double makespan = add_pipeline(plan, slow, facts, f, message, p);
+  const double makespan = add_pipeline(layout, plan, slow, facts, f, message, p);
 
   const double params = std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
                           return x.params < y.params;
                         })->params;
-  add_data_parallel(layout, params, slow, cluster, link_for(p.dp_crosses_nodes, cluster), p);
+  add_data_parallel(layout, plan.micro_batches(), params, slow, cluster, link_for(p.dp_crosses_nodes, cluster), p);
   add_synchronization(model, plan, mesh, cluster, p);
 
   const double dedicated = makespan + p.time.pp_comm + p.time.dp_exposed + p.time.embedding_sync + p.time.norm +
@@ -279,25 +387,53 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
     p.step_s = dedicated + p.time.core_wait;
   }
   add_throughput(model, training, layout, cluster, p);
-  add_memory(model, training, plan, cluster, facts, p);
+  add_memory(model, training, layout, plan, cluster, facts, p);
   return p;
 }
 
+// What this model predicts of the memory options, whether or not this build's LayoutPlan runs them
+// yet: the request's own rules (parallel/layout_plan.cpp says the same to `train`).
+void check_memory_options(const Layout& layout) {
+  MT_REQUIRE(layout.zero >= 0 && layout.zero <= 3, "zero must be 0, 1, 2 or 3, got ", layout.zero);
+  MT_REQUIRE(!layout.sequence_parallel || layout.tp > 1,
+             "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tp of at least 2");
+}
+
 }  // namespace
+
+PlannedLayout plan_layout(const Layout& request, const ModelShape& model, const TrainingShape& training, int devices) {
+  check_memory_options(request);
+  // The structure (mesh, schedule, stage layers, micro-batches) does not depend on the memory options.
+  LayoutRequest structure = request;
+  structure.zero = std::min(request.zero, 1);
+  structure.recompute = Recompute::None;
+  structure.sequence_parallel = false;
+  PlannedLayout planned{LayoutPlan(structure, layout_dims(model, training.seq_len), devices, training.global_batch), {}};
+  planned.layout = planned.plan.layout();
+  planned.layout.zero = request.zero;
+  planned.layout.recompute = request.recompute;
+  planned.layout.sequence_parallel = request.sequence_parallel;
+  return planned;
+}
 
 Prediction predict_step(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                         const Cluster& cluster) {
   check_job(model, training, layout, cluster);
   LayoutRequest request = layout;
   request.order = "tp-dp-pp";
-  const LayoutPlan plan(request, layout_dims(model, training.seq_len), layout.world_size(), training.global_batch);
-  return predict(model, training, plan, cluster);
+  return predict(model, training, plan_layout(request, model, training, layout.world_size()), cluster);
 }
 
 Prediction predict_step(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
                         const Cluster& cluster) {
   check_job(model, training, plan.layout(), cluster);
-  return predict(model, training, plan, cluster);
+  return predict(model, training, PlannedLayout{plan, plan.layout()}, cluster);
+}
+
+Prediction predict_step(const ModelShape& model, const TrainingShape& training, const PlannedLayout& planned,
+                        const Cluster& cluster) {
+  check_job(model, training, planned.layout, cluster);
+  return predict(model, training, planned, cluster);
 }
 
 std::string describe(const Prediction& p) {
@@ -325,6 +461,7 @@ std::string describe(const Prediction& p) {
   line("embedding sync", t.embedding_sync, "tied embedding between first and last stage");
   line("norm", t.norm, "gradient-norm allreduce");
   line("optimizer", t.optimizer, "AdamW, zeroing, norm pass (memory bound)");
+  if (t.zero_gather > 0) line("zero-3 gathers", t.zero_gather, "parameter all-gathers not hidden by the unit before");
   if (t.core_wait > 0) line("core wait", t.core_wait, "ranks outnumber the cores: waiting for a core");
   os << "memory per device: " << describe(p.memory);
   std::snprintf(buf, sizeof buf, " of %.2f GiB: %s", p.memory_capacity / (1024.0 * 1024 * 1024),

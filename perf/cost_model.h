@@ -35,6 +35,7 @@ struct TimeBreakdown {
   double tp_comm = 0;         // tensor-parallel allreduces, all exposed
   double pp_comm = 0;         // point-to-point messages on the critical path
   double bubble = 0;          // pipeline fill and drain
+  double zero_gather = 0;     // ZeRO-3 parameter all-gathers the previous unit's compute does not hide
   double dp_exposed = 0;      // data-parallel reduction (and ZeRO-1 allgather) not hidden
   double embedding_sync = 0;  // tied embedding: allreduce and broadcast between first and last stage
   double norm = 0;            // the world allreduce of the gradient norm and loss
@@ -42,7 +43,7 @@ struct TimeBreakdown {
   double core_wait = 0;       // shared cores: waiting for a core (ranks > cores)
   double dp_total = 0;        // all data-parallel communication, hidden or not (not part of the sum)
   double sum() const {
-    return compute + tp_comm + pp_comm + bubble + dp_exposed + embedding_sync + norm + optimizer + core_wait;
+    return compute + tp_comm + pp_comm + bubble + zero_gather + dp_exposed + embedding_sync + norm + optimizer + core_wait;
   }
 };
 
@@ -69,6 +70,18 @@ Prediction predict_step(const ModelShape& model, const TrainingShape& training, 
                         const Cluster& cluster);
 // The same for a plan already made (its mesh order as given; the one above uses tp-dp-pp).
 Prediction predict_step(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                        const Cluster& cluster);
+
+// A layout as the model predicts it: the plan of its structure, and the resolved layout with its
+// memory options (zero 0-3, recompute, sequence_parallel), which this model predicts before the
+// LayoutPlan of this build accepts them all. plan_layout throws Error where the plan refuses the
+// structure or the options break their own rules (sequence parallelism needs tp >= 2).
+struct PlannedLayout {
+  LayoutPlan plan;
+  Layout layout;
+};
+PlannedLayout plan_layout(const Layout& request, const ModelShape& model, const TrainingShape& training, int devices);
+Prediction predict_step(const ModelShape& model, const TrainingShape& training, const PlannedLayout& planned,
                         const Cluster& cluster);
 
 // Several lines: the layout, the time breakdown and the memory breakdown.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "parallel/memory_options.h"
+
 #include "runtime/error.h"
 
 namespace mt::perf {
@@ -35,20 +37,52 @@ std::vector<Sched> schedules_for(int pp) {
   return schedules;
 }
 
-// Every candidate of a mesh dp x tp x pp, in the order the ranking breaks ties by.
+// The memory options of one candidate structure, in the order they are tried: recomputation (the
+// outer loop: none, selective, full), then ZeRO 0-3 (0 and 1 only without memory_options).
+struct Variant {
+  Recompute recompute;
+  int zero;
+  bool sequence_parallel;
+};
+std::vector<Variant> variants(const MeshShape& mesh, const SearchOptions& options) {
+  std::vector<Variant> out;
+  const std::vector<Recompute> recomputes =
+      options.memory_options ? std::vector<Recompute>{Recompute::None, Recompute::Selective, Recompute::Full}
+                             : std::vector<Recompute>{options.recompute};
+  const std::vector<bool> sps = options.memory_options && mesh.tp > 1 ? std::vector<bool>{false, true}
+                                                                      : std::vector<bool>{options.sequence_parallel && mesh.tp > 1};
+  const int max_zero = options.memory_options ? 3 : 1;
+  for (const bool sp : sps)
+    for (const Recompute r : recomputes)
+      for (int zero = 0; zero <= max_zero; ++zero)
+        if (zero == 0 || mesh.dp > 1) out.push_back({r, zero, sp});
+  return out;
+}
+
+// Whether a variant costs time that a variant already found to fit (same structure) saves: more
+// recomputation, or ZeRO 2 or 3 over a lower stage, never makes a step faster in the model, so it
+// can only rank below. ZeRO 0 and 1 are both always predicted (as before memory_options).
+bool dominated(const Variant& v, const std::vector<Variant>& fitting) {
+  return std::any_of(fitting.begin(), fitting.end(), [&](const Variant& f) {
+    if (f.sequence_parallel != v.sequence_parallel || f.recompute > v.recompute || f.zero > v.zero) return false;
+    if (f.recompute == v.recompute && (f.zero == v.zero || v.zero <= 1)) return false;
+    return true;
+  });
+}
+
+// Every candidate structure of a mesh dp x tp x pp (ZeRO 0 standing for the variants), in the order
+// the ranking breaks ties by.
 std::vector<Layout> candidates(const MeshShape& mesh, const std::vector<int>& micros, const SearchOptions& options) {
   std::vector<Layout> out;
   for (int b : micros) {
     for (const Sched& sched : schedules_for(mesh.pp)) {
-      for (int zero : {0, 1}) {
-        if (zero == 1 && mesh.dp == 1) continue;
+      {
         Layout l;
         l.dp = mesh.dp;
         l.tp = mesh.tp;
         l.pp = mesh.pp;
         l.virtual_stages = sched.v;
         l.schedule = sched.kind;
-        l.zero = zero;
         l.micro_batch = b;
         l.bucket_mb = options.bucket_mb;
         l.overlap = options.overlap;
@@ -73,15 +107,18 @@ std::vector<MeshShape> meshes(const TrainingShape& training, const Cluster& clus
   return out;
 }
 
-void record(Prediction p, SearchResult& result) {
+// Returns whether it fits.
+bool record(Prediction p, SearchResult& result) {
   ++result.considered;
-  if (p.fits) {
+  const bool fits = p.fits;
+  if (fits) {
     result.plans.push_back(std::move(p));
   } else {
     ++result.rejected_for_memory;
     if (!result.smallest_rejected || p.memory.total() < result.smallest_rejected->memory.total())
       result.smallest_rejected = std::move(p);
   }
+  return fits;
 }
 
 }  // namespace
@@ -89,15 +126,25 @@ void record(Prediction p, SearchResult& result) {
 SearchResult search_layouts(const ModelShape& model, const TrainingShape& training, const Cluster& cluster,
                             const SearchOptions& options) {
   SearchResult result;
-  const ModelDims dims = layout_dims(model, training.seq_len);
   for (const MeshShape& mesh : meshes(training, cluster, options)) {
     const int per_pipeline = training.global_batch / mesh.dp;
     const std::vector<int> micros = options.micro_batch ? std::vector<int>{*options.micro_batch} : divisors(per_pipeline);
-    for (const Layout& l : candidates(mesh, micros, options)) {
+    const std::vector<Variant> tried = variants(mesh, options);
+    for (const Layout& structure : candidates(mesh, micros, options)) {
       try {
-        const LayoutPlan plan(l, dims, cluster.devices(), training.global_batch);  // the checks meshtrain runs
-        if (2L * plan.micro_batches() * l.pp * plan.layout().virtual_stages > kMaxTags) continue;
-        record(predict_step(model, training, plan, cluster), result);
+        // The checks meshtrain runs, once per structure (the memory options do not change it).
+        const PlannedLayout planned = plan_layout(structure, model, training, cluster.devices());
+        const LayoutPlan& plan = planned.plan;
+        if (2L * plan.micro_batches() * structure.pp * plan.layout().virtual_stages > kMaxTags) continue;
+        std::vector<Variant> fitting;
+        for (const Variant& v : tried) {
+          if (dominated(v, fitting)) continue;
+          PlannedLayout variant{plan, planned.layout};
+          variant.layout.zero = v.zero;
+          variant.layout.recompute = v.recompute;
+          variant.layout.sequence_parallel = v.sequence_parallel;
+          if (record(predict_step(model, training, variant, cluster), result)) fitting.push_back(v);
+        }
       } catch (const Error&) {
         continue;  // a layout meshtrain would refuse (parallel/layout_check.h)
       }

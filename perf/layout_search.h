@@ -2,7 +2,8 @@
 // = the cluster's devices, tp dividing the heads (whole heads per rank) and at most a node unless
 // allowed, pp at most the layers, the schedules 1F1B, GPipe, interleaved (v in {2, 4}), zb-h1 and
 // zb-v (v = 2) where the layers divide, micro-batches dividing
-// each pipeline's share of the batch, ZeRO 0 or 1. Layouts meshtrain would refuse are left out;
+// each pipeline's share of the batch, ZeRO 0 or 1 (with memory_options also 2 and 3, recomputation and
+// sequence parallelism). Layouts meshtrain would refuse are left out;
 // those that do not fit in memory are counted, with the reason.
 // defines: SearchOptions, SearchResult, search_layouts
 #pragma once
@@ -19,6 +20,13 @@ struct SearchOptions {
   bool allow_cross_node_tp = false;
   double bucket_mb = 25.0;
   bool overlap = true;
+  // Every layout with this recomputation, and sequence parallelism where tp > 1.
+  Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;
+  // Instead: try every memory option: recompute none, selective and full, sequence parallelism off
+  // and on (tp > 1), ZeRO 0-3 (1-3 with dp > 1). A variant that only costs time over one of the same
+  // structure that already fits (more recomputation, ZeRO 2 or 3 over a lower stage) is not predicted.
+  bool memory_options = false;
 };
 
 struct SearchResult {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -148,38 +149,76 @@ std::vector<std::vector<int>> held_slots(const LayoutPlan& plan, bool validation
   return held_slots(train, &eval);
 }
 
-double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
+namespace {
+
+// Rows of the regions sequence parallelism splits over tp (layernorms, residual stream, embedding
+// output): [N/tp, C] per rank, the largest piece where tp does not divide the sequence.
+double split_rows(const TrainingShape& training, const Layout& layout) {
+  const double B = layout.micro_batch, T = training.seq_len;
+  return layout.sequence_parallel ? B * std::ceil(T / layout.tp) : B * T;
+}
+
+// Of one layer's activations, the two selective recomputation rebuilds in backward: the attention
+// probabilities [B, H/tp, T, T] fp32 and the GELU output [N, 4C/tp].
+double selectively_recomputed_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
   const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels, tp = layout.tp;
-  const double a = training.act_bytes(), f32 = 4.0, H = model.heads / layout.tp;
-  // ln1, res2, ln2 [N,C]; qkv 3C/tp, atty C/tp, fch and fch_gelu 4C/tp each; fp32 layernorm
-  // statistics 4 x [N] and the attention probabilities [B, H/tp, T, T].
-  return 3.0 * block(N * C * a) + block(N * 3.0 * C / tp * a) + block(N * C / tp * a) +
-         2.0 * block(N * 4.0 * C / tp * a) + 4.0 * block(N * f32) + block(B * H * T * T * f32);
+  const double H = model.heads / layout.tp;
+  return block(B * H * T * T * 4.0) + block(N * 4.0 * C / tp * training.act_bytes());
+}
+
+}  // namespace
+
+double layer_activation_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
+  const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels, tp = layout.tp;
+  const double a = training.act_bytes(), f32 = 4.0, H = model.heads / layout.tp, Ns = split_rows(training, layout);
+  // ln1, res2, ln2 [N,C] (sequence parallel: [N/tp, C]); qkv 3C/tp, atty C/tp, fch and fch_gelu 4C/tp
+  // each; fp32 layernorm statistics 4 x [N] (split likewise) and the attention probabilities [B, H/tp, T, T].
+  return 3.0 * block(Ns * C * a) + block(N * 3.0 * C / tp * a) + block(N * C / tp * a) +
+         2.0 * block(N * 4.0 * C / tp * a) + 4.0 * block(Ns * f32) + block(B * H * T * T * f32);
+}
+
+double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
+  switch (layout.recompute) {
+    case Recompute::None: return layer_activation_bytes(model, training, layout);
+    case Recompute::Selective:
+      return layer_activation_bytes(model, training, layout) - selectively_recomputed_bytes(model, training, layout);
+    case Recompute::Full: return 0.0;
+  }
+  return 0.0;
+}
+
+double recompute_scratch_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
+  switch (layout.recompute) {
+    case Recompute::None: return 0.0;
+    case Recompute::Selective: return selectively_recomputed_bytes(model, training, layout);
+    case Recompute::Full: return layer_activation_bytes(model, training, layout);
+  }
+  return 0.0;
 }
 
 double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                   bool embedding, bool head) {
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
-  const double a = training.act_bytes(), f32 = 4.0;
-  // residual[0..layers] and each layer's activations (layer_bytes).
-  double bytes = (layers + 1) * block(N * C * a);
-  // With recomputation only the layer inputs stay; one layer's activations are rebuilt at a time
-  // (counted in the workspace by estimate_stage_memory).
-  if (!training.recompute) bytes += layers * layer_bytes(model, training, layout);
+  const double a = training.act_bytes(), f32 = 4.0, Ns = split_rows(training, layout);
+  // residual[0..layers] (the layer inputs full recomputation keeps) and what each layer keeps.
+  double bytes = (layers + 1) * block(Ns * C * a);
+  if (layout.recompute != Recompute::Full) bytes += layers * layer_bytes(model, training, layout);
   if (embedding) bytes += block(N * 4.0);  // the int32 tokens
-  // lnf, its statistics, the losses and log-sum-exps, the int32 targets.
-  if (head) bytes += block(N * C * a) + 5.0 * block(N * f32);
-  bytes += block(N * C * a);  // dres: the gradient flowing through the chunk
+  // lnf and its statistics (split with sequence parallelism), the losses and log-sum-exps, the
+  // int32 targets.
+  if (head) bytes += block(Ns * C * a) + 2.0 * block(Ns * f32) + 3.0 * block(N * f32);
+  bytes += block(Ns * C * a);  // dres: the gradient flowing through the chunk
   return bytes;
 }
 
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                            bool head) {
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
-  const double a = training.act_bytes(), tp = layout.tp;
+  const double a = training.act_bytes(), tp = layout.tp, Ns = split_rows(training, layout);
   // Per layer the residual gradients at the MLP's and the attention's output and the layernorms'
-  // upstream gradients [N, C], dqkv [N, 3C/tp]; the head's dlnf [N, C]; the embedding nothing.
-  return layers * (4.0 * block(N * C * a) + block(N * 3.0 * C / tp * a)) + (head ? block(N * C * a) : 0.0);
+  // upstream gradients [N, C] (sequence parallel: [N/tp, C]), dqkv [N, 3C/tp]; the head's dlnf; the
+  // embedding nothing.
+  return layers * (4.0 * block(Ns * C * a) + block(N * 3.0 * C / tp * a)) + (head ? block(Ns * C * a) : 0.0);
 }
 
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
@@ -187,25 +226,55 @@ double logits_bytes(const ModelShape& model, const TrainingShape& training, cons
                training.act_bytes());
 }
 
-MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
-                                      const Cluster& cluster, const std::vector<std::vector<int>>& slots, int s) {
-  const Layout& layout = plan.layout();
+namespace {
+
+// The two largest of a stage's parameter units (the most ZeRO-2/3 hold in full at once: the unit in
+// use and the one prefetched, or the head's lnf with the tied embedding), as fp32 blocks of `bytes`
+// per element.
+double two_largest_units(const std::vector<std::int64_t>& units, double bytes) {
+  std::vector<std::int64_t> sorted = units;
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  double sum = 0;
+  for (std::size_t i = 0; i < std::min<std::size_t>(2, sorted.size()); ++i)
+    sum += block(static_cast<double>(sorted[i]) * bytes);
+  return sum;
+}
+
+}  // namespace
+
+MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                                      const LayoutPlan& plan, const Cluster& cluster,
+                                      const std::vector<std::vector<int>>& slots, int s) {
   const std::vector<int>& chunk_layers = plan.chunk_layers();
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double a = training.act_bytes(), tp = layout.tp;
+  const bool bf16 = training.precision == Precision::BF16;
   MemoryBreakdown m;
   m.stage = s;
   // The flat buffers, padded to a multiple of dp (models/parameter_store.h).
   const std::vector<std::int64_t> tensors = stage_parameter_tensors(model, plan, s);
   double numel = static_cast<double>(std::accumulate(tensors.begin(), tensors.end(), std::int64_t{0}));
   numel = std::ceil(numel / layout.dp) * layout.dp;
-  m.parameters = block(numel * 4.0) + (training.precision == Precision::BF16 ? block(numel * 2.0) : 0.0);
-  m.gradients = block(numel * 4.0);
-  // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 per piece of one in this rank's
-  // share of a bucket (parallel/zero_optimizer.h): at most a piece per tensor and one more per bucket.
-  if (layout.zero == 1) {
+  if (layout.zero <= 1) {
+    m.parameters = block(numel * 4.0) + (bf16 ? block(numel * 2.0) : 0.0);
+    m.gradients = block(numel * 4.0);
+  } else {
+    // ZeRO-2: this rank's shard of the gradients, and the full gradients of the units being reduced
+    // (at most two at once). ZeRO-3 likewise for the parameters: the owned shard, and the gathered
+    // units (the one in use and the one prefetched) with their bf16 copy under bf16 compute.
+    const std::vector<std::int64_t> units = stage_parameter_units(model, plan, s);
+    m.gradients = block(numel / layout.dp * 4.0) + two_largest_units(units, 4.0);
+    m.parameters = layout.zero == 3 ? block(numel / layout.dp * 4.0) + two_largest_units(units, 4.0) +
+                                          (bf16 ? two_largest_units(units, 2.0) : 0.0)
+                                    : block(numel * 4.0) + (bf16 ? block(numel * 2.0) : 0.0);
+  }
+  // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 and above per piece of one in this
+  // rank's share of a bucket (parallel/zero_optimizer.h): at most a piece per tensor and one more per bucket.
+  if (layout.zero >= 1) {
     const double bucket = std::max(1.0, std::floor(layout.bucket_mb * 1024.0 * 1024.0 / 4.0 / layout.dp)) * layout.dp;
-    const double pieces = static_cast<double>(tensors.size()) + std::ceil(numel / bucket);
+    double pieces = static_cast<double>(tensors.size()) + std::ceil(numel / bucket);
+    // ZeRO-3 may cut its shards per unit (what it gathers) rather than per bucket: a piece more per unit.
+    if (layout.zero == 3) pieces += static_cast<double>(stage_parameter_units(model, plan, s).size());
     m.optimizer = 2.0 * (numel / layout.dp * 4.0 + 256.0 * pieces);
   } else {
     for (const std::int64_t t : tensors) m.optimizer += 2.0 * block(static_cast<double>(t) * 4.0);
@@ -228,10 +297,13 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   }
   m.activations += m.deferred_weight;
   // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp;
-  // with tp the vocab-parallel loss statistics, 3 x [N] fp32.
+  // with tp the vocab-parallel loss statistics, 3 x [N] fp32; with sequence parallelism the
+  // all-gathered layernorm output [N, C] the column-parallel GEMMs read; what recomputation rebuilds
+  // of one layer at a time.
   m.workspace = 2.0 * block(N * C * a) + block(N * C / tp * a) + block(N * 3.0 * C / tp * a) +
                 block(N * 4.0 * C / tp * a) + (layout.tp > 1 ? 3.0 * block(N * 4.0) : 0.0);
-  if (training.recompute) m.workspace += layer_bytes(model, training, layout);
+  if (layout.sequence_parallel) m.workspace += block(N * C * a);
+  if (layout.recompute != Recompute::None) m.workspace += recompute_scratch_bytes(model, training, layout);
   // One at a time: attention backward's fp32 score gradient [B, H/tp, T, T], the embedding
   // backward's int32 index [2, N], a micro-batch's new tokens before the old are freed, the step's
   // few floats for the norm and loss.
@@ -244,14 +316,25 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   return m;
 }
 
-MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
-                                const Cluster& cluster, const std::vector<std::vector<int>>& slots) {
+MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                                      const Cluster& cluster, const std::vector<std::vector<int>>& slots, int s) {
+  return estimate_stage_memory(model, training, plan.layout(), plan, cluster, slots, s);
+}
+
+MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                                const LayoutPlan& plan, const Cluster& cluster,
+                                const std::vector<std::vector<int>>& slots) {
   MemoryBreakdown worst;
-  for (int s = 0; s < plan.layout().pp; ++s) {
-    const MemoryBreakdown m = estimate_stage_memory(model, training, plan, cluster, slots, s);
+  for (int s = 0; s < layout.pp; ++s) {
+    const MemoryBreakdown m = estimate_stage_memory(model, training, layout, plan, cluster, slots, s);
     if (s == 0 || m.total() > worst.total()) worst = m;
   }
   return worst;
+}
+
+MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                                const Cluster& cluster, const std::vector<std::vector<int>>& slots) {
+  return estimate_memory(model, training, plan.layout(), plan, cluster, slots);
 }
 
 MemoryBreakdown estimate_sampling_memory(const ModelShape& model, int window) {

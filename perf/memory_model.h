@@ -6,10 +6,15 @@
 // in training or in validation), the scratch every chunk shares, and the buffers a step allocates
 // and frees. Every block is rounded up to the allocator's 256 bytes; the step's temporary buffers
 // count twice, the most a caching allocator (CUDA) hands out for a request.
+// The memory options (parallel/memory_options.h) change what is counted: recomputation keeps less per
+// layer in a slot and rebuilds one layer's worth in the scratch; sequence parallelism splits the
+// layernorm, residual and embedding-output rows over tp; ZeRO-2 keeps this rank's 1/dp of the
+// gradients plus the full gradients of the two largest parameter units (models/param_use.h) being
+// reduced, ZeRO-3 likewise for the parameters (the unit in use and the one prefetched).
 // With the zero-bubble schedules (backward split into B and W), each slot also keeps what B leaves
 // for W (models/gpt.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it.
 // defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, weight_inputs_bytes,
-//          logits_bytes, estimate_stage_memory, estimate_memory, estimate_sampling_memory, describe
+//          layer_activation_bytes, recompute_scratch_bytes, logits_bytes, estimate_stage_memory, estimate_memory, estimate_sampling_memory, describe
 #pragma once
 
 #include <string>
@@ -24,8 +29,9 @@ namespace mt::perf {
 struct MemoryBreakdown {
   int stage = 0;           // the pipeline stage this is for (the one needing the most)
   double parameters = 0;   // fp32 master, plus the bf16 copy the GEMMs read with bf16 compute
-  double gradients = 0;    // fp32
-  double optimizer = 0;    // AdamW m and v in fp32 (ZeRO-1: this rank's 1/dp of them)
+                           // (ZeRO-3: the owned 1/dp and two gathered units)
+  double gradients = 0;    // fp32 (ZeRO-2/3: the owned 1/dp and two units' in full)
+  double optimizer = 0;    // AdamW m and v in fp32 (ZeRO-1 and above: this rank's 1/dp of them)
   double activations = 0;  // what forward keeps for backward, in the slots the stage's chunks keep
   double deferred_weight = 0;  // of activations: what B keeps in those slots for W (zero-bubble schedules)
   int in_flight = 0;       // slots the stage's chunks keep (held_slots), summed over its chunks
@@ -54,8 +60,13 @@ std::vector<std::vector<int>> held_slots(const Schedule& train, const Schedule* 
 // The same for the plan's schedules: training, then validation's forward-only one if asked.
 std::vector<std::vector<int>> held_slots(const LayoutPlan& plan, bool validation);
 
-// What one layer keeps for backward for one micro-batch, in 256-byte blocks.
+// Everything one layer's forward produces that its backward reads, for one micro-batch, in 256-byte blocks.
+double layer_activation_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
+// Of that, what the layer keeps in its slot under layout.recompute: all of it (none), all but the
+// attention probabilities and the GELU output (selective), nothing (full: the slot keeps the layer's input).
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
+// What recomputation rebuilds in the scratch, one layer at a time: the rest of layer_activation_bytes.
+double recompute_scratch_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 // One slot's bytes (models/gpt.cpp Gpt::acquire) for a chunk of `layers` layers, without the logits.
 double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                   bool embedding, bool head);
@@ -68,9 +79,17 @@ double weight_inputs_bytes(const ModelShape& model, const TrainingShape& trainin
 // One pipeline stage of the plan (its layers, its shard of the parameters); slots: held_slots().
 MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
                                       const Cluster& cluster, const std::vector<std::vector<int>>& slots, int stage);
+// The same with the memory options (zero, recompute, sequence_parallel) of `layout`, the plan's
+// resolved layout with options the plan itself may not accept yet (perf/cost_model.h PlannedLayout).
+MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                                      const LayoutPlan& plan, const Cluster& cluster,
+                                      const std::vector<std::vector<int>>& slots, int stage);
 // The stage needing the most memory.
 MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
                                 const Cluster& cluster, const std::vector<std::vector<int>>& slots);
+MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                                const LayoutPlan& plan, const Cluster& cluster,
+                                const std::vector<std::vector<int>>& slots);
 
 // `meshtrain sample`: one whole model (fp32 parameters, and the gradient buffer its store keeps),
 // one slot of a single sequence of `window` tokens with its logits, the scratch, and the [1, V]

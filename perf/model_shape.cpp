@@ -15,17 +15,31 @@ namespace {
 // few partitions thousands of times, so their sizes are kept per (model, partition).
 using ShardKey = std::tuple<int, int, int, int, int, int, int, std::vector<std::pair<int, int>>, bool, bool>;
 
-std::vector<std::int64_t> shard_sizes(const ModelShape& model, const GptPartition& partition) {
+// Per tensor its elements; per parameter unit (models/param_use.h: the embedding, each layer, the
+// final layernorm, in that order) the elements of its tensors.
+struct Shards {
+  std::vector<std::int64_t> tensors, units;
+};
+
+const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition) {
   static std::mutex mutex;
-  static std::map<ShardKey, std::vector<std::int64_t>> cache;
+  static std::map<ShardKey, Shards> cache;
   std::vector<std::pair<int, int>> chunks;
   for (const LayerRange& r : partition.chunks) chunks.emplace_back(r.begin, r.end);
   ShardKey key{model.layers, model.heads, model.channels, model.max_seq_len, model.vocab_size, model.padded_vocab,
                partition.tp_size, std::move(chunks), partition.embedding, partition.head};
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  std::vector<std::int64_t> sizes;
-  for (const ParamShard& shard : gpt_param_shards(model, partition)) sizes.push_back(shard.local.numel());
+  Shards sizes;
+  std::map<int, std::int64_t> units;  // unit key: -1 the embedding, the layer, `layers` the final layernorm
+  for (const ParamShard& shard : gpt_param_shards(model, partition)) {
+    sizes.tensors.push_back(shard.local.numel());
+    const int unit = shard.full.layer >= 0 ? shard.full.layer
+                     : shard.full.kind == ParamKind::LnfWeight || shard.full.kind == ParamKind::LnfBias ? model.layers
+                                                                                                       : -1;
+    units[unit] += shard.local.numel();
+  }
+  for (const auto& [unit, numel] : units) sizes.units.push_back(numel);
   return cache.emplace(std::move(key), std::move(sizes)).first->second;
 }
 
@@ -58,7 +72,13 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
 std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const LayoutPlan& plan, int stage) {
   MeshCoord coord;
   coord.pp = stage;  // tensor-parallel rank 0: every rank of the group holds shards of the same sizes
-  return shard_sizes(model, plan.partition(coord));
+  return shard_sizes(model, plan.partition(coord)).tensors;
+}
+
+std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage) {
+  MeshCoord coord;
+  coord.pp = stage;
+  return shard_sizes(model, plan.partition(coord)).units;
 }
 
 std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, int stage) {

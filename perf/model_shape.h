@@ -5,7 +5,7 @@
 // micro-batches per step and each stage's part of the model come from the job's LayoutPlan
 // (parallel/layout_plan.h), as they do for the trainer.
 // defines: ModelShape, Precision, TrainingShape, Layout, describe, ChunkWork, chunk_work,
-//          stage_parameter_tensors, stage_parameters
+//          stage_parameter_tensors, stage_parameters, stage_parameter_units
 #pragma once
 
 #include <cstdint>
@@ -26,10 +26,6 @@ struct TrainingShape {
   int seq_len = 1024;
   int global_batch = 8;  // sequences per optimizer step, whole job
   Precision precision = Precision::FP32;  // meshtrain train's default (--compute-dtype)
-  // Full activation recomputation as Megatron-LM does it (keep only each layer's input, run the
-  // forward again in backward). meshtrain does NOT do this; it is here to predict published runs
-  // that did, and to say what it would buy.
-  bool recompute = false;
   // Count validation's activation slots too (perf/memory_model.h held_slots): meshtrain train
   // evaluates after the last step whenever the data has a val split, and its forward-only schedule
   // may keep more slots than training does. Off: the memory of training steps (meshtrain plan).
@@ -64,5 +60,9 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
 // Every tensor-parallel rank holds shards of the same sizes. And their sum.
 std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const LayoutPlan& plan, int stage);
 std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, int stage);
+// The same elements by parameter unit (models/param_use.h: what ZeRO-3 gathers and ZeRO-2/3
+// reduce-scatter as one): the embedding (wte and wpe, or the head's tied wte copy), each layer, the
+// final layernorm; in that order, those the stage holds.
+std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage);
 
 }  // namespace mt::perf

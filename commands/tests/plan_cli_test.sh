@@ -9,7 +9,8 @@ run_timeout=60
 . "$(dirname "$0")/cli_test_lib.sh"
 
 if expect_ok "plan --help" "$meshtrain" plan --help; then
-  for option in --model --global-batch --micro-batch --cluster --layout --calibrate --set --top --dtype; do
+  for option in --model --global-batch --micro-batch --cluster --layout --calibrate --set --top --dtype \
+                --recompute --sequence-parallel --memory-options --largest; do
     grep -q -- "$option" "$out" || fail "plan --help does not explain $option"
   done
 fi
@@ -33,6 +34,35 @@ if expect_ok "plan one --layout" "$meshtrain" plan --model gpt2 --cluster dgx-a1
     grep -q "$part" "$out" || fail "--layout: the breakdown lacks '$part'"
   done
 fi
+
+# The memory options of one layout: the layout line names them, and ZeRO-3's exposed gathers show.
+if expect_ok "plan one --layout with memory options" "$meshtrain" plan --model gpt2 --cluster dgx-a100 --global-batch 64 \
+     --layout dp=2,tp=2,pp=2,zero=3,micro=4,recompute=full,sp=1; then
+  grep -q '^layout dp=2 tp=2 pp=2 v=1 zero=3 micro=4 schedule=1f1b recompute=full sp: ' "$out" \
+    || { fail "--layout with memory options: no layout line"; show; }
+  grep -q 'zero-3 gathers' "$out" || { fail "--layout zero=3: no line for the exposed gathers"; show; }
+fi
+
+# Every memory option searched: a column says each row's recomputation and sequence parallelism.
+if expect_ok "plan --memory-options" "$meshtrain" plan --model gpt3-175b --cluster dgx-a100 --nodes 8 \
+     --global-batch 64 --micro-batch 1 --memory-options --top 3; then
+  grep -q -E '^#  +dpxtpxpp +schedule +zero +memory ' "$out" || { fail "--memory-options: no memory column"; show; }
+  [ "$(grep -c -E '^[1-3] +[0-9]+x[0-9]+x[0-9]+ ' "$out")" -eq 3 ] || { fail "--memory-options: not 3 rows"; show; }
+fi
+
+# The largest model of a family that fits: gpt3 on one DGX A100 is 13B, not 175B.
+if expect_ok "plan --largest gpt3" "$meshtrain" plan --largest gpt3 --cluster dgx-a100 --global-batch 64; then
+  grep -q -E '^gpt3-175b +174.6 B +2048 +no ' "$out" || { fail "--largest: gpt3-175b should not fit"; show; }
+  grep -q '^largest that fits: gpt3-13b, its fastest layout:' "$out" || { fail "--largest: not gpt3-13b"; show; }
+fi
+expect_error "unknown family" "--largest: unknown model family 'gpt9'" \
+  "$meshtrain" plan --global-batch 8 --largest gpt9
+expect_error "--largest with --layout" "--largest searches every layout of a family's models; --layout predicts one" \
+  "$meshtrain" plan --global-batch 8 --largest gpt2 --layout tp=2
+expect_error "sp without tp" "--layout sp=1: sp=1 .sequence parallelism. splits the sequence over tp: it needs tp of at least 2" \
+  "$meshtrain" plan --global-batch 8 --layout sp=1
+expect_error "bad recompute in --layout" "--layout tp=2,recompute=half: unknown --recompute 'half'" \
+  "$meshtrain" plan --global-batch 8 --layout tp=2,recompute=half
 
 # A cluster file (preset + override) and calibration rows fitted into it.
 printf 'preset = cpu-2core\ndevices_per_node = 2\n' >"$dir/vm.ini"

@@ -187,14 +187,14 @@ TEST(Pipeline, ZeroBubbleSimulatesTheBackwardSplitIntoInputAndWeight) {
   c.devices_per_node = 2;
   for (ScheduleKind kind : {ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV}) {
     for (bool recompute : {false, true}) {
-      t.recompute = recompute;
       Layout l;
+      l.recompute = recompute ? Recompute::Full : Recompute::None;
       l.pp = 2;
       l.schedule = kind;
       const Prediction p = predict_step(m, t, l, c);
       LayoutRequest request = l;
       request.order = "tp-dp-pp";
-      const LayoutPlan plan(request, layout_dims(m, t.seq_len), 2, t.global_batch);
+      const LayoutPlan plan = plan_layout(request, m, t, 2).plan;  // the structure: the plan refuses recompute until built
       const int P = 2, v = plan.layout().virtual_stages;
       // FLOPs per micro-batch of each stage: forward, input part (B), weight part (W).
       double slow_f = 0, slow_b = 0, slow_w = 0;
@@ -293,8 +293,8 @@ TEST(Gpt3, PredictionStaysNearPublishedMfu) {
   t.seq_len = 2048;
   t.global_batch = 1536;
   t.precision = Precision::BF16;
-  t.recompute = true;
   Layout l;
+  l.recompute = Recompute::Full;
   l.dp = 8;
   l.tp = 8;
   l.pp = 16;
@@ -308,7 +308,7 @@ TEST(Gpt3, PredictionStaysNearPublishedMfu) {
   EXPECT_FALSE(megatron.tp_crosses_nodes);
   EXPECT_TRUE(megatron.pp_crosses_nodes);
   EXPECT_TRUE(megatron.dp_crosses_nodes);
-  t.recompute = false;
+  l.recompute = Recompute::None;
   const Prediction meshtrain = predict_step(m, t, l, c);
   EXPECT_GT(meshtrain.mfu, megatron.mfu * 1.15);
   EXPECT_LT(meshtrain.mfu, megatron.mfu * 1.40);

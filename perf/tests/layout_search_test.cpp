@@ -138,5 +138,62 @@ TEST(LayoutSearch, RejectsAModelThatFitsNowhere) {
   EXPECT_GT(r.smallest_rejected->memory.total(), 4 * r.smallest_rejected->memory_capacity);
 }
 
+// GPT-3 175B on 64 A100s fits in no layout without the memory options; with them it does, and the
+// list holds no layout that only costs time over a listed one of the same structure.
+TEST(LayoutSearch, MemoryOptionsFitWhatNothingElseFits) {
+  const ModelShape m = gpt_preset("gpt3-175b");
+  TrainingShape t;
+  t.seq_len = 2048;
+  t.global_batch = 64;
+  t.precision = Precision::BF16;
+  Cluster c = cluster_preset("dgx-a100");
+  c.nodes = 8;
+  SearchOptions o;
+  o.micro_batch = 1;
+  EXPECT_TRUE(search_layouts(m, t, c, o).plans.empty());
+  o.memory_options = true;
+  const SearchResult r = search_layouts(m, t, c, o);
+  ASSERT_FALSE(r.plans.empty());
+  bool recompute = false, sp = false;
+  for (const Prediction& p : r.plans) {
+    const Layout& l = p.layout;
+    EXPECT_TRUE(l.recompute != Recompute::None || l.sequence_parallel || l.zero >= 2) << describe(l);
+    EXPECT_TRUE(!l.sequence_parallel || l.tp > 1);
+    EXPECT_TRUE(l.zero == 0 || l.dp > 1);
+    recompute |= l.recompute != Recompute::None;
+    sp |= l.sequence_parallel;
+    for (const Prediction& q : r.plans) {
+      const Layout& k = q.layout;
+      const bool same_structure = k.dp == l.dp && k.tp == l.tp && k.pp == l.pp && k.schedule == l.schedule &&
+                                  k.virtual_stages == l.virtual_stages && k.micro_batch == l.micro_batch &&
+                                  k.sequence_parallel == l.sequence_parallel;
+      // q fits with less recomputation (and no more ZeRO): l costs only time, and is not predicted.
+      EXPECT_FALSE(same_structure && k.recompute < l.recompute && k.zero <= l.zero)
+          << describe(l) << " listed beside " << describe(k);
+    }
+  }
+  EXPECT_TRUE(recompute);
+  EXPECT_TRUE(sp);
+}
+
+// Fixed options apply to every candidate: recomputation everywhere, sequence parallelism where tp > 1.
+TEST(LayoutSearch, FixedRecomputeAndSequenceParallelApplyToEveryLayout) {
+  const ModelShape m = gpt_preset("gpt2-medium");
+  TrainingShape t;
+  t.seq_len = 1024;
+  t.global_batch = 32;
+  t.precision = Precision::BF16;
+  SearchOptions o;
+  o.recompute = Recompute::Selective;
+  o.sequence_parallel = true;
+  const SearchResult r = search_layouts(m, t, cluster_preset("dgx-a100"), o);
+  ASSERT_FALSE(r.plans.empty());
+  for (const Prediction& p : r.plans) {
+    EXPECT_EQ(p.layout.recompute, Recompute::Selective);
+    EXPECT_EQ(p.layout.sequence_parallel, p.layout.tp > 1);
+    EXPECT_LE(p.layout.zero, 1);
+  }
+}
+
 }  // namespace
 }  // namespace mt::perf

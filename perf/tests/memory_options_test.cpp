@@ -1,0 +1,200 @@
+// The memory options in the performance model, worked out by hand on the tiny model: what
+// recomputation, sequence parallelism and ZeRO-2/3 take off (and add to) each part of a rank's
+// memory, and the time each costs. The features' own runs check the estimate against the allocator
+// in memory_bound_test once they are built.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "perf/comm_model.h"
+#include "perf/cost_model.h"
+#include "runtime/error.h"
+
+namespace mt::perf {
+namespace {
+
+ModelShape tiny() {
+  ModelShape m = gpt_preset("tiny");  // 4 layers, 4 heads, 64 channels, context 64
+  m.vocab_size = 256;                 // padded vocabulary 256
+  return m;
+}
+
+TrainingShape fp32_shape(int global_batch) {
+  TrainingShape t;
+  t.seq_len = 32;
+  t.global_batch = global_batch;
+  t.precision = Precision::FP32;
+  return t;
+}
+
+// The two-core CPU preset with a rank per core.
+Cluster two_ranks() {
+  Cluster c = cluster_preset("cpu-2core");
+  c.devices_per_node = 2;
+  return c;
+}
+
+constexpr double NC = 64 * 64 * 4.0;                  // [N, C] fp32 with N = 2 x 32 rows
+constexpr double kAttention = 2 * 4 * 32 * 32 * 4.0;  // probabilities [B, H, T, T] fp32
+constexpr double kGelu = 64 * 256 * 4.0;              // GELU output [N, 4C] fp32
+// Per layer (tp 1): ln1, res2, ln2 3 [N,C]; qkv, atty, fch, fch_gelu 12 [N,C]; 4 [N] statistics; attention.
+constexpr double kLayer = 3 * NC + 12 * NC + 4 * 256.0 + kAttention;
+
+Prediction tiny_one_rank(Recompute recompute) {
+  Layout l;
+  l.micro_batch = 2;  // one micro-batch of N = 64 rows
+  l.recompute = recompute;
+  return predict_step(tiny(), fp32_shape(2), l, cluster_preset("cpu-2core"));
+}
+
+// Full: a slot keeps the residual stream (the layers' inputs) and the head, no layer's activations;
+// the scratch rebuilds one layer. Selective: a slot keeps all but the attention probabilities and
+// the GELU output of each layer; the scratch rebuilds one of each.
+TEST(MemoryOptions, RecomputeKeepsLessPerLayerAndRebuildsOneInTheScratch) {
+  const Prediction none = tiny_one_rank(Recompute::None);
+  const Prediction selective = tiny_one_rank(Recompute::Selective);
+  const Prediction full = tiny_one_rank(Recompute::Full);
+  const double rest = 5 * NC + 256.0 + NC + 5 * 256.0 + NC;  // residuals, tokens, head, dres
+  EXPECT_EQ(none.memory.activations, rest + 4 * kLayer);
+  EXPECT_EQ(selective.memory.activations, rest + 4 * (kLayer - kAttention - kGelu));
+  EXPECT_EQ(full.memory.activations, rest);
+  EXPECT_EQ(none.memory.workspace, 10 * NC);
+  EXPECT_EQ(selective.memory.workspace, 10 * NC + kAttention + kGelu);
+  EXPECT_EQ(full.memory.workspace, 10 * NC + kLayer);
+  EXPECT_EQ(full.memory.parameters, none.memory.parameters);
+  EXPECT_EQ(full.memory.transient, none.memory.transient);
+}
+
+// Full recomputation runs the layers' forward again in backward, selective the attention core.
+TEST(MemoryOptions, RecomputeCostsAForwardOfTheLayersOrOfTheAttentionCore) {
+  const ModelShape m = tiny();
+  const TrainingShape t = fp32_shape(2);
+  const Cluster c = cluster_preset("cpu-2core");
+  const double rate = c.peak_flops * c.achieved_fraction;  // fp32 on an fp32-rated CPU
+  const Prediction none = tiny_one_rank(Recompute::None);
+  Layout l;
+  l.micro_batch = 2;
+  const ChunkWork w = chunk_work(m, t, l, 4, true, true);
+  EXPECT_NEAR(tiny_one_rank(Recompute::Selective).time.compute - none.time.compute, w.attention_flops / rate, 1e-15);
+  EXPECT_NEAR(tiny_one_rank(Recompute::Full).time.compute - none.time.compute, w.layer_flops / rate, 1e-15);
+}
+
+// tp 2, sequence parallel: ln1, res2, ln2, the residual stream, lnf and dres are [N/2, C]; the
+// layernorm statistics [N/2] still fill a 256-byte block; the scratch gains the gathered [N, C].
+TEST(MemoryOptions, SequenceParallelSplitsTheLayernormAndResidualRowsOverTp) {
+  Layout l;
+  l.tp = 2;
+  l.micro_batch = 2;
+  const Cluster c = two_ranks();
+  const Prediction plain = predict_step(tiny(), fp32_shape(2), l, c);
+  l.sequence_parallel = true;
+  const Prediction sp = predict_step(tiny(), fp32_shape(2), l, c);
+  const double half = NC / 2;  // an [N, C] piece saves half of itself
+  EXPECT_EQ(plain.memory.activations - sp.memory.activations, 5 * half + 4 * 3 * half + half + half);
+  EXPECT_EQ(sp.memory.workspace - plain.memory.workspace, NC);
+  EXPECT_EQ(sp.memory.parameters, plain.memory.parameters);
+  // The all-gather / reduce-scatter pairs move the allreduces' bytes: the same time.
+  EXPECT_EQ(sp.time.tp_comm, plain.time.tp_comm);
+  EXPECT_EQ(sp.layout.describe(), "dp=1 tp=2 pp=1 v=1 zero=0 micro=2 schedule=1f1b sp");
+}
+
+// With a pipeline, each message between stages is 1/tp of the activations.
+TEST(MemoryOptions, SequenceParallelShrinksThePipelineMessagesByTp) {
+  Layout l;
+  l.tp = 2;
+  l.pp = 2;
+  l.dp = 2;
+  l.micro_batch = 2;
+  const Cluster c = cluster_preset("dgx-a100");
+  const Prediction plain = predict_step(tiny(), fp32_shape(8), l, c);
+  l.sequence_parallel = true;
+  const Prediction sp = predict_step(tiny(), fp32_shape(8), l, c);
+  const Link& link = plain.pp_crosses_nodes ? c.inter : c.intra;
+  EXPECT_NEAR(sp.time.pp_comm / plain.time.pp_comm, p2p_s(NC / 2, link) / p2p_s(NC, link), 1e-12);
+  EXPECT_LT(sp.memory.total(), plain.memory.total());
+}
+
+// dp 2, one stage: 220544 parameters in units embedding 20480, 4 layers of 49984, lnf 128. ZeRO-2
+// keeps half of the gradients plus the two largest units' in full; ZeRO-3 the same of the
+// parameters too (and their bf16 copy with bf16 compute); AdamW's moments as ZeRO-1's, ZeRO-3 with
+// a piece more per unit.
+TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
+  const double params = 220544, layer = 49984;
+  ASSERT_EQ(params, 256 * 64 + 64 * 64 + 4 * layer + 2 * 64);
+  Layout l;
+  l.dp = 2;
+  l.micro_batch = 2;
+  const Cluster c = two_ranks();
+  const auto at = [&](int zero, Precision precision) {
+    Layout z = l;
+    z.zero = zero;
+    TrainingShape t = fp32_shape(4);
+    t.precision = precision;
+    return predict_step(tiny(), t, z, c).memory;
+  };
+  const MemoryBreakdown z1 = at(1, Precision::FP32), z2 = at(2, Precision::FP32), z3 = at(3, Precision::FP32);
+  EXPECT_EQ(z1.gradients, 4 * params);
+  EXPECT_EQ(z2.gradients, 4 * params / 2 + 2 * 4 * layer);
+  EXPECT_EQ(z2.parameters, 4 * params);
+  EXPECT_EQ(z2.optimizer, z1.optimizer);
+  EXPECT_EQ(z3.gradients, z2.gradients);
+  EXPECT_EQ(z3.parameters, 4 * params / 2 + 2 * 4 * layer);
+  EXPECT_EQ(z3.optimizer, z1.optimizer + 2 * 256.0 * 6);
+  EXPECT_EQ(z3.activations, z1.activations);
+  // bf16: two gathered units' bf16 copies, each rounded up to whole blocks (99968 bytes: 391 blocks).
+  const MemoryBreakdown z3_bf16 = at(3, Precision::BF16);
+  EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 2 * 4 * layer + 2 * 391 * 256.0);
+}
+
+// ZeRO-2 reduce-scatters every micro-batch's gradients (M = 2 here) and all-gathers the parameters
+// after the update as ZeRO-1 does: one reduce-scatter more than ZeRO-1 per step.
+TEST(MemoryOptions, ZeroTwoReduceScattersEveryMicroBatch) {
+  Layout l;
+  l.dp = 2;
+  l.micro_batch = 2;
+  const Cluster c = two_ranks();
+  l.zero = 1;
+  const Prediction z1 = predict_step(tiny(), fp32_shape(8), l, c);
+  l.zero = 2;
+  const Prediction z2 = predict_step(tiny(), fp32_shape(8), l, c);
+  ASSERT_EQ(z2.micro_batches, 2);
+  EXPECT_NEAR(z2.time.dp_total - z1.time.dp_total, reduce_scatter_s(2, 4 * 220544.0, c.intra), 1e-15);
+  EXPECT_EQ(z2.time.zero_gather, 0.0);
+}
+
+// ZeRO-3 gathers each unit before its use, the next one prefetched: exposed are the first gather and
+// what of each later one the previous unit's compute does not cover; backward goes the other way
+// with twice the compute. On a link slow enough that the gathers show:
+TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
+  const ModelShape m = tiny();
+  const TrainingShape t = fp32_shape(8);
+  Layout l;
+  l.dp = 2;
+  l.micro_batch = 2;
+  l.zero = 3;
+  Cluster c = two_ranks();
+  c.intra = Link{2e8, 1e-6};
+  const Prediction p = predict_step(m, t, l, c);
+  const double rate = c.peak_flops * c.achieved_fraction;
+  const double lf = chunk_work(m, t, l, 1, false, false).forward_flops / rate;
+  const double hf = chunk_work(m, t, l, 0, false, true).forward_flops / rate;
+  const auto g = [&](double numel) { return allgather_s(2, 4 * numel, c.intra); };
+  const double ge = g(20480), gl = g(49984), gn = g(128);
+  const auto pos = [](double x) { return std::max(0.0, x); };
+  const double forward = ge + gl + 3 * pos(gl - lf) + pos(gn - lf);
+  const double backward = gn + pos(gl - 2 * hf) + 3 * pos(gl - 2 * lf) + pos(ge - 2 * lf);
+  ASSERT_GT(gl, 2 * lf);  // the case where the gathers show
+  EXPECT_NEAR(p.time.zero_gather, p.micro_batches * (forward + backward), 1e-12);
+  // All of it is data-parallel traffic: twice each unit per micro-batch, plus the reduce-scatters.
+  EXPECT_NEAR(p.time.dp_total,
+              p.micro_batches * (2 * (ge + 4 * gl + gn) + reduce_scatter_s(2, 4 * 220544.0, c.intra)), 1e-12);
+}
+
+TEST(MemoryOptions, SequenceParallelNeedsTensorParallelism) {
+  Layout l;
+  l.sequence_parallel = true;
+  EXPECT_THROW(predict_step(tiny(), fp32_shape(2), l, cluster_preset("cpu-2core")), Error);
+}
+
+}  // namespace
+}  // namespace mt::perf
