@@ -102,7 +102,10 @@ Tensor UnitShards::owned_grads(int block) const {
   return owned_grads_.flat_slice(blocks_.at(static_cast<std::size_t>(block)).shard_offset, shard_numel(block));
 }
 
-bool UnitShards::params_resident(int unit) const { return gathered_.at(static_cast<std::size_t>(unit)) != 0; }
+bool UnitShards::params_resident(int unit) const {
+  const auto u = static_cast<std::size_t>(unit);
+  return gathered_.at(u) != 0 || !gathers_.at(u).empty();
+}
 
 void UnitShards::zero_owned_grads() { kernels::fill(*ctx_, owned_grads_, 0.0); }
 

@@ -101,7 +101,7 @@ class UnitShards : public ParamUseHooks {
   Tensor owned_params(int block) const;                       // fp32 [shard_numel]
   Tensor owned_grads(int block) const;                        // fp32 [shard_numel]
   std::int64_t owned_numel() const { return owned_numel_; }   // all blocks' shards
-  bool params_resident(int unit) const;                       // stage 3: gathered or being used
+  bool params_resident(int unit) const;                       // full params held: gathered or being gathered
   const UnitShardStats& stats() const { return stats_; }
 
  private:
