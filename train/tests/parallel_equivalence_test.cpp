@@ -317,6 +317,41 @@ TEST(ParallelEquivalence, ZeroTwoAndThreeWithOneMicroBatch) {
   }
 }
 
+// The target: at dp 4, --zero 3 holds at most 0.3x the parameters + gradients + optimizer
+// state per rank of --zero 0, as the allocator counts them (what a trainer holds after init, before
+// the first step allocates activations). A step adds the transient full units (bounded by
+// UnitShards: at most 3 units' parameters and 3 units' gradients at once).
+TEST(ParallelTrainer, ZeroThreeCutsPerRankStateAtDp4) {
+  Communicator& world = test_world();
+  if (world.size() != 4) GTEST_SKIP() << "dp 4";
+  DeviceContext& ctx = test_context();
+  const TrainSettings s = settings(2);
+  std::size_t held[4] = {};
+  for (int zero : {0, 3}) {
+    ParallelGroups groups = build_groups(world, Mesh({4, 1, 1}));
+    data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
+    world.barrier();
+    const std::size_t before = ctx.allocator().stats().in_use;
+    ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s,
+                            plan_of({4, 1, 1}, zero, true, s));
+    trainer.init(kSeed);
+    held[zero] = ctx.allocator().stats().in_use - before;
+    trainer.step();
+    trainer.step();  // the second follows the order the first learned: prefetched
+    if (zero == 3) {
+      const UnitShardStats& st = trainer.unit_shards()->stats();
+      EXPECT_LE(st.max_full_param_units, 3);
+      EXPECT_LE(st.max_full_grad_units, 3);
+      if (world.rank() == 0)
+        std::printf("[ memory ] dp 4: zero 0 holds %zu bytes, zero 3 %zu (%.3fx); zero 3 in a step: at most %d units' "
+                    "parameters and %d units' gradients at once, %d of %d gathers prefetched\n",
+                    held[0], held[3], static_cast<double>(held[3]) / static_cast<double>(held[0]),
+                    st.max_full_param_units, st.max_full_grad_units, st.prefetched, st.gathers);
+    }
+  }
+  EXPECT_LE(static_cast<double>(held[3]), 0.3 * static_cast<double>(held[0]));
+}
+
 // Overlap in the trainer: with overlap on, the first gradient bucket's reduction is launched while
 // backward still has parameters to produce (before its last gradient), and pipeline receives are
 // posted a computation early; with --no-overlap neither happens. ZeRO-1 holds 1/dp of the state.
