@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/gpt_parameters.h"
@@ -44,7 +45,18 @@ class ParameterStore {
   std::int64_t numel() const { return flat_params_.numel(); }  // padding included
   std::int64_t param_numel() const { return param_numel_; }    // without the padding
 
-  void zero_grads(DeviceContext& ctx);
+  void zero_grads(DeviceContext& ctx);  // Error once placed()
+
+  // ZeRO-2/3 (parallel/unit_shards.h): parameters [first, first + count) move out of the flat
+  // buffers into per-unit buffers (Tensor::redirect_to: every view, the layers' included, follows):
+  // params, compute (the bf16 copy; ignored for fp32 compute) and grads, each at least as long as
+  // the run. Then release_flat() frees the flat buffers' own memory: views that cross units (the
+  // flat buffers themselves) fail when read, and zero_grads() is refused (the units zero theirs).
+  void place(std::size_t first, std::size_t count, const Tensor& params, const Tensor& compute, const Tensor& grads);
+  // refresh: the (fp32, compute) pairs refresh_compute_params() casts from now on (ZeRO-2: every
+  // unit; ZeRO-3: none, each gathered unit is cast when gathered).
+  void release_flat(std::vector<std::pair<Tensor, Tensor>> refresh);
+  bool placed() const { return placed_; }
 
   // The parameters in the compute dtype (fp32 or bf16), as the GEMMs read them; the same offsets.
   DType compute_dtype() const { return flat_compute_.dtype(); }
@@ -61,6 +73,8 @@ class ParameterStore {
   Tensor flat_params_, flat_grads_, flat_compute_;  // flat_compute_ shares flat_params_ for fp32
   std::vector<Tensor> params_, grads_, compute_;
   std::int64_t param_numel_ = 0;
+  bool placed_ = false;
+  std::vector<std::pair<Tensor, Tensor>> refresh_;  // once placed
 };
 
 }  // namespace mt

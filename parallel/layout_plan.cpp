@@ -32,7 +32,6 @@ void resolve_data_parallel(LayoutRequest& r, int world_size) {
 
 void check_optimizer_options(const LayoutRequest& r) {
   MT_REQUIRE(r.zero >= 0 && r.zero <= 3, "--zero must be 0, 1, 2 or 3, got ", r.zero);
-  MT_REQUIRE(r.zero <= 1, "--zero ", r.zero, " is not implemented yet (0 and 1 are)");
   MT_REQUIRE(r.bucket_mb > 0 && std::isfinite(r.bucket_mb) && r.bucket_mb * 1024.0 * 1024.0 >= 4.0,
              "--bucket-mb must be positive, got ", r.bucket_mb);
 }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
 #include "runtime/cuda_api.h"
@@ -35,7 +36,49 @@ std::string shape_str(const Shape& shape) {
 Storage::Storage(std::shared_ptr<Allocator> allocator, std::size_t bytes)
     : allocator_(std::move(allocator)), data_(allocator_->allocate(bytes)), bytes_(bytes) {}
 
-Storage::~Storage() { allocator_->deallocate(data_); }
+Storage::~Storage() {
+  if (data_ != nullptr) allocator_->deallocate(data_);
+}
+
+void Storage::release() {
+  if (data_ == nullptr) return;
+  allocator_->deallocate(data_);
+  data_ = nullptr;
+}
+
+void Storage::acquire() {
+  if (data_ != nullptr || bytes_ == 0) return;
+  data_ = allocator_->allocate(bytes_);
+}
+
+void Storage::redirect(std::size_t offset, std::size_t bytes, std::shared_ptr<Storage> target,
+                       std::size_t target_offset) {
+  MT_CHECK(offset <= bytes_ && bytes <= bytes_ - offset, "redirect of bytes [", offset, ", ", offset + bytes,
+           ") outside a storage of ", bytes_);
+  MT_CHECK(target && target_offset <= target->bytes_ && bytes <= target->bytes_ - target_offset,
+           "redirect target too small for ", bytes, " bytes");
+  auto at = redirects_.begin();
+  while (at != redirects_.end() && at->begin < offset) ++at;
+  MT_CHECK((at == redirects_.end() || offset + bytes <= at->begin) &&
+               (at == redirects_.begin() || std::prev(at)->end <= offset),
+           "redirect of bytes [", offset, ", ", offset + bytes, ") overlaps an earlier one");
+  redirects_.insert(at, {offset, offset + bytes, std::move(target), target_offset});
+}
+
+void* Storage::resolve(std::size_t offset, std::size_t bytes) const {
+  for (const Redirect& r : redirects_) {
+    if (offset >= r.end) continue;
+    if (offset + bytes <= r.begin) break;
+    MT_CHECK(offset >= r.begin && offset + bytes <= r.end, "bytes [", offset, ", ", offset + bytes,
+             ") of a storage span a redirected range [", r.begin, ", ", r.end,
+             ") and more (a view across two ZeRO-2/3 units): read the units apart");
+    return r.target->address(r.target_offset + (offset - r.begin), bytes);
+  }
+  if (bytes == 0 && data_ == nullptr) return nullptr;
+  MT_CHECK(data_ != nullptr, "read of ", bytes, " bytes of a storage of ", bytes_,
+           " whose memory is released (a ZeRO-2/3 unit's parameters or gradients outside its use)");
+  return static_cast<char*>(data_) + offset;
+}
 
 Tensor Tensor::empty(Shape shape, DType dtype, DeviceContext& ctx) {
   Tensor t;
@@ -72,7 +115,24 @@ std::string Tensor::describe() const {
 
 void* Tensor::data() const {
   MT_CHECK(defined(), "access to an undefined tensor");
-  return static_cast<char*>(storage_->data()) + offset_bytes_;
+  return storage_->address(offset_bytes_, nbytes());
+}
+
+void Tensor::release_memory() const {
+  MT_CHECK(defined(), "release of an undefined tensor");
+  storage_->release();
+}
+
+void Tensor::acquire_memory() const {
+  MT_CHECK(defined(), "acquire of an undefined tensor");
+  storage_->acquire();
+}
+
+void Tensor::redirect_to(const Tensor& target) const {
+  MT_CHECK(defined() && target.defined() && nbytes() == target.nbytes(), "redirect ", describe(), " to ",
+           target.describe(), ": sizes differ");
+  MT_CHECK(device() == target.device(), "redirect ", describe(), " to ", target.describe(), ": devices differ");
+  storage_->redirect(offset_bytes_, nbytes(), target.storage_, target.offset_bytes_);
 }
 
 Tensor Tensor::reshape(Shape shape) const {

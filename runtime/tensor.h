@@ -20,20 +20,44 @@ std::int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);
 
 // Owns one allocation; freed back to its allocator when the last tensor using it goes.
+// ZeRO-2/3 need two more things, both invisible to the views (they keep their storage and offset):
+// - release() gives the memory back while views stay valid handles; reading one then fails with an
+//   Error naming the storage, until acquire() takes fresh (uninitialized) memory;
+// - redirect() makes a byte range of this storage live in another storage from then on (a model's
+//   flat parameter buffer whose per-unit ranges move into per-unit buffers that can be released).
 class Storage {
  public:
   Storage(std::shared_ptr<Allocator> allocator, std::size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  void* data() const { return data_; }
+  void* data() const { return address(0, bytes_); }
+  // Where bytes [offset, offset + bytes) live: Error when released, or when the range crosses a
+  // redirected range's edge (a view spanning two units of a redirected buffer).
+  void* address(std::size_t offset, std::size_t bytes) const {
+    if (redirects_.empty() && data_ != nullptr) return static_cast<char*>(data_) + offset;
+    return resolve(offset, bytes);
+  }
   std::size_t bytes() const { return bytes_; }
   Device device() const { return allocator_->device(); }
 
+  bool resident() const { return data_ != nullptr || bytes_ == 0; }
+  void release();  // no-op when released
+  void acquire();  // no-op when resident
+  void redirect(std::size_t offset, std::size_t bytes, std::shared_ptr<Storage> target, std::size_t target_offset);
+
  private:
+  struct Redirect {
+    std::size_t begin = 0, end = 0;
+    std::shared_ptr<Storage> target;
+    std::size_t target_offset = 0;
+  };
+  void* resolve(std::size_t offset, std::size_t bytes) const;
+
   std::shared_ptr<Allocator> allocator_;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  std::vector<Redirect> redirects_;  // sorted by begin, disjoint
 };
 
 class Tensor {
@@ -78,6 +102,14 @@ class Tensor {
   Tensor flat_slice(std::int64_t offset, std::int64_t count) const;  // 1-D view of elements
   Tensor narrow(std::int64_t start, std::int64_t length) const;      // rows [start, start+length) of dim 0
   bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
+
+  // The whole storage's memory (every view of it): see Storage. For ZeRO-2/3's per-unit buffers.
+  void release_memory() const;
+  void acquire_memory() const;
+  bool resident() const { return storage_ && storage_->resident(); }
+  // This view's bytes live in `target`'s from now on (same byte size); other views of this storage
+  // that lie inside the range follow, ones that cross its edge fail when read.
+  void redirect_to(const Tensor& target) const;
 
   // Copies between any two devices, ordered on `stream` (the destination's or the source's).
   void copy_from(const Tensor& src, const Stream& stream);

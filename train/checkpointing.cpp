@@ -41,7 +41,7 @@ ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
   m.step = trainer.steps_done();
   m.model = gpt_config_json(trainer.model().config());
   m.layout = layout_json(trainer.plan());
-  m.training = {{"optimizer_steps", trainer.optimizer().step_count()},
+  m.training = {{"optimizer_steps", trainer.optimizer_steps()},
                 {"total_steps", settings.steps},
                 {"global_batch", settings.global_batch},
                 {"micro_batch", settings.micro_batch},
@@ -71,6 +71,22 @@ ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
 
 // This rank's pieces: its owned part of each bucket, for the params it holds the primary copy of.
 void write_pieces(ParallelTrainer& trainer, ckpt::RankWriter& writer) {
+  if (const UnitShardedAdamW* sharded = trainer.unit_optimizer()) {
+    // ZeRO 2/3: each rank its owned pieces of each unit's blocks (the same ownership idea).
+    using UnitMoment = UnitShardedAdamW::Moment;
+    for (const UnitShardedAdamW::Piece& piece : sharded->owned_pieces()) {
+      const auto p = static_cast<std::size_t>(piece.param);
+      if (!trainer.is_primary_copy(p)) continue;
+      const ParamShard& shard = trainer.model().shards()[p];
+      const ckpt::Slice slice = shard_slice(shard, piece.first, piece.first + piece.numel);
+      writer.add(param_tensor(shard.full.name), shard.full.shape, slice, sharded->param(piece).to_host<float>());
+      writer.add(adam_m_tensor(shard.full.name), shard.full.shape, slice,
+                 sharded->moment(UnitMoment::First, piece.param, piece.first, piece.numel).to_host<float>());
+      writer.add(adam_v_tensor(shard.full.name), shard.full.shape, slice,
+                 sharded->moment(UnitMoment::Second, piece.param, piece.first, piece.numel).to_host<float>());
+    }
+    return;
+  }
   const ParameterStore& store = trainer.model().parameters();
   const std::vector<float> params = store.flat_params().to_host<float>();
   const DistributedAdamW& optimizer = trainer.optimizer();
@@ -358,13 +374,24 @@ ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::pa
       reader.read(param_tensor(shard.full.name), shard_slice(shard, 0, n),
                   std::span<float>(params).subspan(static_cast<std::size_t>(store.offset(p)), static_cast<std::size_t>(n)));
     }
-    Tensor flat = store.flat_params();  // a handle to the store's buffer
-    flat.copy_from_host(params.data(), params.size() * sizeof(float), ctx.stream());
-    store.refresh_compute_params(ctx);
+    trainer.set_local_parameters(params);
 
-    DistributedAdamW& optimizer = trainer.optimizer();
     report.optimizer_state = !model.shards().empty() && reader.has_tensor(adam_m_tensor(model.shards()[0].full.name));
-    if (report.optimizer_state) {
+    if (report.optimizer_state && trainer.unit_optimizer() != nullptr) {
+      const UnitShardedAdamW& sharded = *trainer.unit_optimizer();
+      for (const UnitShardedAdamW::Piece& piece : sharded.owned_pieces()) {
+        const ParamShard& shard = model.shards()[static_cast<std::size_t>(piece.param)];
+        std::vector<float> host(static_cast<std::size_t>(piece.numel));
+        for (const auto which : {UnitShardedAdamW::Moment::First, UnitShardedAdamW::Moment::Second}) {
+          reader.read(which == UnitShardedAdamW::Moment::First ? adam_m_tensor(shard.full.name) : adam_v_tensor(shard.full.name),
+                      shard_slice(shard, piece.first, piece.first + piece.numel), host);
+          sharded.moment(which, piece.param, piece.first, piece.numel)
+              .copy_from_host(host.data(), host.size() * sizeof(float), ctx.stream());
+        }
+      }
+      trainer.set_optimizer_steps(m.training.value("optimizer_steps", m.step));
+    } else if (report.optimizer_state) {
+      DistributedAdamW& optimizer = trainer.optimizer();
       // The moments this rank holds: whole params without ZeRO, its owned pieces with it.
       const auto restore = [&](int p, std::int64_t first, std::int64_t n) {
         const ParamShard& shard = model.shards()[static_cast<std::size_t>(p)];
@@ -384,7 +411,7 @@ ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::pa
       optimizer.set_step_count(m.training.value("optimizer_steps", m.step));
     } else {
       report.notes.push_back("the checkpoint holds weights only: AdamW starts from zero moments");
-      optimizer.set_step_count(0);
+      trainer.set_optimizer_steps(0);
     }
     ctx.synchronize();
 

@@ -22,9 +22,12 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
   // The tied embedding waits for the end of the run (ParallelTrainer::step): its head and
   // embedding parts may come from two chunks whose last computations the schedule orders either way.
   explicit Runner(ParallelTrainer& t)
-      : t_(t), to_reducer_([&reducer = *t.reducer_, wte = t.wte_index_](std::size_t param) {
-          if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
-        }) {}
+      : t_(t) {
+    if (!t.reducer_) return;  // ZeRO 2/3 reduce from the parameter-use hooks
+    to_reducer_ = [&reducer = *t.reducer_, wte = t.wte_index_](std::size_t param) {
+      if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
+    };
+  }
   Tensor forward_input(int chunk, int micro) override {
     return t_.model_->input_buffer(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len);
   }
@@ -56,7 +59,7 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
 
  private:
   ParallelTrainer& t_;
-  const Gpt::GradReady to_reducer_;
+  Gpt::GradReady to_reducer_;
 };
 
 ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups,
@@ -91,12 +94,25 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
     const double weight = mt::is_primary_copy(shard, partition) ? 1.0 : 0.0;
     flat.push_back({shard.full.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
   }
-  ReducerOptions ro;
-  ro.bucket_bytes = static_cast<std::int64_t>(plan_.layout().bucket_mb * 1024.0 * 1024.0);
-  ro.shard = plan_.layout().zero == 1;
-  ro.overlap = plan_.layout().overlap;
-  reducer_ = std::make_unique<GradReducer>(ctx_, *groups_.dp, store.flat_grads(), std::move(flat), ro);
-  optimizer_ = std::make_unique<DistributedAdamW>(ctx_, *groups_.dp, *reducer_, store.flat_params(), settings_.adamw);
+  if (plan_.layout().zero >= 2) {
+    std::vector<char> alone(store.size(), 0);
+    if (wte_index_ >= 0) alone[static_cast<std::size_t>(wte_index_)] = 1;  // both stages cut it alike
+    units_ = std::make_unique<UnitShards>(ctx_, *groups_.dp, store, model_->param_units(), std::move(alone),
+                                          plan_.layout().zero, plan_.layout().overlap);
+    for (std::size_t b = 0; b < units_->blocks().size(); ++b)
+      if (wte_index_ >= 0 && units_->blocks()[b].first == static_cast<std::size_t>(wte_index_)) wte_block_ = static_cast<int>(b);
+    std::vector<UnitShardedAdamW::ParamInfo> info;
+    for (const FlatParam& fp : flat) info.push_back({fp.name, fp.numel, fp.decay, fp.norm_weight});
+    unit_optimizer_ = std::make_unique<UnitShardedAdamW>(ctx_, *units_, info, settings_.adamw);
+    model_->set_param_hooks(units_.get());
+  } else {
+    ReducerOptions ro;
+    ro.bucket_bytes = static_cast<std::int64_t>(plan_.layout().bucket_mb * 1024.0 * 1024.0);
+    ro.shard = plan_.layout().zero == 1;
+    ro.overlap = plan_.layout().overlap;
+    reducer_ = std::make_unique<GradReducer>(ctx_, *groups_.dp, store.flat_grads(), std::move(flat), ro);
+    optimizer_ = std::make_unique<DistributedAdamW>(ctx_, *groups_.dp, *reducer_, store.flat_params(), settings_.adamw);
+  }
   executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{plan_.layout().overlap});
   check_pipeline_backend(mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
   train_schedule_ = plan_.train_schedule();
@@ -107,7 +123,71 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
              " MPI guarantees: use fewer, larger micro-batches");
 }
 
-ParallelTrainer::~ParallelTrainer() = default;
+ParallelTrainer::~ParallelTrainer() {
+  if (model_) model_->set_param_hooks(nullptr);
+}
+
+void ParallelTrainer::init(std::uint64_t seed) {
+  if (units_) units_->materialize(/*gather=*/false);
+  model_->init(seed);
+  if (units_) units_->keep_owned();
+}
+
+GradReducer& ParallelTrainer::reducer() {
+  MT_CHECK(reducer_ != nullptr, "--zero ", plan_.layout().zero, " reduces per unit: there is no bucket reducer");
+  return *reducer_;
+}
+
+DistributedAdamW& ParallelTrainer::optimizer() {
+  MT_CHECK(optimizer_ != nullptr, "--zero ", plan_.layout().zero, " steps a UnitShardedAdamW (unit_optimizer())");
+  return *optimizer_;
+}
+
+std::int64_t ParallelTrainer::optimizer_steps() const {
+  return unit_optimizer_ ? unit_optimizer_->step_count() : optimizer_->step_count();
+}
+
+void ParallelTrainer::set_optimizer_steps(std::int64_t steps) {
+  if (unit_optimizer_) {
+    unit_optimizer_->set_step_count(steps);
+  } else {
+    optimizer_->set_step_count(steps);
+  }
+}
+
+std::int64_t ParallelTrainer::optimizer_state_bytes() const {
+  return unit_optimizer_ ? unit_optimizer_->state_bytes() : optimizer_->state_bytes();
+}
+
+std::vector<float> ParallelTrainer::local_parameters() {
+  const ParameterStore& store = model_->parameters();
+  if (!units_) return store.flat_params().to_host<float>();
+  units_->materialize(/*gather=*/true);
+  std::vector<float> out(static_cast<std::size_t>(store.numel()), 0.0f);
+  for (std::size_t i = 0; i < store.size(); ++i) {
+    const std::vector<float> p = store.param(i).to_host<float>();
+    std::copy(p.begin(), p.end(), out.begin() + store.offset(i));
+  }
+  units_->keep_owned();
+  return out;
+}
+
+void ParallelTrainer::set_local_parameters(const std::vector<float>& values) {
+  ParameterStore& store = model_->parameters();
+  MT_CHECK(static_cast<std::int64_t>(values.size()) == store.numel(), values.size(), " values for a store of ",
+           store.numel());
+  if (!units_) {
+    Tensor flat = store.flat_params();  // a handle to the store's buffer
+    flat.copy_from_host(values.data(), values.size() * sizeof(float), ctx_.stream());
+  } else {
+    units_->materialize(/*gather=*/false);
+    for (std::size_t i = 0; i < store.size(); ++i)
+      store.param(i).copy_from_host(values.data() + store.offset(i), static_cast<std::size_t>(store.param(i).numel()) * sizeof(float),
+                                    ctx_.stream());
+    units_->keep_owned();
+  }
+  store.refresh_compute_params(ctx_);
+}
 
 void ParallelTrainer::read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches) {
   const int b = settings_.micro_batch;
@@ -152,22 +232,36 @@ StepRecord ParallelTrainer::step() {
   if (reads_data_) read_batch(train_, first, plan_.micro_batches());
   const double tp_wait_before = tp_stats_.wait_seconds;
 
-  store.zero_grads(ctx_);
-  reducer_->begin();
   Runner runner(*this);
-  pipeline_stats_ = executor_->run(train_schedule_, runner);
-  const auto reduce_start = clock::now();
-  // The two copies of the tied embedding each hold part of its gradient: sum them, then let the
-  // data-parallel reduction take the bucket that holds it.
-  if (tied_across_stages_ && groups_.embedding)
-    groups_.embedding->allreduce(store.grad(static_cast<std::size_t>(wte_index_)));
-  if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
-  reducer_->finish();
+  std::chrono::steady_clock::time_point reduce_start;
+  double sumsq = 0.0;
+  if (units_) {
+    units_->zero_owned_grads();
+    units_->start_round(0);
+    pipeline_stats_ = executor_->run(train_schedule_, runner);
+    reduce_start = clock::now();
+    units_->finish_round();
+    // Each copy of the tied embedding reduced its part over its dp group into identically cut
+    // owned shards: sum the two shards.
+    if (tied_across_stages_ && groups_.embedding) groups_.embedding->allreduce(units_->owned_grads(wte_block_));
+    sumsq = unit_optimizer_->owned_grad_sum_of_squares();
+  } else {
+    store.zero_grads(ctx_);
+    reducer_->begin();
+    pipeline_stats_ = executor_->run(train_schedule_, runner);
+    reduce_start = clock::now();
+    // The two copies of the tied embedding each hold part of its gradient: sum them, then let the
+    // data-parallel reduction take the bucket that holds it.
+    if (tied_across_stages_ && groups_.embedding)
+      groups_.embedding->allreduce(store.grad(static_cast<std::size_t>(wte_index_)));
+    if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
+    reducer_->finish();
+    sumsq = optimizer_->owned_grad_sum_of_squares();
+  }
 
   // One allreduce over the world for the norm (each element counted once) and the loss.
   // A double travels as two floats (high part and remainder): the sum keeps about 48 bits, so the
   // norm, and the clip scale from it, match a single rank's to far below fp32 rounding.
-  const double sumsq = optimizer_->owned_grad_sum_of_squares();
   const float sumsq_high = static_cast<float>(sumsq);
   const std::vector<float> local_sums{sumsq_high, static_cast<float>(sumsq - sumsq_high),
                                       reports_loss() ? static_cast<float>(runner.loss_sum) : 0.0f};
@@ -181,9 +275,18 @@ StepRecord ParallelTrainer::step() {
   r.grad_norm = std::sqrt(static_cast<double>(total[0]) + static_cast<double>(total[1]));
   require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
-  optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
-  comm_s += optimizer_->last_gather_wait_seconds();
-  if (tied_across_stages_ && groups_.embedding) {
+  if (units_) {
+    unit_optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
+    const auto gather_start = clock::now();
+    // The first stage's copy of the tied embedding is the one (see below), shard by shard.
+    if (tied_across_stages_ && groups_.embedding) groups_.embedding->broadcast(units_->owned_params(wte_block_), {0});
+    units_->gather_after_step();  // ZeRO-2: the full parameters again; ZeRO-3 gathers at each use
+    comm_s += since(gather_start);
+  } else {
+    optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
+    comm_s += optimizer_->last_gather_wait_seconds();
+  }
+  if (tied_across_stages_ && groups_.embedding && !units_) {
     // The two copies took the same update from gradients summed in other orders (each stage's dp
     // buckets are cut differently): with dp > 2 their last bits could part. The first stage's copy
     // is the one, so the last stage takes it.
@@ -211,11 +314,13 @@ double ParallelTrainer::evaluate() {
   // share for dp rank r is the r-th slice of it.
   const std::int64_t local = settings_.global_batch / mesh.dp;
   Runner runner(*this);
+  if (units_) units_->start_round(1);
   for (int k = 0; k < settings_.eval_batches; ++k) {
     if (reads_data_)
       read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local, plan_.micro_batches());
     executor_->run(eval_schedule_, runner);
   }
+  if (units_) units_->finish_round();
   Tensor sum = Tensor::from_host(std::vector<float>{reports_loss() ? static_cast<float>(runner.loss_sum) : 0.0f}, {1}, ctx_);
   world_.allreduce(sum);
   return static_cast<double>(sum.to_host<float>()[0]) /
@@ -232,7 +337,7 @@ std::vector<float> ParallelTrainer::gather_parameters() {
   const std::int64_t total = offsets.back();
   std::vector<float> host(static_cast<std::size_t>(total), 0.0f);
   const ParameterStore& store = model_->parameters();
-  const std::vector<float> mine = store.flat_params().to_host<float>();
+  const std::vector<float> mine = local_parameters();
   if (groups_.coord.dp == 0) {
     for (std::size_t i = 0; i < store.size(); ++i) {
       const ParamShard& shard = model_->shards()[i];
@@ -255,7 +360,7 @@ std::string ParallelTrainer::describe_rank() const {
   const ParameterStore& store = model_->parameters();
   out << "rank " << groups_.world_rank << ": dp " << groups_.coord.dp << " tp " << groups_.coord.tp << " stage "
       << groups_.coord.pp << ", " << model_->partition().describe() << ", " << store.param_numel()
-      << " parameters, optimizer state " << optimizer_->state_bytes() / 1024 << " KiB";
+      << " parameters, optimizer state " << optimizer_state_bytes() / 1024 << " KiB";
   return out.str();
 }
 

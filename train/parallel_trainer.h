@@ -2,7 +2,9 @@
 // ranks runs its share of the global batch through the schedule; gradients are reduced over the
 // data-parallel group in buckets overlapped with backward (GradReducer), the tied embedding's two
 // copies summed between first and last stage, the global norm taken over every rank counting each
-// parameter once, and AdamW (sharded with ZeRO-1) steps. The same options give the same model on
+// parameter once, and AdamW (sharded with ZeRO-1) steps. With --zero 2 or 3 the flat-buffer path
+// gives way to UnitShards (parallel/unit_shards.h): gradients reduce-scattered per unit and micro-
+// batch into owned shards (and, with 3, parameters gathered per unit), UnitShardedAdamW stepping. The same options give the same model on
 // every layout: the batch options are global, each dp rank reads global_batch/dp sequences per step.
 // defines: ParallelTrainer
 #pragma once
@@ -17,6 +19,8 @@
 #include "parallel/layout_plan.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/schedule.h"
+#include "parallel/unit_sharded_adamw.h"
+#include "parallel/unit_shards.h"
 #include "parallel/zero_optimizer.h"
 #include "train/metrics.h"
 #include "train/train_settings.h"
@@ -33,7 +37,7 @@ class ParallelTrainer {
                   const LayoutPlan& plan);
   ~ParallelTrainer();
 
-  void init(std::uint64_t seed) { model_->init(seed); }
+  void init(std::uint64_t seed);
   // One optimizer step; collective. Every rank returns the same loss, norm and validation loss.
   StepRecord step();
   double evaluate();  // collective; the same validation sequences as Trainer::evaluate
@@ -56,8 +60,21 @@ class ParallelTrainer {
   const data::DataLoader& train_data() const { return train_; }
   // mt::is_primary_copy (models/gpt_sharding.h) of this rank's shard of local param `param`.
   bool is_primary_copy(std::size_t param) const;
-  GradReducer& reducer() { return *reducer_; }
-  DistributedAdamW& optimizer() { return *optimizer_; }
+  // ZeRO 0/1 (Error with 2/3): the flat-buffer reducer and optimizer.
+  GradReducer& reducer();
+  DistributedAdamW& optimizer();
+  // ZeRO 2/3 (null with 0/1).
+  UnitShards* unit_shards() { return units_.get(); }
+  UnitShardedAdamW* unit_optimizer() { return unit_optimizer_.get(); }
+  std::int64_t optimizer_steps() const;
+  void set_optimizer_steps(std::int64_t steps);
+  std::int64_t optimizer_state_bytes() const;
+  // This rank's parameters in its store's flat order (padding zero), whatever the ZeRO stage
+  // (3 gathers them: collective over dp).
+  std::vector<float> local_parameters();
+  // Writes this rank's parameters (store flat order, as local_parameters) into the model: every
+  // replica and, with ZeRO 3, the owned shards.
+  void set_local_parameters(const std::vector<float>& values);
   const LayoutPlan& plan() const { return plan_; }
   int micro_batches() const { return plan_.micro_batches(); }
   int steps_done() const { return steps_done_; }
@@ -82,6 +99,9 @@ class ParallelTrainer {
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<DistributedAdamW> optimizer_;
+  std::unique_ptr<UnitShards> units_;
+  std::unique_ptr<UnitShardedAdamW> unit_optimizer_;
+  int wte_block_ = -1;  // ZeRO 2/3: the tied embedding's block
   std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t wte_index_ = -1;
   bool tied_across_stages_ = false;

@@ -186,7 +186,7 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
   }
   // This rank's shard, replicas included, is exactly the gathered model's.
   const ParameterStore& store = trainer.model().parameters();
-  const std::vector<float> mine = store.flat_params().to_host<float>();
+  const std::vector<float> mine = trainer.local_parameters();
   const std::vector<std::int64_t> offsets = spec_offsets(specs);
   std::map<std::string, std::int64_t> full_offset;
   for (std::size_t i = 0; i < specs.size(); ++i) full_offset[specs[i].name] = offsets[i];
@@ -251,19 +251,41 @@ TEST(ParallelEquivalence, SequenceParallelTrainsTheSameModel) {
     layout.sequence_parallel = true;
     for (int zero : {0, 1}) check_layout(layout, zero, 2);
   }
-  // With full recomputation the rerun forward makes the sequence-parallel collectives again.
+  // With full recomputation the rerun forward makes the sequence-parallel collectives again; with
+  // ZeRO-3 it runs inside the layer's backward use, while its parameters are gathered.
   Layout recomputed = layouts.front();
   recomputed.sequence_parallel = true;
   recomputed.recompute = Recompute::Full;
-  check_layout(recomputed, 1, 2);
+  for (int zero : {1, 3}) check_layout(recomputed, zero, 2);
+}
+
+// ZeRO-2 and 3 (per-unit reduce-scatter, per-unit gathers with prefetch) train the single rank's
+// model within the same tolerances: dp alone, with tp, with pp (the tied embedding's two copies
+// reduce into identically cut shards), with accumulation and without.
+TEST(ParallelEquivalence, ZeroTwoAndThreeTrainTheSameModel) {
+  const int n = test_world().size();
+  std::vector<Layout> layouts;
+  switch (n) {
+    case 1: layouts = {{1, 1, 1}}; break;
+    case 2: layouts = {{2, 1, 1}}; break;
+    case 4: layouts = {{4, 1, 1}, {2, 2, 1}, {2, 1, 2}, {2, 1, 2, ScheduleKind::Interleaved, 2}, {2, 1, 2, ScheduleKind::ZeroBubbleV, 2}}; break;
+    case 8: layouts = {{2, 2, 2}}; break;
+    default: GTEST_SKIP() << "no layouts listed for " << n << " ranks";
+  }
+  for (const Layout& layout : layouts) {
+    for (int zero : {2, 3}) {
+      check_layout(layout, zero, 2);
+      if (layout.pp == 1 && 8 / layout.dp != 2) check_layout(layout, zero, 8 / layout.dp);
+    }
+  }
 }
 
 // Trains `layout` for kSteps steps: every step's loss and norm, then the gathered parameters.
-std::vector<double> train_bits(const Layout& layout, int micro_batch) {
+std::vector<double> train_bits(const Layout& layout, int micro_batch, int zero = 1) {
   Communicator& world = test_world();
   ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
   const TrainSettings s = settings(micro_batch);
-  const LayoutPlan plan = plan_of(layout, /*zero=*/1, /*overlap=*/true, s);
+  const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, s);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   ParallelTrainer trainer(test_context(), world, groups, tiny_config(), DType::F32, train, nullptr, s, plan);
   trainer.init(kSeed);
@@ -318,6 +340,67 @@ TEST(ParallelEquivalence, RecomputationTrainsTheBitsOfKeepingTheActivations) {
       EXPECT_EQ(differ, 0u) << "of " << kept.size() << " losses, norms and parameters";
     }
   }
+}
+
+// With one micro-batch per step and dp alone, ZeRO-2 and 3 reduce what ZeRO-1 reduces, unit by unit
+// instead of bucket by bucket: the same sums per element, so the same bits (the tied embedding's two
+// contributions, head and embedding layer, are summed before its reduction only in ZeRO-1, so with
+// one rank holding both they add in another order: that tensor alone may differ in the last bits).
+TEST(ParallelEquivalence, ZeroTwoAndThreeWithOneMicroBatch) {
+  const int n = test_world().size();
+  if (n > 4) GTEST_SKIP() << "dp alone up to 4";
+  const Layout layout{n, 1, 1};
+  const std::vector<double> one = train_bits(layout, 8 / n, 1);
+  for (int zero : {2, 3}) {
+    const std::vector<double> bits = train_bits(layout, 8 / n, zero);
+    ASSERT_EQ(bits.size(), one.size());
+    // Losses and norms within the tolerance (check_layout holds the parameters to theirs).
+    std::size_t differ = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      differ += bits[i] != one[i];
+      if (i < 2 * kSteps) worst = std::max(worst, std::abs(bits[i] - one[i]) / std::abs(one[i]));
+    }
+    if (test_world().rank() == 0)
+      std::printf("[ zero %d vs 1 ] dp %d, one micro-batch: %zu of %zu losses, norms and parameters differ in "
+                  "bits (worst loss/norm relative %.2e)\n", zero, n, differ, bits.size(), worst);
+    EXPECT_LE(worst, kLossTolerance);
+  }
+}
+
+// The target: at dp 4, --zero 3 holds at most 0.3x the parameters + gradients + optimizer
+// state per rank of --zero 0, as the allocator counts them (what a trainer holds after init, before
+// the first step allocates activations). A step adds the transient full units (bounded by
+// UnitShards: at most 3 units' parameters and 3 units' gradients at once).
+TEST(ParallelTrainer, ZeroThreeCutsPerRankStateAtDp4) {
+  Communicator& world = test_world();
+  if (world.size() != 4) GTEST_SKIP() << "dp 4";
+  DeviceContext& ctx = test_context();
+  const TrainSettings s = settings(2);
+  std::size_t held[4] = {};
+  for (int zero : {0, 3}) {
+    ParallelGroups groups = build_groups(world, Mesh({4, 1, 1}));
+    data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
+    world.barrier();
+    const std::size_t before = ctx.allocator().stats().in_use;
+    ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s,
+                            plan_of({4, 1, 1}, zero, true, s));
+    trainer.init(kSeed);
+    held[zero] = ctx.allocator().stats().in_use - before;
+    trainer.step();
+    trainer.step();  // the second follows the order the first learned: prefetched
+    if (zero == 3) {
+      const UnitShardStats& st = trainer.unit_shards()->stats();
+      EXPECT_LE(st.max_full_param_units, 3);
+      EXPECT_LE(st.max_full_grad_units, 3);
+      if (world.rank() == 0)
+        std::printf("[ memory ] dp 4: zero 0 holds %zu bytes, zero 3 %zu (%.3fx); zero 3 in a step: at most %d units' "
+                    "parameters and %d units' gradients at once, %d of %d gathers prefetched\n",
+                    held[0], held[3], static_cast<double>(held[3]) / static_cast<double>(held[0]),
+                    st.max_full_param_units, st.max_full_grad_units, st.prefetched, st.gathers);
+    }
+  }
+  EXPECT_LE(static_cast<double>(held[3]), 0.3 * static_cast<double>(held[0]));
 }
 
 // Overlap in the trainer: with overlap on, the first gradient bucket's reduction is launched while

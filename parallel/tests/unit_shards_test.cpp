@@ -1,0 +1,169 @@
+// ZeRO-2/3 units (parallel/unit_shards.h) over the world as the data-parallel group, with the hooks
+// called by hand as a model calls them: per-unit gradients reduce-scattered and added into the
+// owned shards equal the sums over ranks (exact: small integers), gathers and prefetches deliver
+// the full parameters, full units are freed (the allocator's in_use falls back), and a freed unit
+// read fails with a clear error.
+#include "parallel/unit_shards.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/error.h"
+#include "tests/test_env.h"
+
+namespace mt {
+namespace {
+
+using testing::test_context;
+using testing::test_world;
+
+// Three units: {wte [5] alone, wpe [3]}, {h.0 [7], [2]}, {lnf [4]}.
+std::vector<ParamSpec> specs() {
+  return {{"wte", ParamKind::TokenEmbedding, -1, {5}, true},
+          {"wpe", ParamKind::PositionEmbedding, -1, {3}, true},
+          {"h.0.a", ParamKind::QkvWeight, 0, {7}, true},
+          {"h.0.b", ParamKind::QkvBias, 0, {2}, false},
+          {"lnf.weight", ParamKind::LnfWeight, -1, {4}, false}};
+}
+std::vector<ParamUnit> units() { return {{"embedding", 0, 2}, {"h.0", 2, 2}, {"lnf", 4, 1}}; }
+const std::vector<char> kAlone{1, 0, 0, 0, 0};
+
+// The allocator's bytes in use once the communicator's engine has dropped what it held of
+// completed collectives (it lets go of their descriptors a moment after wait() returns).
+std::size_t settled_in_use() {
+  test_world().barrier();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  return test_context().allocator().stats().in_use;
+}
+
+// The value rank r writes into element e of parameter p's gradient.
+float grad_value(int rank, std::size_t p, std::int64_t e) { return static_cast<float>((rank + 1) * 100 + p * 10 + e); }
+
+TEST(ShardBlocks, CutsUnitsAndAloneParamsPaddedToDp) {
+  const std::vector<std::int64_t> numels{5, 3, 7, 2, 4};
+  const std::vector<ShardBlock> blocks = make_shard_blocks(units(), numels, kAlone, 4);
+  ASSERT_EQ(blocks.size(), 4u);  // wte, wpe, h.0, lnf
+  EXPECT_EQ(blocks[0].numel, 5);
+  EXPECT_EQ(blocks[0].padded, 8);
+  EXPECT_EQ(blocks[1].first, 1u);
+  EXPECT_EQ(blocks[2].numel, 9);
+  EXPECT_EQ(blocks[2].padded, 12);
+  EXPECT_EQ(blocks[3].shard_offset, 2 + 1 + 3);
+  EXPECT_THROW(make_shard_blocks(std::vector<ParamUnit>{{"x", 1, 1}}, numels, kAlone, 2), Error);
+}
+
+void write_grads(ParameterStore& store, UnitShards& shards, int rank) {
+  // Backward order: lnf, the layer, the embedding.
+  for (int u : {2, 1, 0}) {
+    shards.begin(u, ParamUse::Backward);
+    const ParamUnit unit = units()[static_cast<std::size_t>(u)];
+    for (std::size_t p = unit.first; p < unit.first + unit.count; ++p) {
+      std::vector<float> g(static_cast<std::size_t>(store.spec(p).numel()));
+      for (std::size_t e = 0; e < g.size(); ++e) g[e] = grad_value(rank, p, static_cast<std::int64_t>(e));
+      store.grad(p).copy_from_host(g.data(), g.size() * sizeof(float), test_context().stream());
+    }
+    shards.end(u, ParamUse::Backward);
+  }
+}
+
+TEST(UnitShards, ReduceScattersEachUnitIntoTheOwnedShardAndFreesIt) {
+  Communicator& world = test_world();
+  DeviceContext& ctx = test_context();
+  const int n = world.size();
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("zero " + std::to_string(stage));
+    ParameterStore store(ctx, specs());
+    UnitShards shards(ctx, world, store, units(), kAlone, stage);
+    // Gradients exist only while a unit is written or reduced.
+    EXPECT_THROW(store.grad(0).to_host<float>(), Error);
+    try {
+      store.grad(2).to_host<float>();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("released"), std::string::npos) << e.what();
+    }
+    shards.zero_owned_grads();
+    const std::size_t before = settled_in_use();
+    for (int micro = 0; micro < 2; ++micro) {  // accumulation: the owned shard adds both
+      shards.start_round(0);
+      shards.begin(0, ParamUse::BackwardWeights);
+      EXPECT_GE(ctx.allocator().stats().in_use, before + 2 * 256) << "the embedding unit's two blocks";
+      shards.end(0, ParamUse::BackwardWeights);  // nothing written: adds zeros
+      write_grads(store, shards, world.rank());
+      shards.finish_round();
+      EXPECT_EQ(settled_in_use(), before) << "full gradients left after the round";
+      EXPECT_THROW(store.grad(4).to_host<float>(), Error);
+    }
+    EXPECT_LE(shards.stats().max_full_grad_units, 2);
+    EXPECT_EQ(shards.stats().reductions, 8);
+    // owned element i of block b is element owned_begin + i of the block: sum over ranks, twice.
+    for (std::size_t b = 0; b < shards.blocks().size(); ++b) {
+      const ShardBlock& block = shards.blocks()[b];
+      const std::vector<float> owned = shards.owned_grads(static_cast<int>(b)).to_host<float>();
+      std::vector<float> expect;
+      for (std::size_t p = block.first; p < block.first + block.count; ++p) {
+        for (std::int64_t e = 0; e < store.spec(p).numel(); ++e) {
+          float sum = 0;
+          for (int r = 0; r < n; ++r) sum += grad_value(r, p, e);
+          expect.push_back(2 * sum);
+        }
+      }
+      expect.resize(static_cast<std::size_t>(block.padded), 0.0f);
+      const std::int64_t lo = shards.owned_begin(static_cast<int>(b));
+      for (std::size_t i = 0; i < owned.size(); ++i)
+        EXPECT_EQ(owned[i], expect[static_cast<std::size_t>(lo) + i]) << "block " << b << " element " << lo + i;
+    }
+  }
+}
+
+TEST(UnitShards, ZeroThreeGathersPrefetchesAndReleasesParameters) {
+  Communicator& world = test_world();
+  DeviceContext& ctx = test_context();
+  ParameterStore store(ctx, specs());
+  UnitShards shards(ctx, world, store, units(), kAlone, 3);
+  // Every rank writes the same full parameters; the owned shards keep their pieces.
+  shards.materialize(/*gather=*/false);
+  for (std::size_t p = 0; p < store.size(); ++p) {
+    std::vector<float> v(static_cast<std::size_t>(store.spec(p).numel()));
+    for (std::size_t e = 0; e < v.size(); ++e) v[e] = static_cast<float>(p * 10 + e) + 0.5f;
+    store.param(p).copy_from_host(v.data(), v.size() * sizeof(float), ctx.stream());
+  }
+  shards.keep_owned();
+  for (int u = 0; u < 3; ++u) EXPECT_FALSE(shards.params_resident(u));
+  try {
+    store.param(2).to_host<float>();
+    ADD_FAILURE() << "a released unit's parameters were read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("released"), std::string::npos) << e.what();
+  }
+  const std::size_t idle = settled_in_use();
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    shards.start_round(0);
+    for (int u = 0; u < 3; ++u) {
+      shards.begin(u, ParamUse::Forward);
+      // Round 1 follows the order learned in round 0: the next unit is already on its way.
+      if (u < 2) {
+        EXPECT_EQ(shards.params_resident(u + 1), round == 1);
+      }
+      EXPECT_GE(ctx.allocator().stats().in_use, idle + 256);
+      const ParamUnit unit = units()[static_cast<std::size_t>(u)];
+      for (std::size_t p = unit.first; p < unit.first + unit.count; ++p) {
+        const std::vector<float> v = store.param(p).to_host<float>();
+        for (std::size_t e = 0; e < v.size(); ++e) EXPECT_EQ(v[e], static_cast<float>(p * 10 + e) + 0.5f) << p;
+      }
+      shards.end(u, ParamUse::Forward);
+      EXPECT_FALSE(shards.params_resident(u));  // freed after use
+    }
+    shards.finish_round();
+    EXPECT_EQ(settled_in_use(), idle);
+  }
+  EXPECT_EQ(shards.stats().prefetched, 2);
+  EXPECT_LE(shards.stats().max_full_param_units, 2);
+}
+
+}  // namespace
+}  // namespace mt

@@ -1,0 +1,316 @@
+#include "parallel/unit_shards.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/error.h"
+#include "runtime/kernels.h"
+
+namespace mt {
+
+std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std::span<const std::int64_t> numels,
+                                          std::span<const char> alone, int dp) {
+  MT_REQUIRE(dp >= 1, "ZeRO units: the data-parallel size must be >= 1, got ", dp);
+  MT_REQUIRE(alone.size() == numels.size(), "ZeRO units: ", alone.size(), " 'alone' flags for ", numels.size(),
+             " parameters");
+  std::vector<ShardBlock> blocks;
+  std::size_t next = 0;
+  std::int64_t shard_offset = 0;
+  const auto add = [&](int unit, std::size_t first, std::size_t count) {
+    ShardBlock b;
+    b.unit = unit;
+    b.first = first;
+    b.count = count;
+    for (std::size_t p = first; p < first + count; ++p) b.numel += numels[p];
+    b.padded = (b.numel + dp - 1) / dp * dp;
+    b.shard_offset = shard_offset;
+    shard_offset += b.padded / dp;
+    blocks.push_back(b);
+  };
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const ParamUnit& unit = units[u];
+    MT_REQUIRE(unit.count >= 1 && unit.first == next && unit.first + unit.count <= numels.size(), "ZeRO units: unit '",
+               unit.name, "' [", unit.first, ", ", unit.first + unit.count, ") does not follow the previous one at ",
+               next, " within ", numels.size(), " parameters");
+    std::size_t run = unit.first;
+    for (std::size_t p = unit.first; p < unit.first + unit.count; ++p) {
+      if (!alone[p]) continue;
+      if (run < p) add(static_cast<int>(u), run, p - run);
+      add(static_cast<int>(u), p, 1);
+      run = p + 1;
+    }
+    if (run < unit.first + unit.count) add(static_cast<int>(u), run, unit.first + unit.count - run);
+    next = unit.first + unit.count;
+  }
+  MT_REQUIRE(next == numels.size(), "ZeRO units cover ", next, " of ", numels.size(), " parameters");
+  return blocks;
+}
+
+UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,
+                       std::vector<char> alone, int stage, bool prefetch)
+    : ctx_(&ctx), dp_(&dp), store_(&store), units_(std::move(units)), stage_(stage), prefetch_(prefetch),
+      bf16_(store.compute_dtype() != DType::F32) {
+  MT_CHECK(stage_ == 2 || stage_ == 3, "UnitShards is ZeRO-2 or 3, not ", stage_);
+  std::vector<std::int64_t> numels;
+  for (std::size_t p = 0; p < store.size(); ++p) numels.push_back(store.spec(p).numel());
+  blocks_ = make_shard_blocks(units_, numels, alone, dp.size());
+  unit_blocks_.resize(units_.size());
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    const ShardBlock& block = blocks_[b];
+    unit_blocks_[static_cast<std::size_t>(block.unit)].push_back(static_cast<int>(b));
+    owned_numel_ += block.padded / dp.size();
+  }
+  owned_grads_ = Tensor::zeros({owned_numel_}, DType::F32, ctx);
+  if (stage_ == 3) owned_params_ = Tensor::zeros({owned_numel_}, DType::F32, ctx);
+  std::vector<std::pair<Tensor, Tensor>> refresh;
+  for (const ShardBlock& block : blocks_) {
+    Tensor params = Tensor::zeros({block.padded}, DType::F32, ctx);
+    params.flat_slice(0, block.numel)
+        .copy_from(store.flat_params().flat_slice(store.offset(block.first), block.numel), ctx.stream());
+    Tensor compute = bf16_ ? Tensor::zeros({block.padded}, store.compute_dtype(), ctx) : params;
+    Tensor grads = Tensor::zeros({block.padded}, DType::F32, ctx);
+    store.place(block.first, block.count, params, compute, grads);
+    grads.release_memory();  // acquired by the first use that writes them
+    if (bf16_ && stage_ == 2) refresh.emplace_back(params, compute);
+    full_params_.push_back(std::move(params));
+    full_compute_.push_back(std::move(compute));
+    full_grads_.push_back(std::move(grads));
+  }
+  store.release_flat(std::move(refresh));
+  const std::size_t n = units_.size();
+  grads_live_.assign(n, 0);
+  reducing_.assign(n, 0);
+  gathered_.assign(n, 1);
+  active_reads_.assign(n, 0);
+  gathers_.resize(n);
+  keep_owned();  // stage 3: only the owned shards stay
+}
+
+std::int64_t UnitShards::shard_numel(int block) const {
+  return blocks_.at(static_cast<std::size_t>(block)).padded / dp_->size();
+}
+
+std::int64_t UnitShards::owned_begin(int block) const { return dp_->rank() * shard_numel(block); }
+
+Tensor UnitShards::owned_params(int block) const {
+  const ShardBlock& b = blocks_.at(static_cast<std::size_t>(block));
+  if (stage_ == 2) return full_params_[static_cast<std::size_t>(block)].flat_slice(owned_begin(block), shard_numel(block));
+  return owned_params_.flat_slice(b.shard_offset, shard_numel(block));
+}
+
+Tensor UnitShards::owned_grads(int block) const {
+  return owned_grads_.flat_slice(blocks_.at(static_cast<std::size_t>(block)).shard_offset, shard_numel(block));
+}
+
+bool UnitShards::params_resident(int unit) const {
+  const auto u = static_cast<std::size_t>(unit);
+  return gathered_.at(u) != 0 || !gathers_.at(u).empty();
+}
+
+void UnitShards::zero_owned_grads() { kernels::fill(*ctx_, owned_grads_, 0.0); }
+
+void UnitShards::count_resident() {
+  int grads = 0, params = 0;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    grads += (grads_live_[u] || reducing_[u]) ? 1 : 0;
+    params += (gathered_[u] || !gathers_[u].empty()) ? 1 : 0;
+  }
+  stats_.max_full_grad_units = std::max(stats_.max_full_grad_units, grads);
+  if (stage_ == 3) stats_.max_full_param_units = std::max(stats_.max_full_param_units, params);
+}
+
+void UnitShards::begin(int unit, ParamUse use) {
+  MT_CHECK(unit >= 0 && static_cast<std::size_t>(unit) < units_.size(), "unit ", unit, " of ", units_.size());
+  const auto u = static_cast<std::size_t>(unit);
+  if (writes_gradients(use)) {
+    // Its previous reduction reads the buffer: finish it (and the older ones) first.
+    while (reducing_[u]) complete_oldest_reduction();
+    if (!grads_live_[u]) {
+      for (int b : unit_blocks_[u]) {
+        Tensor& g = full_grads_[static_cast<std::size_t>(b)];
+        g.acquire_memory();
+        kernels::fill(*ctx_, g, 0.0);
+      }
+      grads_live_[u] = 1;
+    }
+  }
+  if (stage_ == 3 && reads_parameters(use)) {
+    ++active_reads_[u];
+    if (!gathered_[u]) {
+      if (gathers_[u].empty()) launch_gather(unit);
+      wait_gather(unit);
+    }
+    // The order of uses: recorded in the first round of a kind, followed (and prefetched) after.
+    if (kind_ >= 0) {
+      std::vector<int>& trace = traces_[static_cast<std::size_t>(kind_)];
+      if (recording_) {
+        trace.push_back(unit);
+      } else if (following_ && (position_ >= trace.size() || trace[position_] != unit)) {
+        following_ = false;  // another order than learned: no more prefetching this round
+      }
+      ++position_;
+      prefetched_ = -1;
+      if (following_ && prefetch_ && position_ < trace.size()) {
+        prefetched_ = trace[position_];
+        const auto next = static_cast<std::size_t>(prefetched_);
+        if (!gathered_[next] && gathers_[next].empty()) {
+          launch_gather(prefetched_);
+          ++stats_.prefetched;
+        }
+      }
+    }
+  }
+  count_resident();
+}
+
+void UnitShards::end(int unit, ParamUse use) {
+  const auto u = static_cast<std::size_t>(unit);
+  if (writes_gradients(use)) {
+    MT_CHECK(grads_live_[u], "end of unit '", units_[u].name, "''s gradient use without its begin");
+    launch_reduction(unit);
+    while (reductions_.size() > 1) complete_oldest_reduction();  // the newest overlaps what follows
+  }
+  if (stage_ == 3 && reads_parameters(use)) {
+    MT_CHECK(active_reads_[u] > 0, "end of unit '", units_[u].name, "''s use without its begin");
+    if (--active_reads_[u] == 0 && unit != prefetched_) release_params(unit);
+  }
+}
+
+void UnitShards::launch_reduction(int unit) {
+  const auto u = static_cast<std::size_t>(unit);
+  Reduction r;
+  r.unit = unit;
+  for (int b : unit_blocks_[u]) {
+    const Tensor& full = full_grads_[static_cast<std::size_t>(b)];
+    if (dp_->size() == 1) {
+      r.pieces.push_back(full);  // the reduction of one rank is the identity
+      continue;
+    }
+    Tensor piece = Tensor::empty({shard_numel(b)}, DType::F32, *ctx_);
+    r.works.push_back(dp_->reduce_scatter_async(full, piece, {ReduceOp::Sum}));
+    r.pieces.push_back(std::move(piece));
+  }
+  grads_live_[u] = 0;
+  reducing_[u] = 1;
+  ++stats_.reductions;
+  reductions_.push_back(std::move(r));
+}
+
+void UnitShards::complete_oldest_reduction() {
+  MT_CHECK(!reductions_.empty(), "no reduction to complete");
+  Reduction r = std::move(reductions_.front());
+  reductions_.pop_front();
+  for (const WorkPtr& work : r.works) work->wait_on(ctx_->stream());
+  const std::vector<int>& blocks = unit_blocks_[static_cast<std::size_t>(r.unit)];
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    Tensor owned = owned_grads(blocks[i]);
+    kernels::binary(*ctx_, BinaryOp::Add, owned, r.pieces[i], owned);
+    full_grads_[static_cast<std::size_t>(blocks[i])].release_memory();
+  }
+  reducing_[static_cast<std::size_t>(r.unit)] = 0;
+}
+
+void UnitShards::launch_gather(int unit) {
+  const auto u = static_cast<std::size_t>(unit);
+  for (int b : unit_blocks_[u]) {
+    const Tensor& full = full_params_[static_cast<std::size_t>(b)];
+    full.acquire_memory();
+    if (dp_->size() == 1) {
+      Tensor out = full;
+      out.copy_from(owned_params(b), ctx_->stream());
+    } else {
+      gathers_[u].push_back(dp_->allgather_async(owned_params(b), full));
+    }
+  }
+  if (gathers_[u].empty()) gathers_[u].push_back(nullptr);  // launched, nothing to wait for
+  ++stats_.gathers;
+}
+
+void UnitShards::wait_gather(int unit) {
+  const auto u = static_cast<std::size_t>(unit);
+  const auto start = std::chrono::steady_clock::now();
+  for (const WorkPtr& work : gathers_[u]) {
+    if (work) work->wait_on(ctx_->stream());
+  }
+  stats_.gather_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  gathers_[u].clear();
+  if (bf16_) {
+    for (int b : unit_blocks_[u]) {
+      Tensor& compute = full_compute_[static_cast<std::size_t>(b)];
+      compute.acquire_memory();
+      kernels::cast(*ctx_, full_params_[static_cast<std::size_t>(b)], compute);
+    }
+  }
+  gathered_[u] = 1;
+}
+
+void UnitShards::release_params(int unit) {
+  const auto u = static_cast<std::size_t>(unit);
+  for (int b : unit_blocks_[u]) {
+    full_params_[static_cast<std::size_t>(b)].release_memory();
+    full_compute_[static_cast<std::size_t>(b)].release_memory();
+  }
+  gathered_[u] = 0;
+}
+
+void UnitShards::start_round(int kind) {
+  MT_CHECK(kind >= 0, "round kind ", kind);
+  if (traces_.size() <= static_cast<std::size_t>(kind)) traces_.resize(static_cast<std::size_t>(kind) + 1);
+  kind_ = kind;
+  position_ = 0;
+  recording_ = traces_[static_cast<std::size_t>(kind)].empty();
+  following_ = !recording_;
+  prefetched_ = -1;
+}
+
+void UnitShards::finish_round() {
+  while (!reductions_.empty()) complete_oldest_reduction();
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    MT_CHECK(!grads_live_[u] && active_reads_[u] == 0, "unit '", units_[u].name, "' still in use at the end of a round");
+    if (stage_ == 3) {
+      if (!gathers_[u].empty()) wait_gather(static_cast<int>(u));  // a prefetch nobody used
+      release_params(static_cast<int>(u));
+    }
+  }
+  kind_ = -1;
+  prefetched_ = -1;
+}
+
+void UnitShards::materialize(bool gather) {
+  if (stage_ != 3) return;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (gathered_[u]) continue;
+    if (gather) {
+      launch_gather(static_cast<int>(u));
+      wait_gather(static_cast<int>(u));
+    } else {
+      for (int b : unit_blocks_[u]) {
+        Tensor& full = full_params_[static_cast<std::size_t>(b)];
+        full.acquire_memory();
+        kernels::fill(*ctx_, full, 0.0);
+      }
+      gathered_[u] = 1;
+    }
+  }
+}
+
+void UnitShards::keep_owned() {
+  if (stage_ != 3) return;
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    const int block = static_cast<int>(b);
+    if (!gathered_[static_cast<std::size_t>(blocks_[b].unit)]) continue;
+    Tensor owned = owned_params(block);
+    owned.copy_from(full_params_[b].flat_slice(owned_begin(block), shard_numel(block)), ctx_->stream());
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) release_params(static_cast<int>(u));
+}
+
+void UnitShards::gather_after_step() {
+  if (stage_ != 2 || dp_->size() == 1) return;
+  std::vector<WorkPtr> works;
+  for (std::size_t b = 0; b < blocks_.size(); ++b)
+    works.push_back(dp_->allgather_async(owned_params(static_cast<int>(b)), full_params_[b]));  // in place
+  for (const WorkPtr& work : works) work->wait_on(ctx_->stream());
+}
+
+}  // namespace mt

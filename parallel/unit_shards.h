@@ -1,0 +1,148 @@
+// ZeRO-2 and ZeRO-3 over a model's parameter units (models/param_use.h), driven by the model's
+// ParamUseHooks. Each unit is cut into blocks (one per unit, but a parameter marked `alone` gets a
+// block of its own: the tied token embedding, so that the first and the last pipeline stage cut
+// their two copies identically); each block is padded to a multiple of dp and this dp rank owns
+// the r-th of its dp equal pieces. The owned pieces of all blocks sit in one fp32 gradient buffer
+// (and, with ZeRO-3, one fp32 parameter buffer) of about stage_params/dp elements, where the
+// optimizer's sharded state lives too (parallel/unit_sharded_adamw.h).
+//
+// Gradients (stage 2 and 3): a unit's full gradient exists only from the first kernel that writes
+// it (begin() of a use that writes_gradients) until its reduce-scatter, launched at that use's
+// end(), has completed and been ADDED into the owned shard; the reduction of one unit overlaps the
+// backward of the next (each end() waits for the previous unit's reduction, not its own). Every
+// micro-batch reduces its own gradients, so the communication is micro_batches x (stage gradient
+// bytes) x (dp-1)/dp per rank per step (ZeRO-1: once per step), plus one more reduce-scatter of the
+// embedding unit where the head's tied embedding and the embedding layer share a rank.
+// Bound on full gradient units alive at once: the unit being computed and the one being reduced,
+// 2 (3 for an instant at the head, whose backward writes the embedding and lnf units together).
+//
+// Parameters (stage 3): the full parameters of a unit are all-gathered from the owned shards before
+// a use that reads them (and, with bf16 compute, cast into the unit's own bf16 copy), kept while in
+// use, and released after its end(). The order of uses is learned in the first round of each kind
+// (a training step, an evaluation) and from then on the NEXT unit is prefetched one ahead, its
+// all-gather running on the communicator's engine while the current unit computes. Bound: the
+// units in use (2 nested at the head, else 1) plus the prefetched one.
+//
+// The store's views stay valid throughout: each block's params, compute copy and gradients are
+// redirected into per-block buffers (ParameterStore::place) that are released and re-acquired.
+// defines: ShardBlock, make_shard_blocks, UnitShardStats, UnitShards
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"        // defines: Communicator, WorkPtr
+#include "models/param_use.h"         // defines: ParamUnit, ParamUseHooks
+#include "models/parameter_store.h"   // defines: ParameterStore
+#include "runtime/context.h"          // defines: DeviceContext
+
+namespace mt {
+
+struct ShardBlock {
+  int unit = 0;
+  std::size_t first = 0, count = 0;  // store parameters [first, first + count)
+  std::int64_t numel = 0;            // their elements, contiguous in the store's order
+  std::int64_t padded = 0;           // numel rounded up to a multiple of dp
+  std::int64_t shard_offset = 0;     // this block's piece in the owned buffers (padded/dp elements)
+};
+
+// Pure arithmetic: blocks of `units` (in order) over parameters of `numels` elements; `alone[p]`
+// gives parameter p a block of its own. Error for dp < 1 or units that do not tile the parameters.
+std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std::span<const std::int64_t> numels,
+                                          std::span<const char> alone, int dp);
+
+struct UnitShardStats {
+  int max_full_grad_units = 0;   // most units with a full gradient alive at once (since construction)
+  int max_full_param_units = 0;  // stage 3: most units with full parameters resident at once
+  int gathers = 0, prefetched = 0;  // stage 3 gathers in rounds, and how many were prefetches
+  int reductions = 0;               // unit reduce-scatters launched
+  double gather_wait_s = 0;         // host time begin() waited for gathers (prefetch hides the rest)
+};
+
+class UnitShards : public ParamUseHooks {
+ public:
+  // stage: 2 or 3. Places the store's parameters into per-block buffers (copying what they hold),
+  // then frees the store's flat buffers. dp: the data-parallel group; ctx, dp and store must
+  // outlive this. prefetch: stage 3 prefetches the next unit (false: every gather waits at begin).
+  UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,
+             std::vector<char> alone, int stage, bool prefetch = true);
+  UnitShards(const UnitShards&) = delete;
+  UnitShards& operator=(const UnitShards&) = delete;
+
+  void begin(int unit, ParamUse use) override;
+  void end(int unit, ParamUse use) override;
+
+  // A round is one executor run's worth of uses (a step, an evaluation); `kind` names its order
+  // for prefetching (the same kind must use units in the same order). finish_round() completes
+  // every reduction (the owned gradients then hold the round's sums added to what they held) and
+  // releases every gathered unit.
+  void start_round(int kind);
+  void finish_round();
+  void zero_owned_grads();
+
+  // The whole stage's parameters outside rounds (initialization, checkpoints, gathering).
+  // Stage 3: materialize() makes every unit's full parameters resident, all-gathered from the
+  // owned shards (gather) or zeroed; keep_owned() copies the owned shards back out of them and
+  // releases them. Stage 2 keeps them resident anyway: both do nothing.
+  void materialize(bool gather);
+  void keep_owned();
+  // Stage 2, after the optimizer updated the owned shards: all-gathers every block in place.
+  // Stage 3: nothing (the next use gathers).
+  void gather_after_step();
+
+  int stage() const { return stage_; }
+  const std::vector<ShardBlock>& blocks() const { return blocks_; }
+  const std::vector<ParamUnit>& units() const { return units_; }
+  std::int64_t shard_numel(int block) const;                  // padded / dp
+  std::int64_t owned_begin(int block) const;                  // first owned element of the block
+  Tensor owned_params(int block) const;                       // fp32 [shard_numel]
+  Tensor owned_grads(int block) const;                        // fp32 [shard_numel]
+  std::int64_t owned_numel() const { return owned_numel_; }   // all blocks' shards
+  bool params_resident(int unit) const;                       // full params held: gathered or being gathered
+  const UnitShardStats& stats() const { return stats_; }
+
+ private:
+  struct Reduction {
+    int unit = 0;
+    std::vector<WorkPtr> works;
+    std::vector<Tensor> pieces;  // per block: where its reduced piece lands
+  };
+  void launch_reduction(int unit);
+  void complete_oldest_reduction();
+  void launch_gather(int unit);
+  void wait_gather(int unit);
+  void release_params(int unit);
+  void count_resident();
+
+  DeviceContext* ctx_;
+  Communicator* dp_;
+  ParameterStore* store_;
+  std::vector<ParamUnit> units_;
+  int stage_;
+  bool prefetch_;
+  bool bf16_;
+  std::vector<ShardBlock> blocks_;
+  std::vector<std::vector<int>> unit_blocks_;
+  std::int64_t owned_numel_ = 0;
+  std::vector<Tensor> full_params_, full_compute_, full_grads_;  // per block, padded
+  Tensor owned_params_, owned_grads_;
+
+  // Per unit.
+  std::vector<char> grads_live_, reducing_, gathered_;
+  std::vector<int> active_reads_;
+  std::vector<std::vector<WorkPtr>> gathers_;  // pending all-gathers (empty when none)
+  std::deque<Reduction> reductions_;
+
+  // Prefetch order per round kind.
+  std::vector<std::vector<int>> traces_;
+  int kind_ = -1;
+  std::size_t position_ = 0;
+  bool recording_ = false, following_ = false;
+  int prefetched_ = -1;
+  UnitShardStats stats_;
+};
+
+}  // namespace mt
