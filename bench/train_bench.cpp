@@ -149,6 +149,7 @@ struct ModelRun {
   // The allocator's peak over the steps less what it held before them (parameters, gradients,
   // AdamW's moments): activations, scratch and a step's temporary buffers, as allocated.
   double activation_peak = 0;
+  double logits = 0;  // of it: the head's [B T, Vp] logits, which no recompute mode drops
 };
 
 // One preset: its model and optimizer built, its steps timed, on a fresh device context (so that
@@ -169,6 +170,8 @@ ModelRun run_model(const TrainOptions& o, const std::string& name, Recompute rec
   const double held = static_cast<double>(ctx.allocator().stats().in_use);
   run.time = run_steps(ctx, model, opt, o.batch, o.seq_len, o.warmup, o.steps);
   run.activation_peak = static_cast<double>(ctx.allocator().stats().peak) - held;
+  run.logits = static_cast<double>(o.batch) * o.seq_len * static_cast<double>(run.config.vocab_rows()) *
+               static_cast<double>(dtype_size(o.compute));
   run.tokens = static_cast<double>(o.batch) * o.seq_len;
   run.flops = run.tokens * run.config.training_flops_per_token(o.seq_len) / run.time.total();
   run.peak_rss = peak_rss_bytes();
@@ -185,8 +188,10 @@ std::vector<std::string> table_cells(const ModelRun& r, const ModelRun& first, d
           format_cell("%.0f", 1e3 * t.backward), format_cell("%.0f", 1e3 * t.optimizer),
           format_cell("%.0f", r.tokens / t.total()), format_cell("%.1f", r.flops / 1e9),
           format_cell("%.2f", r.flops / sgemm), format_cell("%.1f MiB", r.activation_peak / MiB),
+          format_cell("%.1f MiB", (r.activation_peak - r.logits) / MiB),
           format_cell("x%.2f time", t.total() / first.time.total()) +
-              format_cell(", /%.2f act", first.activation_peak / r.activation_peak),
+              format_cell(", /%.2f act", first.activation_peak / r.activation_peak) +
+              format_cell(", /%.2f w/o logits", (first.activation_peak - first.logits) / (r.activation_peak - r.logits)),
           format_cell("%.2f GiB", r.peak_rss / (1024.0 * 1024 * 1024))};
 }
 
@@ -198,6 +203,7 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
   row["model"] = r.name;
   row["recompute"] = recompute_name(r.recompute);
   row["activation_peak_bytes"] = r.activation_peak;
+  row["logits_bytes"] = r.logits;
   row["params"] = r.config.real_parameter_count();
   row["tokens_per_step"] = r.tokens;
   row["step_s"] = r.time.total();
@@ -233,7 +239,7 @@ int train_bench(const std::vector<std::string>& args) {
               sgemm / 1e9);
 
   TextTable table({"model", "recompute", "params", "tokens", "step ms", "fwd ms", "bwd ms", "opt ms", "tokens/s",
-                   "GFLOP/s", "MFU", "act peak", "vs first mode", "peak RSS"});
+                   "GFLOP/s", "MFU", "act peak", "w/o logits", "vs first mode", "peak RSS"});
   for (const std::string& name : o.models) {
     std::vector<ModelRun> runs;
     for (Recompute mode : o.recompute) {
@@ -244,7 +250,7 @@ int train_bench(const std::vector<std::string>& args) {
   }
   std::printf("%s", table.render().c_str());
   std::printf("act peak = the allocator's peak over the steps less what parameters, gradients and AdamW held "
-              "before them\n");
+              "before them;\n  w/o logits: less the head's [B T, Vp] logits (a slot keeps them whatever --recompute says)\n");
   std::printf("MFU = model FLOPs (6 x matmul parameters x tokens + attention) / step time / fp32 GEMM rate%s\n",
               o.compute == DType::BF16 ? " (bf16 products can beat it: MFU > 1 is possible)" : "");
   return 0;
