@@ -149,11 +149,14 @@ void print_layout(const TrainJob& job, const ParallelTrainer& trainer) {
   std::string split;
   for (std::size_t i = 0; i < job.plan.chunk_layers().size(); ++i)
     split += (i ? "," : "") + std::to_string(job.plan.chunk_layers()[i]);
-  std::printf("  layout %s, %s schedule%s, %d micro-batch(es) per step, layers per %s %s, zero %d, buckets %.3g MiB%s\n",
+  std::string memory_options;
+  if (layout.recompute != Recompute::None) memory_options += std::string(", recompute ") + recompute_name(layout.recompute);
+  if (layout.sequence_parallel) memory_options += ", sequence parallel";
+  std::printf("  layout %s, %s schedule%s, %d micro-batch(es) per step, layers per %s %s, zero %d%s, buckets %.3g MiB%s\n",
               job.plan.mesh().describe().c_str(), schedule_kind_name(layout.schedule),
               layout.virtual_stages > 1 ? (" (" + std::to_string(layout.virtual_stages) + " chunks per stage)").c_str() : "",
               trainer.micro_batches(), layout.virtual_stages > 1 ? "chunk" : "stage", split.c_str(), layout.zero,
-              layout.bucket_mb, layout.overlap ? "" : ", no overlap");
+              memory_options.c_str(), layout.bucket_mb, layout.overlap ? "" : ", no overlap");
 }
 
 // The estimate of a rank's memory (perf/memory_model.h: an upper bound on the allocator's peak) for
