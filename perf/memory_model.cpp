@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <tuple>
@@ -204,9 +205,9 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
   double bytes = (layers + 1) * block(Ns * C * a);
   if (layout.recompute != Recompute::Full) bytes += layers * layer_bytes(model, training, layout);
   if (embedding) bytes += block(N * 4.0);  // the int32 tokens
-  // lnf and its statistics (split with sequence parallelism), the losses and log-sum-exps, the
-  // int32 targets.
-  if (head) bytes += block(Ns * C * a) + 2.0 * block(Ns * f32) + 3.0 * block(N * f32);
+  // lnf (gathered with sequence parallelism: the LM head's GEMMs read every row) and its statistics
+  // (split), the losses and log-sum-exps, the int32 targets.
+  if (head) bytes += block(N * C * a) + 2.0 * block(Ns * f32) + 3.0 * block(N * f32);
   bytes += block(Ns * C * a);  // dres: the gradient flowing through the chunk
   return bytes;
 }
@@ -221,6 +222,17 @@ double weight_inputs_bytes(const ModelShape& model, const TrainingShape& trainin
   return layers * (4.0 * block(Ns * C * a) + block(N * 3.0 * C / tp * a)) + (head ? block(Ns * C * a) : 0.0);
 }
 
+double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                                      int layers) {
+  if (layout.recompute == Recompute::None) return 0.0;
+  const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels, tp = layout.tp;
+  const double a = training.act_bytes(), H = model.heads / layout.tp;
+  // What the slot dropped and W reads: the scratch's layer less qkv and the probabilities (B's alone).
+  double fields = recompute_scratch_bytes(model, training, layout) - block(B * H * T * T * 4.0);
+  if (layout.recompute == Recompute::Full) fields -= block(N * 3.0 * C / tp * a);
+  return layers * (fields + weight_inputs_bytes(model, training, layout, 1, false));
+}
+
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
   return block(static_cast<double>(layout.micro_batch) * training.seq_len * model.vocab_rows() / layout.tp *
                training.act_bytes());
@@ -228,16 +240,91 @@ double logits_bytes(const ModelShape& model, const TrainingShape& training, cons
 
 namespace {
 
-// The two largest of a stage's parameter units (the most ZeRO-2/3 hold in full at once: the unit in
-// use and the one prefetched, or the head's lnf with the tied embedding), as fp32 blocks of `bytes`
-// per element.
-double two_largest_units(const std::vector<std::int64_t>& units, double bytes) {
-  std::vector<std::int64_t> sorted = units;
-  std::sort(sorted.begin(), sorted.end(), std::greater<>());
-  double sum = 0;
-  for (std::size_t i = 0; i < std::min<std::size_t>(2, sorted.size()); ++i)
-    sum += block(static_cast<double>(sorted[i]) * bytes);
-  return sum;
+// ZeRO-2/3's blocks of one stage (parallel/unit_shards.h), per parameter unit (the embedding, the
+// layers, lnf, in store order): one per unit, the tied token embedding one of its own; each padded
+// to a multiple of dp.
+struct ZeroBlocks {
+  std::vector<std::vector<double>> units;  // padded elements of each unit's blocks
+  bool head = false;                       // the first unit is the (tied) embedding, the last lnf
+  int dp = 1;
+
+  // A unit's full buffers, `bytes` per element.
+  double full(std::size_t u, double bytes) const {
+    double sum = 0;
+    for (const double padded : units[u]) sum += block(padded * bytes);
+    return sum;
+  }
+  // A reduce-scatter's output for each of a unit's blocks: its 1/dp, fp32 (none on one rank).
+  double pieces(std::size_t u) const {
+    double sum = 0;
+    for (const double padded : units[u]) sum += dp > 1 ? block(padded / dp * 4.0) : 0.0;
+    return sum;
+  }
+  double every_full(double bytes) const {
+    double sum = 0;
+    for (std::size_t u = 0; u < units.size(); ++u) sum += full(u, bytes);
+    return sum;
+  }
+  // The owned shards of every block, one buffer.
+  double owned() const {
+    double numel = 0;
+    for (const auto& unit : units)
+      for (const double padded : unit) numel += padded / dp;
+    return block(numel * 4.0);
+  }
+  // The most of f(unit) for two units at once (the one in use and the one prefetched or being
+  // reduced; the reductions in flight).
+  double two_largest(const std::function<double(std::size_t)>& f) const {
+    std::vector<double> each;
+    for (std::size_t u = 0; u < units.size(); ++u) each.push_back(f(u));
+    std::sort(each.begin(), each.end(), std::greater<>());
+    return std::accumulate(each.begin(), each.begin() + static_cast<long>(std::min<std::size_t>(2, each.size())), 0.0);
+  }
+  // The units in flight: two, or at the head three (its tied embedding and lnf, used together, and
+  // the one prefetched or still reducing from before).
+  double most_at_once(const std::function<double(std::size_t)>& f) const {
+    double most = two_largest(f);
+    if (head && units.size() >= 3) {
+      double rest = 0;
+      for (std::size_t u = 1; u + 1 < units.size(); ++u) rest = std::max(rest, f(u));
+      most = std::max(most, f(0) + f(units.size() - 1) + rest);
+    }
+    return most;
+  }
+};
+
+// peak_deferred_weight of the plan's training schedule, kept per schedule shape: the layout search
+// asks for the same few thousands of times (once per stage of each layout).
+const std::vector<int>& deferred_weights(const LayoutPlan& plan) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int>, std::vector<int>> cache;
+  const Layout& l = plan.layout();
+  const std::tuple<int, int, int, int> key{static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  return cache.emplace(key, peak_deferred_weight(plan.train_schedule())).first->second;
+}
+
+ZeroBlocks zero_blocks(const ModelShape& model, const Layout& layout, const LayoutPlan& plan, int stage) {
+  MeshCoord coord;
+  coord.pp = stage;
+  const ModelPartition partition = plan.partition(coord);
+  const std::vector<std::int64_t> units = stage_parameter_units(model, plan, stage);
+  const double dp = layout.dp, wte = static_cast<double>(model.vocab_rows()) / layout.tp * model.channels;
+  const auto padded = [dp](double numel) { return std::ceil(numel / dp) * dp; };
+  ZeroBlocks z;
+  z.head = partition.head;
+  z.dp = layout.dp;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const auto numel = static_cast<double>(units[u]);
+    // The first unit is the embedding where the stage holds it or the tied head: wte alone, then wpe.
+    if (u == 0 && (partition.embedding || partition.head) && numel > wte) {
+      z.units.push_back({padded(wte), padded(numel - wte)});
+    } else {
+      z.units.push_back({padded(numel)});
+    }
+  }
+  return z;
 }
 
 }  // namespace
@@ -259,14 +346,16 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     m.parameters = block(numel * 4.0) + (bf16 ? block(numel * 2.0) : 0.0);
     m.gradients = block(numel * 4.0);
   } else {
-    // ZeRO-2: this rank's shard of the gradients, and the full gradients of the units being reduced
-    // (at most two at once). ZeRO-3 likewise for the parameters: the owned shard, and the gathered
-    // units (the one in use and the one prefetched) with their bf16 copy under bf16 compute.
-    const std::vector<std::int64_t> units = stage_parameter_units(model, plan, s);
-    m.gradients = block(numel / layout.dp * 4.0) + two_largest_units(units, 4.0);
-    m.parameters = layout.zero == 3 ? block(numel / layout.dp * 4.0) + two_largest_units(units, 4.0) +
-                                          (bf16 ? two_largest_units(units, 2.0) : 0.0)
-                                    : block(numel * 4.0) + (bf16 ? block(numel * 2.0) : 0.0);
+    // ZeRO-2: this rank's shard of the gradients, and the full gradients of the units in flight
+    // (ZeroBlocks::most_at_once) and the reduce-scatter outputs of the two being reduced; the
+    // parameters in per-block buffers. ZeRO-3 likewise for the parameters: the owned shard, and the
+    // gathered units in flight with their bf16 copy under bf16 compute.
+    const ZeroBlocks z = zero_blocks(model, layout, plan, s);
+    m.gradients = z.owned() + z.most_at_once([&](std::size_t u) { return z.full(u, 4.0); });
+    m.gradients += z.two_largest([&](std::size_t u) { return z.pieces(u); });
+    const auto gathered = [&](std::size_t u) { return z.full(u, 4.0) + (bf16 ? z.full(u, 2.0) : 0.0); };
+    m.parameters = layout.zero == 3 ? z.owned() + z.most_at_once(gathered)
+                                    : z.every_full(4.0) + (bf16 ? z.every_full(2.0) : 0.0);
   }
   // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 and above per piece of one in this
   // rank's share of a bucket (parallel/zero_optimizer.h): at most a piece per tensor and one more per bucket.
@@ -282,8 +371,12 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   // The slots each chunk keeps; the head chunk's slots also hold the logits. With the backward split
   // (zero-bubble), a slot gains what B keeps for W at its first B and keeps it in the pool: counted
   // for every slot, an upper bound (the pool hands its slots round, so in a long run each runs a B).
+  // With recomputation the layers' part of it is a set B takes and W gives back (models/gpt.cpp
+  // WeightInputs, pooled per chunk): as many per chunk as the stage defers W's at once, at most.
   const int v = layout.virtual_stages;
   const bool split = splits_backward(layout.schedule);
+  const bool recompute_for_w = split && layout.recompute != Recompute::None;
+  const int deferred = recompute_for_w ? deferred_weights(plan).at(static_cast<std::size_t>(s)) : 0;
   const std::vector<int>& held = slots.at(static_cast<std::size_t>(s));
   for (int c = 0; c < v; ++c) {
     const int g = global_chunk_of(plan.placement(), layout.pp, s, c);
@@ -292,17 +385,26 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     const int layers = chunk_layers.at(static_cast<std::size_t>(g));
     m.in_flight += n;
     m.activations += n * slot_bytes(model, training, layout, layers, embedding, head);
-    if (split) m.deferred_weight += n * weight_inputs_bytes(model, training, layout, layers, head);
+    if (recompute_for_w) {
+      m.deferred_weight += n * weight_inputs_bytes(model, training, layout, 0, head) +
+                           std::min(n, deferred) * recomputed_weight_inputs_bytes(model, training, layout, layers);
+    } else if (split) {
+      m.deferred_weight += n * weight_inputs_bytes(model, training, layout, layers, head);
+    }
     if (head) m.logits = n * logits_bytes(model, training, layout);
   }
   m.activations += m.deferred_weight;
   // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp;
   // with tp the vocab-parallel loss statistics, 3 x [N] fp32; with sequence parallelism the
-  // all-gathered layernorm output [N, C] the column-parallel GEMMs read; what recomputation rebuilds
-  // of one layer at a time.
+  // all-gathered layernorm output and residual gradient [N, C] the column-parallel GEMMs read and
+  // write, their [N/tp, C] rows, and a layernorm's parameter gradients [2C] fp32; what recomputation
+  // rebuilds of one layer at a time.
   m.workspace = 2.0 * block(N * C * a) + block(N * C / tp * a) + block(N * 3.0 * C / tp * a) +
                 block(N * 4.0 * C / tp * a) + (layout.tp > 1 ? 3.0 * block(N * 4.0) : 0.0);
-  if (layout.sequence_parallel) m.workspace += block(N * C * a);
+  if (layout.sequence_parallel) {
+    const double Ns = split_rows(training, layout);
+    m.workspace += 2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + block(2.0 * C * 4.0);
+  }
   if (layout.recompute != Recompute::None) m.workspace += recompute_scratch_bytes(model, training, layout);
   // One at a time: attention backward's fp32 score gradient [B, H/tp, T, T], the embedding
   // backward's int32 index [2, N], a micro-batch's new tokens before the old are freed, the step's

@@ -8,13 +8,17 @@
 // count twice, the most a caching allocator (CUDA) hands out for a request.
 // The memory options (parallel/memory_options.h) change what is counted: recomputation keeps less per
 // layer in a slot and rebuilds one layer's worth in the scratch; sequence parallelism splits the
-// layernorm, residual and embedding-output rows over tp; ZeRO-2 keeps this rank's 1/dp of the
-// gradients plus the full gradients of the two largest parameter units (models/param_use.h) being
-// reduced, ZeRO-3 likewise for the parameters (the unit in use and the one prefetched).
+// layernorm, residual and embedding-output rows over tp (the scratch gains gathered [N, C] buffers);
+// ZeRO-2 keeps this rank's 1/dp of the gradients plus the full gradients of the parameter units
+// (models/param_use.h) in flight (the one computed and the one reduced, three at the head), ZeRO-3
+// likewise for the parameters (the units in use and the one prefetched).
 // With the zero-bubble schedules (backward split into B and W), each slot also keeps what B leaves
-// for W (models/gpt.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it.
+// for W (models/gpt.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it;
+// with recomputation the layers' part of it (and what W reads that the slot dropped) is a set held
+// from B to W only, counted as many times per chunk as the schedule defers W's at once.
 // defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, weight_inputs_bytes,
-//          layer_activation_bytes, recompute_scratch_bytes, logits_bytes, estimate_stage_memory, estimate_memory, estimate_sampling_memory, describe
+//          recomputed_weight_inputs_bytes, layer_activation_bytes, recompute_scratch_bytes, logits_bytes,
+//          estimate_stage_memory, estimate_memory, estimate_sampling_memory, describe
 #pragma once
 
 #include <string>
@@ -29,8 +33,8 @@ namespace mt::perf {
 struct MemoryBreakdown {
   int stage = 0;           // the pipeline stage this is for (the one needing the most)
   double parameters = 0;   // fp32 master, plus the bf16 copy the GEMMs read with bf16 compute
-                           // (ZeRO-3: the owned 1/dp and two gathered units)
-  double gradients = 0;    // fp32 (ZeRO-2/3: the owned 1/dp and two units' in full)
+                           // (ZeRO-2: per unit block; ZeRO-3: the owned 1/dp and the gathered units)
+  double gradients = 0;    // fp32 (ZeRO-2/3: the owned 1/dp, the units in flight in full, their reduced pieces)
   double optimizer = 0;    // AdamW m and v in fp32 (ZeRO-1 and above: this rank's 1/dp of them)
   double activations = 0;  // what forward keeps for backward, in the slots the stage's chunks keep
   double deferred_weight = 0;  // of activations: what B keeps in those slots for W (zero-bubble schedules)
@@ -75,6 +79,11 @@ double logits_bytes(const ModelShape& model, const TrainingShape& training, cons
 // compute dtype, the head's [N, C]; the embedding nothing.
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                            bool head);
+// With recomputation, what B keeps for W of `layers` layers in a set of its own (models/gpt.cpp
+// WeightInputs, held from B to W): the layers' part of weight_inputs_bytes, and what the slot
+// dropped that W reads (selective: the GELU output; full: all but qkv and the probabilities).
+double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
+                                      int layers);
 
 // One pipeline stage of the plan (its layers, its shard of the parameters); slots: held_slots().
 MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,

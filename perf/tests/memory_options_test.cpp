@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "perf/comm_model.h"
 #include "perf/cost_model.h"
@@ -79,8 +80,11 @@ TEST(MemoryOptions, RecomputeCostsAForwardOfTheLayersOrOfTheAttentionCore) {
   EXPECT_NEAR(tiny_one_rank(Recompute::Full).time.compute - none.time.compute, w.layer_flops / rate, 1e-15);
 }
 
-// tp 2, sequence parallel: ln1, res2, ln2, the residual stream, lnf and dres are [N/2, C]; the
-// layernorm statistics [N/2] still fill a 256-byte block; the scratch gains the gathered [N, C].
+// tp 2, sequence parallel: ln1, res2, ln2, the residual stream and dres are [N/2, C]; lnf stays
+// [N, C] (gathered for the LM head), its statistics [N/2] still fill a 256-byte block like the
+// layers'. The scratch gains the gathered input and gradient [N, C], their rows [N/2, C] and a
+// layernorm's parameter gradients [2C] fp32 (models/gpt.cpp Gpt::Scratch; until memory_bound_test
+// ran sequence parallelism the estimate split lnf and counted the gathered input alone).
 TEST(MemoryOptions, SequenceParallelSplitsTheLayernormAndResidualRowsOverTp) {
   Layout l;
   l.tp = 2;
@@ -90,8 +94,8 @@ TEST(MemoryOptions, SequenceParallelSplitsTheLayernormAndResidualRowsOverTp) {
   l.sequence_parallel = true;
   const Prediction sp = predict_step(tiny(), fp32_shape(2), l, c);
   const double half = NC / 2;  // an [N, C] piece saves half of itself
-  EXPECT_EQ(plain.memory.activations - sp.memory.activations, 5 * half + 4 * 3 * half + half + half);
-  EXPECT_EQ(sp.memory.workspace - plain.memory.workspace, NC);
+  EXPECT_EQ(plain.memory.activations - sp.memory.activations, 5 * half + 4 * 3 * half + half);
+  EXPECT_EQ(sp.memory.workspace - plain.memory.workspace, 2 * NC + 2 * half + 2 * 64 * 4.0);
   EXPECT_EQ(sp.memory.parameters, plain.memory.parameters);
   // The all-gather / reduce-scatter pairs move the allreduces' bytes: the same time.
   EXPECT_EQ(sp.time.tp_comm, plain.time.tp_comm);
@@ -115,9 +119,10 @@ TEST(MemoryOptions, SequenceParallelShrinksThePipelineMessagesByTp) {
 }
 
 // dp 2, one stage: 220544 parameters in units embedding 20480, 4 layers of 49984, lnf 128. ZeRO-2
-// keeps half of the gradients plus the two largest units' in full; ZeRO-3 the same of the
-// parameters too (and their bf16 copy with bf16 compute); AdamW's moments as ZeRO-1's, ZeRO-3 with
-// a piece more per unit.
+// keeps half of the gradients plus the two largest units' in full, and the reduce-scatter outputs
+// of the two being reduced (half a layer each: 99968 bytes, 391 blocks; counted since
+// memory_bound_test ran ZeRO-2, whose peak they pass); ZeRO-3 the same of the parameters too (and
+// their bf16 copy with bf16 compute); AdamW's moments as ZeRO-1's, ZeRO-3 with a piece more per unit.
 TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
   const double params = 220544, layer = 49984;
   ASSERT_EQ(params, 256 * 64 + 64 * 64 + 4 * layer + 2 * 64);
@@ -134,7 +139,8 @@ TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
   };
   const MemoryBreakdown z1 = at(1, Precision::FP32), z2 = at(2, Precision::FP32), z3 = at(3, Precision::FP32);
   EXPECT_EQ(z1.gradients, 4 * params);
-  EXPECT_EQ(z2.gradients, 4 * params / 2 + 2 * 4 * layer);
+  const double pieces = 2 * 391 * 256.0;
+  EXPECT_EQ(z2.gradients, 4 * params / 2 + 2 * 4 * layer + pieces);
   EXPECT_EQ(z2.parameters, 4 * params);
   EXPECT_EQ(z2.optimizer, z1.optimizer);
   EXPECT_EQ(z3.gradients, z2.gradients);
@@ -144,6 +150,61 @@ TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
   // bf16: two gathered units' bf16 copies, each rounded up to whole blocks (99968 bytes: 391 blocks).
   const MemoryBreakdown z3_bf16 = at(3, Precision::BF16);
   EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 2 * 4 * layer + 2 * 391 * 256.0);
+}
+
+// At the head three units are in flight at once: the tied embedding and lnf, used together, and
+// the unit reduced (ZeRO-2) or prefetched (ZeRO-3) beside them. It shows where the embedding
+// outweighs a layer: vocabulary 4096, wte 262144 elements (its own block), wpe 4096, layers 49984,
+// lnf 128 (512 bytes); dp 2, every piece even. The reductions in flight stay two.
+TEST(MemoryOptions, ZeroCountsTheHeadsTwoUnitsAndTheOneBesideThem) {
+  ModelShape m = tiny();
+  m.vocab_size = 4096;
+  const double wte = 4096 * 64, wpe = 64 * 64, layer = 49984, lnf = 128;
+  const double params = wte + wpe + 4 * layer + lnf;
+  Layout l;
+  l.dp = 2;
+  l.micro_batch = 2;
+  const auto at = [&](int zero) {
+    Layout z = l;
+    z.zero = zero;
+    return predict_step(m, fp32_shape(4), z, two_ranks()).memory;
+  };
+  const auto block = [](double bytes) { return std::ceil(bytes / 256) * 256; };
+  const double embedding = 4 * wte + 4 * wpe, pieces = 2 * wte + 2 * wpe + block(2 * layer);
+  const MemoryBreakdown z2 = at(2), z3 = at(3);
+  EXPECT_EQ(z2.gradients, 4 * params / 2 + embedding + 4 * lnf + 4 * layer + pieces);
+  EXPECT_EQ(z3.parameters, 4 * params / 2 + embedding + 4 * lnf + 4 * layer);
+}
+
+// Recomputation with the backward split (zero-bubble): B recomputes what W reads into a set of its
+// own, held from B to W only. A slot keeps the head's dlnf [N, C]; the sets are as many as the
+// schedule defers W's at once, each per layer the W gradients (4 [N, C] + dqkv [N, 3C]) and what
+// the slot dropped that W reads: selective the GELU output, full all but qkv and the probabilities.
+TEST(MemoryOptions, RecomputeWithASplitBackwardKeepsTheWInputsOfTheDeferredSlotsOnly) {
+  Layout l;
+  l.micro_batch = 2;
+  l.pp = 2;
+  l.schedule = ScheduleKind::ZeroBubbleH1;
+  const TrainingShape t = fp32_shape(16);  // 8 micro-batches
+  const Cluster c = cluster_preset("dgx-a100");
+  const auto at = [&](Recompute r) {
+    Layout x = l;
+    x.recompute = r;
+    return predict_step(tiny(), t, x, c);
+  };
+  const Prediction none = at(Recompute::None), full = at(Recompute::Full), selective = at(Recompute::Selective);
+  const int stage = full.memory.stage;
+  ASSERT_EQ(stage, 1);  // the head's stage, 2 layers
+  ASSERT_EQ(full.chunk_layers.at(1), 2);
+  const LayoutPlan plan(l, layout_dims(tiny(), t.seq_len), 2, t.global_batch);
+  const int deferred = peak_deferred_weight(plan.train_schedule()).at(1);
+  const int slots = full.memory.in_flight;
+  ASSERT_GT(slots, deferred);  // the case where the two differ
+  const double grads = 4 * NC + 3 * NC;
+  EXPECT_EQ(none.memory.deferred_weight, slots * (2 * grads + NC));
+  // full: ln1, atty, res2, ln2 [N, C]; fch, fch_gelu [N, 4C]; 4 statistics [N].
+  EXPECT_EQ(full.memory.deferred_weight, slots * NC + deferred * 2 * (grads + 4 * NC + 8 * NC + 4 * 256.0));
+  EXPECT_EQ(selective.memory.deferred_weight, slots * NC + deferred * 2 * (grads + kGelu));
 }
 
 // ZeRO-2 reduce-scatters every micro-batch's gradients (M = 2 here) and all-gathers the parameters
