@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "models/gpt.h"
 #include "runtime/error.h"
 #include "runtime/kernels.h"
 
@@ -50,6 +51,18 @@ std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks) {
   std::vector<StoreBlock> out;
   for (const ShardBlock& b : blocks) out.push_back({b.first, b.count, b.padded});
   return out;
+}
+
+GptUnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp) {
+  GptUnitCut cut;
+  cut.units = gpt_param_units(specs);
+  std::vector<std::int64_t> numels;
+  for (const ParamSpec& spec : specs) {
+    numels.push_back(spec.numel());
+    cut.alone.push_back(spec.kind == ParamKind::TokenEmbedding ? 1 : 0);
+  }
+  cut.store_blocks = store_blocks(make_shard_blocks(cut.units, numels, cut.alone, dp));
+  return cut;
 }
 
 UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,

@@ -28,7 +28,7 @@
 // created without memory and acquired and released here, so the whole stage's parameters or
 // gradients are never allocated at once (construction, initialization and checkpoints included:
 // those work unit by unit through materialize(unit)/keep_owned(unit)).
-// defines: ShardBlock, make_shard_blocks, store_blocks, UnitShardStats, UnitShards
+// defines: ShardBlock, make_shard_blocks, store_blocks, GptUnitCut, gpt_unit_cut, UnitShardStats, UnitShards
 #pragma once
 
 #include <cstdint>
@@ -58,6 +58,16 @@ std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std:
                                           std::span<const char> alone, int dp);
 // What the ParameterStore must be built in for these blocks.
 std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks);
+
+// A Gpt stage's cut, known before the model is built (specs: its store's, from gpt_param_shards):
+// its units (gpt_param_units), the token embedding in a block of its own (the first and the last
+// stage then cut their two copies alike) and the blocks to build its store in at dp.
+struct GptUnitCut {
+  std::vector<ParamUnit> units;
+  std::vector<char> alone;
+  std::vector<StoreBlock> store_blocks;  // for GptOptions::store_blocks
+};
+GptUnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp);
 
 struct UnitShardStats {
   int max_full_grad_units = 0;   // most units with a full gradient alive at once (since construction)

@@ -81,18 +81,13 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
            "the groups' mesh ", mesh.describe(), " is not the plan's ", plan_.mesh().describe());
   const GptPartition partition = plan_.partition(groups_.coord);
   GptOptions options{plan_.layout().recompute, plan_.layout().sequence_parallel};
-  std::vector<char> alone;  // ZeRO 2/3: parameters cut in blocks of their own
+  GptUnitCut cut;  // ZeRO 2/3
   if (plan_.layout().zero >= 2) {
     // The store is built in the units' shard blocks from the start: no buffer of the whole stage.
     std::vector<ParamSpec> specs;
-    std::vector<std::int64_t> numels;
-    for (const ParamShard& shard : gpt_param_shards(config, partition)) {
-      specs.push_back(shard.local);
-      numels.push_back(shard.local.numel());
-      // The tied embedding: both stages that hold a copy cut it alike.
-      alone.push_back(shard.local.kind == ParamKind::TokenEmbedding ? 1 : 0);
-    }
-    options.store_blocks = store_blocks(make_shard_blocks(gpt_param_units(specs), numels, alone, mesh.dp));
+    for (const ParamShard& shard : gpt_param_shards(config, partition)) specs.push_back(shard.local);
+    cut = gpt_unit_cut(specs, mesh.dp);
+    options.store_blocks = cut.store_blocks;
   }
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
                                  TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), mesh.dp,
@@ -110,7 +105,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
     flat.push_back({shard.full.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
   }
   if (plan_.layout().zero >= 2) {
-    units_ = std::make_unique<UnitShards>(ctx_, *groups_.dp, store, model_->param_units(), std::move(alone),
+    units_ = std::make_unique<UnitShards>(ctx_, *groups_.dp, store, model_->param_units(), std::move(cut.alone),
                                           plan_.layout().zero, plan_.layout().overlap);
     for (std::size_t b = 0; b < units_->blocks().size(); ++b)
       if (wte_index_ >= 0 && units_->blocks()[b].first == static_cast<std::size_t>(wte_index_)) wte_block_ = static_cast<int>(b);
