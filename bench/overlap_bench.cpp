@@ -262,8 +262,9 @@ void print_zero3_report(const BenchSession& s, const OverlapOptions& o, const Gp
               "pass over them (forward, and again in backward)\n",
               config.describe().c_str(), static_cast<double>(config.parameter_count()) / 1e6, o.batch, o.seq_len,
               z.units, z.param_bytes / (1024.0 * 1024.0));
-  std::printf("each figure: mean of %d step(s) (forward + backward) after %d warm-up, the slowest rank's\n", o.steps,
-              o.warmup + 1);
+  std::printf("each figure: mean of %d step(s) (forward + backward) after %d untimed (the first learns the order "
+              "of uses), the slowest rank's\n",
+              o.steps, o.warmup + 1);
   TextTable table({"prefetch", "step ms", "min ms", "gather wait ms", "gathers", "prefetched"});
   const auto add = [&](const char* name, const GatherRun& r) {
     table.add_row({name, format_cell("%.1f", 1e3 * r.step.mean_s), format_cell("%.1f", 1e3 * r.step.min_s),
