@@ -27,7 +27,7 @@ const BenchCommand kCommands[] = {
     {"coll", "collectives over a size sweep: time, algorithm and bus bandwidth, ours next to raw MPI/NCCL",
      mt::coll_bench, nullptr},
     {"overlap", "a data-parallel backward with bucketed gradient reduction: compute, communication, serial, "
-                "overlapped",
+                "overlapped; --zero 3: the ZeRO-3 gather wait with and without prefetch",
      mt::overlap_bench, nullptr},
     {"pipeline", "measured pipeline bubble of GPipe, 1F1B and interleaved 1F1B next to the theory",
      mt::pipeline_bench, nullptr},

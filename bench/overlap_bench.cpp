@@ -11,6 +11,7 @@
 #include "bench/bench_json.h"
 #include "bench/bench_options.h"
 #include "bench/bench_session.h"
+#include "bench/overlap_zero3.h"
 #include "bench/step_timer.h"
 #include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
@@ -50,7 +51,7 @@ StepTimes measure(Communicator& world, int warmup, int steps, const std::functio
 struct OverlapOptions {
   int batch = 0, seq_len = 0;  // B and T per rank
   int steps = 0, warmup = 0;
-  int zero = 0;  // 1: reduce-scatter (ZeRO-1)
+  int zero = 0;  // 1: reduce-scatter (ZeRO-1); 3: gathered units with and without prefetch
   double bucket_mb = 0;
   int vocab = 0;
   std::string json;
@@ -65,8 +66,12 @@ po::options_description overlap_options() {
        "of backward, so a GPT-2-sized vocabulary is one large bucket that nothing can hide)")
       ("batch", po::value<int>()->default_value(4), "sequences per rank B")
       ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T")
-      ("bucket-mb", po::value<double>()->default_value(4.0), "gradient bucket size in MiB (meshtrain train --bucket-mb)")
-      ("zero", po::value<int>()->default_value(0), "0: allreduce the buckets; 1: reduce-scatter them (ZeRO-1)");
+      ("bucket-mb", po::value<double>()->default_value(4.0),
+       "gradient bucket size in MiB (meshtrain train --bucket-mb; not used by --zero 3)")
+      ("zero", po::value<int>()->default_value(0),
+       "0: allreduce the buckets; 1: reduce-scatter them (ZeRO-1); 3: ZeRO-3, parameters sharded over the "
+       "ranks and all-gathered per unit before each use: forward + backward steps with the next unit's gather "
+       "prefetched and without, and the share of the gather wait that prefetching hides (twice the steps)");
   add_repeat_options(desc, 5, "timed repetitions of each measurement", "untimed repetitions first");
   add_json_option(desc, "append one JSON line (bench \"overlap\") to this file");
   add_runtime_options(desc);
@@ -79,7 +84,10 @@ const char* kSummary =
     "compute (backward alone), communication (every bucket reduced, nothing computed), serial (backward, then "
     "the buckets: --no-overlap) and overlapped (buckets launched as backward finishes them). Overlap "
     "efficiency = (serial - overlapped) / min(compute, communication): the share of the smaller part that "
-    "was hidden. The forward pass runs before each timed region, untimed.";
+    "was hidden. The forward pass runs before each timed region, untimed. With --zero 3: forward and "
+    "backward steps of a ZeRO-3 model (meshtrain train --zero 3) with the next unit's all-gather prefetched "
+    "and without; each reports its step time and the time its uses waited for gathers, and the share of "
+    "that wait prefetching hides.";
 
 OverlapOptions read_options(const po::variables_map& vm) {
   OverlapOptions o;
@@ -90,7 +98,8 @@ OverlapOptions read_options(const po::variables_map& vm) {
   o.zero = vm["zero"].as<int>();
   if (o.batch < 1 || o.seq_len < 1 || o.steps < 1 || o.warmup < 0)
     throw UsageError("--batch, --seq-len and --steps must be positive");
-  if (o.zero != 0 && o.zero != 1) throw UsageError("--zero must be 0 or 1");
+  if (o.zero != 0 && o.zero != 1 && o.zero != 3)
+    throw UsageError("--zero must be 0 or 1 (bucketed gradients), or 3 (gathered parameter units)");
   o.bucket_mb = vm["bucket-mb"].as<double>();
   if (!(o.bucket_mb > 0)) throw UsageError("--bucket-mb must be positive");
   o.vocab = vm["vocab"].as<int>();
@@ -244,6 +253,58 @@ nlohmann::ordered_json json_row(const BenchSession& s, const OverlapOptions& o, 
   return row;
 }
 
+void print_zero3_report(const BenchSession& s, const OverlapOptions& o, const GptConfig& config,
+                        const Zero3Overlap& z) {
+  std::printf("meshbench overlap --zero 3: %d rank(s) on %d host(s), dp %d, backend %s, device %s\n",
+              s.world().size(), s.hosts, s.world().size(), s.world().backend_name().c_str(),
+              s.session.binding.device.str().c_str());
+  std::printf("model %s, %.2fM parameters, B=%d T=%d per rank; %d units, %.1f MiB of parameters gathered per "
+              "pass over them (forward, and again in backward)\n",
+              config.describe().c_str(), static_cast<double>(config.parameter_count()) / 1e6, o.batch, o.seq_len,
+              z.units, z.param_bytes / (1024.0 * 1024.0));
+  std::printf("each figure: mean of %d step(s) (forward + backward) after %d untimed (the first learns the order "
+              "of uses), the slowest rank's\n",
+              o.steps, o.warmup + 1);
+  TextTable table({"prefetch", "step ms", "min ms", "gather wait ms", "gathers", "prefetched"});
+  const auto add = [&](const char* name, const GatherRun& r) {
+    table.add_row({name, format_cell("%.1f", 1e3 * r.step.mean_s), format_cell("%.1f", 1e3 * r.step.min_s),
+                   format_cell("%.1f", 1e3 * r.gather_wait_s), format_cell("%.0f", r.gathers),
+                   format_cell("%.0f", r.prefetched)});
+  };
+  add("off", z.off);
+  add("on", z.on);
+  std::printf("%s", table.render().c_str());
+  std::printf("gather wait %.1f ms -> %.1f ms per step: %.0f%% of the gathering hidden; step %.1f ms -> %.1f ms "
+              "(%.2fx)\n",
+              1e3 * z.off.gather_wait_s, 1e3 * z.on.gather_wait_s, 100.0 * z.hidden_fraction(),
+              1e3 * z.off.step.mean_s, 1e3 * z.on.step.mean_s,
+              z.on.step.mean_s > 0 ? z.off.step.mean_s / z.on.step.mean_s : 0.0);
+}
+
+nlohmann::ordered_json zero3_json_row(const BenchSession& s, const OverlapOptions& o, const GptConfig& config,
+                                      const Zero3Overlap& z) {
+  nlohmann::ordered_json row;
+  row["bench"] = "overlap";
+  row["ranks"] = s.world().size();
+  row["hosts"] = s.hosts;
+  row["backend"] = s.world().backend_name();
+  row["device"] = device_kind(s.session.binding.device);
+  row["model"] = config.describe();
+  row["params"] = config.parameter_count();
+  row["tokens_per_rank"] = o.batch * o.seq_len;
+  row["zero"] = 3;
+  row["units"] = z.units;
+  row["gathered_bytes"] = z.param_bytes;
+  row["step_s_no_prefetch"] = z.off.step.mean_s;
+  row["step_s_prefetch"] = z.on.step.mean_s;
+  row["gather_wait_s_no_prefetch"] = z.off.gather_wait_s;
+  row["gather_wait_s_prefetch"] = z.on.gather_wait_s;
+  row["gathers_per_step"] = z.on.gathers;
+  row["prefetched_per_step"] = z.on.prefetched;
+  row["hidden_fraction"] = z.hidden_fraction();
+  return row;
+}
+
 }  // namespace
 
 int overlap_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
@@ -255,6 +316,16 @@ int overlap_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   BenchSession s = open_bench_session(read_runtime_options(*vm));
   const GptConfig config = read_model_config(*vm, o.vocab);
   if (o.seq_len > config.max_seq_len) throw UsageError("--seq-len is longer than the model's max_seq_len");
+  if (o.zero == 3) {
+    const std::vector<std::int32_t> inputs = tokens(static_cast<std::size_t>(o.batch) * o.seq_len, config.vocab_size, 1);
+    const std::vector<std::int32_t> targets = tokens(inputs.size(), config.vocab_size, 7);
+    const Zero3Overlap z =
+        measure_zero3_overlap(s.ctx(), s.world(), config, inputs, targets, o.batch, o.seq_len, o.warmup, o.steps);
+    if (!s.root()) return 0;
+    print_zero3_report(s, o, config, z);
+    BenchJson(o.json).append(zero3_json_row(s, o, config, z));
+    return 0;
+  }
   BucketedBackward rig(s.ctx(), s.world(), config, o);
   const OverlapTimes times = measure_all(s.world(), rig, o.warmup, o.steps);
   if (!s.root()) return 0;

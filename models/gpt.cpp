@@ -186,7 +186,8 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
         std::vector<ParamSpec> local;
         for (const ParamShard& s : shards_) local.push_back(s.local);
         return local;
-      }(), compute, pad_multiple) {
+      }(), compute, pad_multiple, options_.store_blocks),
+      units_(gpt_param_units(store_.specs())) {
   MT_CHECK(tp_.size() == partition_.tp_size && tp_.rank() == partition_.tp_rank, "the tensor-parallel group (rank ",
            tp_.rank(), " of ", tp_.size(), ") does not match the partition (", partition_.tp_rank, " of ",
            partition_.tp_size, ")");
@@ -198,10 +199,14 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
   }
   MT_CHECK(!options_.sequence_parallel || tp_.size() > 1, "sequence parallelism needs a tensor-parallel group of 2 "
            "or more ranks, got ", tp_.size());
+  const auto unit_named = [&](const std::string& name) {
+    for (std::size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].name == name) return static_cast<int>(u);
+    MT_FAIL("no parameter unit named '", name, "'");
+  };
   // The embeddings come first in the store (wte, then wpe where held).
   if (wte_ >= 0) {
-    embedding_unit_ = static_cast<int>(units_.size());
-    units_.push_back({"embedding", 0, wpe_ >= 0 ? 2u : 1u});
+    embedding_unit_ = unit_named("embedding");
     MT_CHECK(wte_ == 0 && (wpe_ < 0 || wpe_ == 1), "the embeddings are not first in the store");
   }
   for (std::size_t c = 0; c < partition_.chunks.size(); ++c) {
@@ -213,20 +218,50 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
       blocks_.push_back({LayerNorm::from_store(store_, p + "ln1"), LayerNorm::from_store(store_, p + "ln2"),
                          Linear::from_store(store_, p + "attn.qkv"), Linear::from_store(store_, p + "attn.proj"),
                          Linear::from_store(store_, p + "mlp.fc"), Linear::from_store(store_, p + "mlp.proj"),
-                         store_.index_of(p + "ln1.weight"), static_cast<int>(units_.size())});
-      units_.push_back({"h." + std::to_string(l), blocks_.back().first_param, kParamsPerLayer});
+                         store_.index_of(p + "ln1.weight"), unit_named("h." + std::to_string(l))});
+      const ParamUnit& unit = units_[static_cast<std::size_t>(blocks_.back().unit)];
+      MT_CHECK(unit.first == blocks_.back().first_param && unit.count == kParamsPerLayer, "layer ", l,
+               "'s parameters are not one run starting at its ln1.weight");
     }
   }
   if (lnf_first_ >= 0) {
     lnf_ = LayerNorm::from_store(store_, "lnf");
-    lnf_unit_ = static_cast<int>(units_.size());
-    units_.push_back({"lnf", static_cast<std::size_t>(lnf_first_), 2});
+    lnf_unit_ = unit_named("lnf");
   }
+}
+
+std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs) {
+  std::vector<ParamUnit> units;
+  for (std::size_t i = 0; i < specs.size();) {
+    const ParamSpec& s = specs[i];
+    ParamUnit unit{"", i, 1};
+    if (s.layer >= 0) {
+      unit.name = "h." + std::to_string(s.layer);
+      while (i + unit.count < specs.size() && specs[i + unit.count].layer == s.layer) ++unit.count;
+    } else if (s.kind == ParamKind::TokenEmbedding) {
+      unit.name = "embedding";
+      if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::PositionEmbedding) unit.count = 2;
+    } else if (s.kind == ParamKind::LnfWeight) {
+      unit.name = "lnf";
+      unit.count = 2;
+    } else {
+      MT_FAIL("parameter '", s.name, "' belongs to no unit");
+    }
+    MT_CHECK(i + unit.count <= specs.size(), "unit '", unit.name, "' runs past the parameters");
+    i += unit.count;
+    units.push_back(std::move(unit));
+  }
+  return units;
 }
 
 Gpt::~Gpt() = default;
 
 void Gpt::init(std::uint64_t seed) { init_gpt_parameters(ctx_, store_, shards_, config_, seed); }
+
+void Gpt::init_unit(std::uint64_t seed, int unit) {
+  const ParamUnit& u = units_.at(static_cast<std::size_t>(unit));
+  init_gpt_parameters(ctx_, store_, shards_, config_, seed, u.first, u.count);
+}
 
 bool Gpt::chunk_has_embedding(int chunk) const { return chunks_.at(static_cast<std::size_t>(chunk)).embedding; }
 bool Gpt::chunk_has_head(int chunk) const { return chunks_.at(static_cast<std::size_t>(chunk)).head; }

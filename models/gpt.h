@@ -52,7 +52,14 @@ struct GptOptions {
   // Either way the same kernels on the same inputs: the bits of None.
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // needs a tensor-parallel group of 2 or more
+  // ZeRO-2/3: the store is built in these blocks (ParameterStore), none of them resident: their
+  // owner (parallel/unit_shards.h) takes and frees their memory. Empty: flat buffers.
+  std::vector<StoreBlock> store_blocks = {};
 };
+
+// A stage's parameter units (see Gpt::param_units) from its store's specs, in store order: what
+// Gpt::param_units() will return, known before the model (and its store) is built.
+std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs);
 
 class Gpt {
  public:
@@ -77,6 +84,8 @@ class Gpt {
   ParameterStore& parameters() { return store_; }
   const ParameterStore& parameters() const { return store_; }
   void init(std::uint64_t seed);  // GPT-2's initialization (models/init.h), shard by shard
+  // The same values for one unit's parameters alone (ZeRO-3 makes one unit resident at a time).
+  void init_unit(std::uint64_t seed, int unit);
   const GptOptions& options() const { return options_; }
 
   // The store's parameters in units (models/param_use.h), in store order: "embedding" (wte and wpe,

@@ -1,5 +1,6 @@
 #include "models/init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -64,10 +65,12 @@ void init_values(const ParamSpec& spec, const GptConfig& config, std::uint64_t s
 }
 
 void init_gpt_parameters(DeviceContext& ctx, ParameterStore& store, std::span<const ParamShard> shards,
-                         const GptConfig& config, std::uint64_t seed) {
+                         const GptConfig& config, std::uint64_t seed, std::size_t first_param, std::size_t param_count) {
   MT_CHECK(shards.size() == store.size(), shards.size(), " shards for ", store.size(), " parameters");
+  MT_CHECK(first_param <= shards.size(), "parameters from ", first_param, " of ", shards.size());
+  const std::size_t end = first_param + std::min(param_count, shards.size() - first_param);
   std::vector<float> host;
-  for (std::size_t i = 0; i < shards.size(); ++i) {
+  for (std::size_t i = first_param; i < end; ++i) {
     const ParamShard& shard = shards[i];
     host.resize(static_cast<std::size_t>(shard.local.numel()));
     std::size_t at = 0;

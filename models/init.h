@@ -4,6 +4,7 @@
 // defines: counter_normal, init_gpt_parameters, init_values
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -25,7 +26,10 @@ void init_values(const ParamSpec& spec, const GptConfig& config, std::uint64_t s
                  std::int64_t count, float* out);
 // Initializes every stored parameter, shards[i] saying where parameter i of `store` sits in the
 // full model (models/gpt_sharding.h): a shard gets exactly the values of its part of the full tensor.
+// Only parameters [first_param, first_param + param_count) when given (their values depend on no
+// other parameter).
 void init_gpt_parameters(DeviceContext& ctx, ParameterStore& store, std::span<const ParamShard> shards,
-                         const GptConfig& config, std::uint64_t seed);
+                         const GptConfig& config, std::uint64_t seed, std::size_t first_param = 0,
+                         std::size_t param_count = SIZE_MAX);
 
 }  // namespace mt

@@ -5,8 +5,8 @@
 namespace mt {
 
 ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute,
-                               std::int64_t pad_multiple)
-    : specs_(std::move(specs)) {
+                               std::int64_t pad_multiple, std::vector<StoreBlock> blocks)
+    : specs_(std::move(specs)), compute_dtype_(compute), blocks_(std::move(blocks)) {
   MT_CHECK(pad_multiple >= 1, "pad multiple ", pad_multiple);
   MT_CHECK(compute == DType::F32 || compute == DType::BF16, "parameters compute in fp32 or bf16, not ",
            dtype_name(compute));
@@ -16,10 +16,14 @@ ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs,
     total += s.numel();
   }
   param_numel_ = total;
-  total = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
-  flat_params_ = Tensor::zeros({total}, DType::F32, ctx);
-  flat_grads_ = Tensor::zeros({total}, DType::F32, ctx);
-  flat_compute_ = compute == DType::F32 ? flat_params_ : Tensor::zeros({total}, compute, ctx);
+  numel_ = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
+  if (placed()) {
+    build_blocks(ctx);
+    return;
+  }
+  flat_params_ = Tensor::zeros({numel_}, DType::F32, ctx);
+  flat_grads_ = Tensor::zeros({numel_}, DType::F32, ctx);
+  flat_compute_ = compute == DType::F32 ? flat_params_ : Tensor::zeros({numel_}, compute, ctx);
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     auto view = [&](const Tensor& flat) {
       return flat.flat_slice(offsets_[i], specs_[i].numel()).reshape(specs_[i].shape);
@@ -30,43 +34,70 @@ ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs,
   }
 }
 
+void ParameterStore::build_blocks(DeviceContext& ctx) {
+  std::size_t next = 0;
+  for (const StoreBlock& b : blocks_) {
+    MT_CHECK(b.count >= 1 && b.first == next && b.first + b.count <= specs_.size(), "store block [", b.first, ", ",
+             b.first + b.count, ") does not follow the previous one at ", next, " within ", specs_.size(),
+             " parameters");
+    const std::int64_t begin = offsets_[b.first];
+    const std::int64_t end = offsets_[b.first + b.count - 1] + specs_[b.first + b.count - 1].numel();
+    MT_CHECK(b.padded >= end - begin, "store block [", b.first, ", ", b.first + b.count, ") of ", end - begin,
+             " elements in buffers of ", b.padded);
+    const Tensor params = Tensor::released({b.padded}, DType::F32, ctx);
+    const Tensor compute =
+        compute_dtype_ == DType::F32 ? params : Tensor::released({b.padded}, compute_dtype_, ctx);
+    const Tensor grads = Tensor::released({b.padded}, DType::F32, ctx);
+    for (std::size_t i = b.first; i < b.first + b.count; ++i) {
+      auto view = [&](const Tensor& buffer) {
+        return buffer.flat_slice(offsets_[i] - begin, specs_[i].numel()).reshape(specs_[i].shape);
+      };
+      params_.push_back(view(params));
+      grads_.push_back(view(grads));
+      compute_.push_back(view(compute));
+    }
+    block_params_.push_back(params);
+    block_compute_.push_back(compute);
+    block_grads_.push_back(grads);
+    next = b.first + b.count;
+  }
+  MT_CHECK(next == specs_.size(), "store blocks cover ", next, " of ", specs_.size(), " parameters");
+}
+
 std::size_t ParameterStore::index_of(const std::string& name) const {
   for (std::size_t i = 0; i < specs_.size(); ++i)
     if (specs_[i].name == name) return i;
   MT_FAIL("no parameter named '", name, "'");
 }
 
+const Tensor& ParameterStore::flat_params() const {
+  MT_CHECK(!placed(), "a store built in ZeRO-2/3 blocks has no flat parameter buffer");
+  return flat_params_;
+}
+
+const Tensor& ParameterStore::flat_grads() const {
+  MT_CHECK(!placed(), "a store built in ZeRO-2/3 blocks has no flat gradient buffer");
+  return flat_grads_;
+}
+
+const Tensor& ParameterStore::flat_compute_params() const {
+  MT_CHECK(!placed(), "a store built in ZeRO-2/3 blocks has no flat compute buffer");
+  return flat_compute_;
+}
+
 void ParameterStore::zero_grads(DeviceContext& ctx) {
-  MT_CHECK(!placed_, "zero_grads on a store placed in units (ZeRO-2/3 zero each unit's gradients)");
+  MT_CHECK(!placed(), "zero_grads on a store built in blocks (ZeRO-2/3 zero each unit's gradients)");
   kernels::fill(ctx, flat_grads_, 0.0);
 }
 
-void ParameterStore::place(std::size_t first, std::size_t count, const Tensor& params, const Tensor& compute,
-                           const Tensor& grads) {
-  MT_CHECK(!placed_ && count >= 1 && first + count <= specs_.size(), "place params [", first, ", ", first + count,
-           ") of ", specs_.size(), placed_ ? " after release_flat()" : "");
-  const std::int64_t begin = offsets_[first];
-  const std::int64_t n = offsets_[first + count - 1] + specs_[first + count - 1].numel() - begin;
-  flat_params_.flat_slice(begin, n).redirect_to(params.flat_slice(0, n));
-  flat_grads_.flat_slice(begin, n).redirect_to(grads.flat_slice(0, n));
-  if (compute_dtype() != DType::F32) flat_compute_.flat_slice(begin, n).redirect_to(compute.flat_slice(0, n));
-}
-
-void ParameterStore::release_flat(std::vector<std::pair<Tensor, Tensor>> refresh) {
-  placed_ = true;
-  refresh_ = std::move(refresh);
-  flat_params_.release_memory();
-  flat_grads_.release_memory();
-  flat_compute_.release_memory();
-}
-
 void ParameterStore::refresh_compute_params(DeviceContext& ctx) {
-  if (compute_dtype() == DType::F32) return;  // the compute views are the parameters themselves
-  if (placed_) {
-    for (auto& [master, compute] : refresh_) kernels::cast(ctx, master, compute);
+  if (compute_dtype_ == DType::F32) return;  // the compute views are the parameters themselves
+  if (!placed()) {
+    kernels::cast(ctx, flat_params_, flat_compute_);
     return;
   }
-  kernels::cast(ctx, flat_params_, flat_compute_);
+  if (!refresh_blocks_) return;
+  for (std::size_t b = 0; b < blocks_.size(); ++b) kernels::cast(ctx, block_params_[b], block_compute_[b]);
 }
 
 }  // namespace mt

@@ -6,13 +6,17 @@
 // optimizer updates, checkpoints save and gradients accumulate into), and a third flat buffer
 // holds the parameters rounded to bf16 for the GEMMs: refresh_compute_params() casts the master
 // into it in one kernel. With fp32 compute there is no copy: the compute views are the parameters.
-// defines: ParameterStore
+//
+// ZeRO-2/3 (parallel/unit_shards.h) build the store in blocks instead: each block of consecutive
+// parameters gets buffers of its own (parameters, compute copy, gradients), created without
+// memory, so that a unit's buffers exist only while it is used and no buffer ever holds the whole
+// stage. Such a store has no flat buffers.
+// defines: ParameterStore, StoreBlock
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "models/gpt_parameters.h"
@@ -20,12 +24,21 @@
 
 namespace mt {
 
+// A run of parameters with buffers of its own (a ZeRO-2/3 shard block, parallel/unit_shards.h).
+struct StoreBlock {
+  std::size_t first = 0, count = 0;  // parameters [first, first + count)
+  std::int64_t padded = 0;           // the buffers' elements: the parameters' and zero padding after
+  bool operator==(const StoreBlock&) const = default;
+};
+
 class ParameterStore {
  public:
   // pad_multiple: the flat buffers are padded with zeros to a multiple of it (data parallelism
   // cuts them into dp equal blocks); the padding belongs to no parameter.
+  // blocks (ZeRO-2/3): if not empty, they tile the parameters in order and the store is built in
+  // blocks, every buffer without memory until its owner acquires it (Tensor::acquire_memory).
   ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute = DType::F32,
-                 std::int64_t pad_multiple = 1);
+                 std::int64_t pad_multiple = 1, std::vector<StoreBlock> blocks = {});
 
   std::size_t size() const { return specs_.size(); }
   const std::vector<ParamSpec>& specs() const { return specs_; }
@@ -38,43 +51,47 @@ class ParameterStore {
   const Tensor& grad(std::size_t i) const { return grads_.at(i); }
   Tensor& param(const std::string& name) { return params_.at(index_of(name)); }
   Tensor& grad(const std::string& name) { return grads_.at(index_of(name)); }
-  std::int64_t offset(std::size_t i) const { return offsets_.at(i); }  // elements into the flat buffers
+  std::int64_t offset(std::size_t i) const { return offsets_.at(i); }  // elements into the flat order
 
-  const Tensor& flat_params() const { return flat_params_; }
-  const Tensor& flat_grads() const { return flat_grads_; }
-  std::int64_t numel() const { return flat_params_.numel(); }  // padding included
-  std::int64_t param_numel() const { return param_numel_; }    // without the padding
+  // The flat buffers: Error for a store built in blocks.
+  const Tensor& flat_params() const;
+  const Tensor& flat_grads() const;
+  std::int64_t numel() const { return numel_; }              // the flat order's, padding included
+  std::int64_t param_numel() const { return param_numel_; }  // without the padding
 
-  void zero_grads(DeviceContext& ctx);  // Error once placed()
+  void zero_grads(DeviceContext& ctx);  // Error in blocks (ZeRO-2/3 zero each unit's gradients)
 
-  // ZeRO-2/3 (parallel/unit_shards.h): parameters [first, first + count) move out of the flat
-  // buffers into per-unit buffers (Tensor::redirect_to: every view, the layers' included, follows):
-  // params, compute (the bf16 copy; ignored for fp32 compute) and grads, each at least as long as
-  // the run. Then release_flat() frees the flat buffers' own memory: views that cross units (the
-  // flat buffers themselves) fail when read, and zero_grads() is refused (the units zero theirs).
-  void place(std::size_t first, std::size_t count, const Tensor& params, const Tensor& compute, const Tensor& grads);
-  // refresh: the (fp32, compute) pairs refresh_compute_params() casts from now on (ZeRO-2: every
-  // unit; ZeRO-3: none, each gathered unit is cast when gathered).
-  void release_flat(std::vector<std::pair<Tensor, Tensor>> refresh);
-  bool placed() const { return placed_; }
+  // Built in blocks: their buffers, each [padded] (compute: the bf16 copy; the parameters for fp32).
+  bool placed() const { return !blocks_.empty(); }
+  const std::vector<StoreBlock>& blocks() const { return blocks_; }
+  const Tensor& block_params(std::size_t b) const { return block_params_.at(b); }
+  const Tensor& block_compute(std::size_t b) const { return block_compute_.at(b); }
+  const Tensor& block_grads(std::size_t b) const { return block_grads_.at(b); }
+  // In blocks, refresh_compute_params() casts every block when on (ZeRO-2: all stay resident), none
+  // when off (the default; ZeRO-3 casts each unit as it gathers it).
+  void set_refresh_blocks(bool on) { refresh_blocks_ = on; }
 
   // The parameters in the compute dtype (fp32 or bf16), as the GEMMs read them; the same offsets.
-  DType compute_dtype() const { return flat_compute_.dtype(); }
+  DType compute_dtype() const { return compute_dtype_; }
   const Tensor& compute_param(std::size_t i) const { return compute_.at(i); }
   const Tensor& compute_param(const std::string& name) const { return compute_.at(index_of(name)); }
-  const Tensor& flat_compute_params() const { return flat_compute_; }
+  const Tensor& flat_compute_params() const;  // Error in blocks
   // Rounds the master parameters into the bf16 copy (to nearest even); nothing to do for fp32.
   // Call after every change of the parameters and before the next forward.
   void refresh_compute_params(DeviceContext& ctx);
 
  private:
+  void build_blocks(DeviceContext& ctx);
+
   std::vector<ParamSpec> specs_;
   std::vector<std::int64_t> offsets_;
+  DType compute_dtype_ = DType::F32;
   Tensor flat_params_, flat_grads_, flat_compute_;  // flat_compute_ shares flat_params_ for fp32
   std::vector<Tensor> params_, grads_, compute_;
-  std::int64_t param_numel_ = 0;
-  bool placed_ = false;
-  std::vector<std::pair<Tensor, Tensor>> refresh_;  // once placed
+  std::int64_t param_numel_ = 0, numel_ = 0;
+  std::vector<StoreBlock> blocks_;
+  std::vector<Tensor> block_params_, block_compute_, block_grads_;
+  bool refresh_blocks_ = false;
 };
 
 }  // namespace mt

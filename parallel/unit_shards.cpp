@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "models/gpt.h"
 #include "runtime/error.h"
 #include "runtime/kernels.h"
 
@@ -46,6 +47,24 @@ std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std:
   return blocks;
 }
 
+std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks) {
+  std::vector<StoreBlock> out;
+  for (const ShardBlock& b : blocks) out.push_back({b.first, b.count, b.padded});
+  return out;
+}
+
+GptUnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp) {
+  GptUnitCut cut;
+  cut.units = gpt_param_units(specs);
+  std::vector<std::int64_t> numels;
+  for (const ParamSpec& spec : specs) {
+    numels.push_back(spec.numel());
+    cut.alone.push_back(spec.kind == ParamKind::TokenEmbedding ? 1 : 0);
+  }
+  cut.store_blocks = store_blocks(make_shard_blocks(cut.units, numels, cut.alone, dp));
+  return cut;
+}
+
 UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,
                        std::vector<char> alone, int stage, bool prefetch)
     : ctx_(&ctx), dp_(&dp), store_(&store), units_(std::move(units)), stage_(stage), prefetch_(prefetch),
@@ -54,36 +73,36 @@ UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& sto
   std::vector<std::int64_t> numels;
   for (std::size_t p = 0; p < store.size(); ++p) numels.push_back(store.spec(p).numel());
   blocks_ = make_shard_blocks(units_, numels, alone, dp.size());
+  MT_CHECK(store.blocks() == store_blocks(blocks_), "ZeRO-", stage_, ": the parameter store is not built in the "
+           "units' blocks at dp ", dp.size(), " (GptOptions::store_blocks = store_blocks(make_shard_blocks(...)))");
   unit_blocks_.resize(units_.size());
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
     const ShardBlock& block = blocks_[b];
     unit_blocks_[static_cast<std::size_t>(block.unit)].push_back(static_cast<int>(b));
     owned_numel_ += block.padded / dp.size();
+    full_params_.push_back(store.block_params(b));
+    full_compute_.push_back(store.block_compute(b));
+    full_grads_.push_back(store.block_grads(b));
   }
   owned_grads_ = Tensor::zeros({owned_numel_}, DType::F32, ctx);
   if (stage_ == 3) owned_params_ = Tensor::zeros({owned_numel_}, DType::F32, ctx);
-  std::vector<std::pair<Tensor, Tensor>> refresh;
-  for (const ShardBlock& block : blocks_) {
-    Tensor params = Tensor::zeros({block.padded}, DType::F32, ctx);
-    params.flat_slice(0, block.numel)
-        .copy_from(store.flat_params().flat_slice(store.offset(block.first), block.numel), ctx.stream());
-    Tensor compute = bf16_ ? Tensor::zeros({block.padded}, store.compute_dtype(), ctx) : params;
-    Tensor grads = Tensor::zeros({block.padded}, DType::F32, ctx);
-    store.place(block.first, block.count, params, compute, grads);
-    grads.release_memory();  // acquired by the first use that writes them
-    if (bf16_ && stage_ == 2) refresh.emplace_back(params, compute);
-    full_params_.push_back(std::move(params));
-    full_compute_.push_back(std::move(compute));
-    full_grads_.push_back(std::move(grads));
+  if (stage_ == 2) {
+    // Every rank holds every block's parameters (the padding stays zero); the bf16 copy is cast
+    // from them before each forward.
+    for (std::size_t b = 0; b < blocks_.size(); ++b) {
+      full_params_[b].acquire_memory();
+      kernels::fill(ctx, full_params_[b], 0.0);
+      full_compute_[b].acquire_memory();
+      if (bf16_) kernels::fill(ctx, full_compute_[b], 0.0);
+    }
+    store.set_refresh_blocks(true);
   }
-  store.release_flat(std::move(refresh));
   const std::size_t n = units_.size();
   grads_live_.assign(n, 0);
   reducing_.assign(n, 0);
-  gathered_.assign(n, 1);
+  gathered_.assign(n, stage_ == 2 ? 1 : 0);  // stage 3: nothing resident until a use gathers it
   active_reads_.assign(n, 0);
   gathers_.resize(n);
-  keep_owned();  // stage 3: only the owned shards stay
 }
 
 std::int64_t UnitShards::shard_numel(int block) const {
@@ -276,33 +295,39 @@ void UnitShards::finish_round() {
   prefetched_ = -1;
 }
 
-void UnitShards::materialize(bool gather) {
-  if (stage_ != 3) return;
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    if (gathered_[u]) continue;
-    if (gather) {
-      launch_gather(static_cast<int>(u));
-      wait_gather(static_cast<int>(u));
-    } else {
-      for (int b : unit_blocks_[u]) {
-        Tensor& full = full_params_[static_cast<std::size_t>(b)];
-        full.acquire_memory();
-        kernels::fill(*ctx_, full, 0.0);
-      }
-      gathered_[u] = 1;
-    }
+void UnitShards::materialize(int unit, bool gather) {
+  const auto u = static_cast<std::size_t>(unit);
+  if (stage_ != 3 || gathered_.at(u)) return;
+  if (gather) {
+    launch_gather(unit);
+    wait_gather(unit);
+    return;
   }
+  for (int b : unit_blocks_[u]) {
+    Tensor& full = full_params_[static_cast<std::size_t>(b)];
+    full.acquire_memory();
+    kernels::fill(*ctx_, full, 0.0);
+  }
+  gathered_[u] = 1;
+}
+
+void UnitShards::keep_owned(int unit) {
+  const auto u = static_cast<std::size_t>(unit);
+  if (stage_ != 3 || !gathered_.at(u)) return;
+  for (int b : unit_blocks_[u]) {
+    Tensor owned = owned_params(b);
+    owned.copy_from(full_params_[static_cast<std::size_t>(b)].flat_slice(owned_begin(b), shard_numel(b)),
+                    ctx_->stream());
+  }
+  release_params(unit);
+}
+
+void UnitShards::materialize(bool gather) {
+  for (std::size_t u = 0; u < units_.size(); ++u) materialize(static_cast<int>(u), gather);
 }
 
 void UnitShards::keep_owned() {
-  if (stage_ != 3) return;
-  for (std::size_t b = 0; b < blocks_.size(); ++b) {
-    const int block = static_cast<int>(b);
-    if (!gathered_[static_cast<std::size_t>(blocks_[b].unit)]) continue;
-    Tensor owned = owned_params(block);
-    owned.copy_from(full_params_[b].flat_slice(owned_begin(block), shard_numel(block)), ctx_->stream());
-  }
-  for (std::size_t u = 0; u < units_.size(); ++u) release_params(static_cast<int>(u));
+  for (std::size_t u = 0; u < units_.size(); ++u) keep_owned(static_cast<int>(u));
 }
 
 void UnitShards::gather_after_step() {

@@ -23,9 +23,12 @@
 // all-gather running on the communicator's engine while the current unit computes. Bound: the
 // units in use (2 nested at the head, else 1) plus the prefetched one.
 //
-// The store's views stay valid throughout: each block's params, compute copy and gradients are
-// redirected into per-block buffers (ParameterStore::place) that are released and re-acquired.
-// defines: ShardBlock, make_shard_blocks, UnitShardStats, UnitShards
+// The store is built in these blocks from the start (ParameterStore's blocks, GptOptions::
+// store_blocks): each block's parameters, compute copy and gradients have buffers of their own,
+// created without memory and acquired and released here, so the whole stage's parameters or
+// gradients are never allocated at once (construction, initialization and checkpoints included:
+// those work unit by unit through materialize(unit)/keep_owned(unit)).
+// defines: ShardBlock, make_shard_blocks, store_blocks, GptUnitCut, gpt_unit_cut, UnitShardStats, UnitShards
 #pragma once
 
 #include <cstdint>
@@ -53,6 +56,18 @@ struct ShardBlock {
 // gives parameter p a block of its own. Error for dp < 1 or units that do not tile the parameters.
 std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std::span<const std::int64_t> numels,
                                           std::span<const char> alone, int dp);
+// What the ParameterStore must be built in for these blocks.
+std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks);
+
+// A Gpt stage's cut, known before the model is built (specs: its store's, from gpt_param_shards):
+// its units (gpt_param_units), the token embedding in a block of its own (the first and the last
+// stage then cut their two copies alike) and the blocks to build its store in at dp.
+struct GptUnitCut {
+  std::vector<ParamUnit> units;
+  std::vector<char> alone;
+  std::vector<StoreBlock> store_blocks;  // for GptOptions::store_blocks
+};
+GptUnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp);
 
 struct UnitShardStats {
   int max_full_grad_units = 0;   // most units with a full gradient alive at once (since construction)
@@ -64,8 +79,9 @@ struct UnitShardStats {
 
 class UnitShards : public ParamUseHooks {
  public:
-  // stage: 2 or 3. Places the store's parameters into per-block buffers (copying what they hold),
-  // then frees the store's flat buffers. dp: the data-parallel group; ctx, dp and store must
+  // stage: 2 or 3. store: built in store_blocks(make_shard_blocks(units, its numels, alone, dp size))
+  // (Error otherwise); its parameters start at zero: stage 2 takes every block's parameters for
+  // good, stage 3 only the owned shards. dp: the data-parallel group; ctx, dp and store must
   // outlive this. prefetch: stage 3 prefetches the next unit (false: every gather waits at begin).
   UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,
              std::vector<char> alone, int stage, bool prefetch = true);
@@ -83,10 +99,13 @@ class UnitShards : public ParamUseHooks {
   void finish_round();
   void zero_owned_grads();
 
-  // The whole stage's parameters outside rounds (initialization, checkpoints, gathering).
-  // Stage 3: materialize() makes every unit's full parameters resident, all-gathered from the
-  // owned shards (gather) or zeroed; keep_owned() copies the owned shards back out of them and
-  // releases them. Stage 2 keeps them resident anyway: both do nothing.
+  // A unit's full parameters outside rounds (initialization, checkpoints, gathering), one unit at
+  // a time. Stage 3: materialize(unit) makes them resident, all-gathered from the owned shards
+  // (gather, collective over dp) or zeroed; keep_owned(unit) copies the owned shards back out of
+  // them and releases them. Stage 2 keeps them resident anyway: both do nothing. Without a unit:
+  // every unit at once (the whole stage's parameters resident: for small tests).
+  void materialize(int unit, bool gather);
+  void keep_owned(int unit);
   void materialize(bool gather);
   void keep_owned();
   // Stage 2, after the optimizer updated the owned shards: all-gathers every block in place.

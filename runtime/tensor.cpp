@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <iterator>
 #include <sstream>
 
 #include "runtime/cuda_api.h"
@@ -33,8 +32,8 @@ std::string shape_str(const Shape& shape) {
   return out.str();
 }
 
-Storage::Storage(std::shared_ptr<Allocator> allocator, std::size_t bytes)
-    : allocator_(std::move(allocator)), data_(allocator_->allocate(bytes)), bytes_(bytes) {}
+Storage::Storage(std::shared_ptr<Allocator> allocator, std::size_t bytes, bool allocate)
+    : allocator_(std::move(allocator)), data_(allocate ? allocator_->allocate(bytes) : nullptr), bytes_(bytes) {}
 
 Storage::~Storage() {
   if (data_ != nullptr) allocator_->deallocate(data_);
@@ -51,44 +50,27 @@ void Storage::acquire() {
   data_ = allocator_->allocate(bytes_);
 }
 
-void Storage::redirect(std::size_t offset, std::size_t bytes, std::shared_ptr<Storage> target,
-                       std::size_t target_offset) {
-  MT_CHECK(offset <= bytes_ && bytes <= bytes_ - offset, "redirect of bytes [", offset, ", ", offset + bytes,
-           ") outside a storage of ", bytes_);
-  MT_CHECK(target && target_offset <= target->bytes_ && bytes <= target->bytes_ - target_offset,
-           "redirect target too small for ", bytes, " bytes");
-  auto at = redirects_.begin();
-  while (at != redirects_.end() && at->begin < offset) ++at;
-  MT_CHECK((at == redirects_.end() || offset + bytes <= at->begin) &&
-               (at == redirects_.begin() || std::prev(at)->end <= offset),
-           "redirect of bytes [", offset, ", ", offset + bytes, ") overlaps an earlier one");
-  redirects_.insert(at, {offset, offset + bytes, std::move(target), target_offset});
-}
-
 void* Storage::resolve(std::size_t offset, std::size_t bytes) const {
-  for (const Redirect& r : redirects_) {
-    if (offset >= r.end) continue;
-    if (offset + bytes <= r.begin) break;
-    MT_CHECK(offset >= r.begin && offset + bytes <= r.end, "bytes [", offset, ", ", offset + bytes,
-             ") of a storage span a redirected range [", r.begin, ", ", r.end,
-             ") and more (a view across two ZeRO-2/3 units): read the units apart");
-    return r.target->address(r.target_offset + (offset - r.begin), bytes);
-  }
-  if (bytes == 0 && data_ == nullptr) return nullptr;
-  MT_CHECK(data_ != nullptr, "read of ", bytes, " bytes of a storage of ", bytes_,
-           " whose memory is released (a ZeRO-2/3 unit's parameters or gradients outside its use)");
-  return static_cast<char*>(data_) + offset;
+  if (bytes == 0) return nullptr;
+  MT_FAIL("read of ", bytes, " bytes at ", offset, " of a storage of ", bytes_,
+          " whose memory is released (a ZeRO-2/3 unit's parameters or gradients outside its use)");
 }
 
-Tensor Tensor::empty(Shape shape, DType dtype, DeviceContext& ctx) {
+Tensor Tensor::make(Shape shape, DType dtype, DeviceContext& ctx, bool allocate) {
   Tensor t;
   t.numel_ = shape_numel(shape);
   MT_CHECK(static_cast<std::uint64_t>(t.numel_) <= SIZE_MAX / dtype_size(dtype), "shape ", shape_str(shape),
            " of ", dtype_name(dtype), " does not fit in memory");
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(ctx.shared_allocator(), t.nbytes());
+  t.storage_ = std::make_shared<Storage>(ctx.shared_allocator(), t.nbytes(), allocate);
   return t;
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype, DeviceContext& ctx) { return make(std::move(shape), dtype, ctx, true); }
+
+Tensor Tensor::released(Shape shape, DType dtype, DeviceContext& ctx) {
+  return make(std::move(shape), dtype, ctx, false);
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, DeviceContext& ctx) {
@@ -126,13 +108,6 @@ void Tensor::release_memory() const {
 void Tensor::acquire_memory() const {
   MT_CHECK(defined(), "acquire of an undefined tensor");
   storage_->acquire();
-}
-
-void Tensor::redirect_to(const Tensor& target) const {
-  MT_CHECK(defined() && target.defined() && nbytes() == target.nbytes(), "redirect ", describe(), " to ",
-           target.describe(), ": sizes differ");
-  MT_CHECK(device() == target.device(), "redirect ", describe(), " to ", target.describe(), ": devices differ");
-  storage_->redirect(offset_bytes_, nbytes(), target.storage_, target.offset_bytes_);
 }
 
 Tensor Tensor::reshape(Shape shape) const {

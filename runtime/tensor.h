@@ -20,22 +20,19 @@ std::int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);
 
 // Owns one allocation; freed back to its allocator when the last tensor using it goes.
-// ZeRO-2/3 need two more things, both invisible to the views (they keep their storage and offset):
-// - release() gives the memory back while views stay valid handles; reading one then fails with an
-//   Error naming the storage, until acquire() takes fresh (uninitialized) memory;
-// - redirect() makes a byte range of this storage live in another storage from then on (a model's
-//   flat parameter buffer whose per-unit ranges move into per-unit buffers that can be released).
+// ZeRO-2/3 hold a unit's full parameters and gradients only while it is used: release() gives the
+// memory back while views stay valid handles (reading one then fails with an Error naming the
+// storage) until acquire() takes fresh, uninitialized memory. A storage may start released.
 class Storage {
  public:
-  Storage(std::shared_ptr<Allocator> allocator, std::size_t bytes);
+  Storage(std::shared_ptr<Allocator> allocator, std::size_t bytes, bool allocate = true);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data() const { return address(0, bytes_); }
-  // Where bytes [offset, offset + bytes) live: Error when released, or when the range crosses a
-  // redirected range's edge (a view spanning two units of a redirected buffer).
+  // Where bytes [offset, offset + bytes) live: Error when released.
   void* address(std::size_t offset, std::size_t bytes) const {
-    if (redirects_.empty() && data_ != nullptr) return static_cast<char*>(data_) + offset;
+    if (data_ != nullptr) return static_cast<char*>(data_) + offset;
     return resolve(offset, bytes);
   }
   std::size_t bytes() const { return bytes_; }
@@ -44,20 +41,13 @@ class Storage {
   bool resident() const { return data_ != nullptr || bytes_ == 0; }
   void release();  // no-op when released
   void acquire();  // no-op when resident
-  void redirect(std::size_t offset, std::size_t bytes, std::shared_ptr<Storage> target, std::size_t target_offset);
 
  private:
-  struct Redirect {
-    std::size_t begin = 0, end = 0;
-    std::shared_ptr<Storage> target;
-    std::size_t target_offset = 0;
-  };
-  void* resolve(std::size_t offset, std::size_t bytes) const;
+  void* resolve(std::size_t offset, std::size_t bytes) const;  // a released storage's address
 
   std::shared_ptr<Allocator> allocator_;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
-  std::vector<Redirect> redirects_;  // sorted by begin, disjoint
 };
 
 class Tensor {
@@ -66,6 +56,8 @@ class Tensor {
 
   static Tensor empty(Shape shape, DType dtype, DeviceContext& ctx);
   static Tensor zeros(Shape shape, DType dtype, DeviceContext& ctx);
+  // No memory until acquire_memory() (ZeRO-2/3's per-unit buffers, taken when a unit is used).
+  static Tensor released(Shape shape, DType dtype, DeviceContext& ctx);
   template <class T>
   static Tensor from_host(std::span<const T> values, Shape shape, DeviceContext& ctx) {
     MT_CHECK(shape_numel(shape) == static_cast<std::int64_t>(values.size()), "shape ", shape_str(shape),
@@ -107,9 +99,6 @@ class Tensor {
   void release_memory() const;
   void acquire_memory() const;
   bool resident() const { return storage_ && storage_->resident(); }
-  // This view's bytes live in `target`'s from now on (same byte size); other views of this storage
-  // that lie inside the range follow, ones that cross its edge fail when read.
-  void redirect_to(const Tensor& target) const;
 
   // Copies between any two devices, ordered on `stream` (the destination's or the source's).
   void copy_from(const Tensor& src, const Stream& stream);
@@ -126,6 +115,7 @@ class Tensor {
   }
 
  private:
+  static Tensor make(Shape shape, DType dtype, DeviceContext& ctx, bool allocate);
   void read_back(void* dst) const;
 
   std::shared_ptr<Storage> storage_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <span>
 #include <sstream>
 
 #include "parallel/layout_check.h"
@@ -79,9 +80,18 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   MT_CHECK(mesh.dp == plan_.mesh().dp && mesh.tp == plan_.mesh().tp && mesh.pp == plan_.mesh().pp,
            "the groups' mesh ", mesh.describe(), " is not the plan's ", plan_.mesh().describe());
   const GptPartition partition = plan_.partition(groups_.coord);
+  GptOptions options{plan_.layout().recompute, plan_.layout().sequence_parallel};
+  GptUnitCut cut;  // ZeRO 2/3
+  if (plan_.layout().zero >= 2) {
+    // The store is built in the units' shard blocks from the start: no buffer of the whole stage.
+    std::vector<ParamSpec> specs;
+    for (const ParamShard& shard : gpt_param_shards(config, partition)) specs.push_back(shard.local);
+    cut = gpt_unit_cut(specs, mesh.dp);
+    options.store_blocks = cut.store_blocks;
+  }
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
                                  TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), mesh.dp,
-                                 GptOptions{plan_.layout().recompute, plan_.layout().sequence_parallel});
+                                 std::move(options));
   ParameterStore& store = model_->parameters();
   reads_data_ = partition.embedding || partition.head;
 
@@ -95,9 +105,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
     flat.push_back({shard.full.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
   }
   if (plan_.layout().zero >= 2) {
-    std::vector<char> alone(store.size(), 0);
-    if (wte_index_ >= 0) alone[static_cast<std::size_t>(wte_index_)] = 1;  // both stages cut it alike
-    units_ = std::make_unique<UnitShards>(ctx_, *groups_.dp, store, model_->param_units(), std::move(alone),
+    units_ = std::make_unique<UnitShards>(ctx_, *groups_.dp, store, model_->param_units(), std::move(cut.alone),
                                           plan_.layout().zero, plan_.layout().overlap);
     for (std::size_t b = 0; b < units_->blocks().size(); ++b)
       if (wte_index_ >= 0 && units_->blocks()[b].first == static_cast<std::size_t>(wte_index_)) wte_block_ = static_cast<int>(b);
@@ -128,9 +136,16 @@ ParallelTrainer::~ParallelTrainer() {
 }
 
 void ParallelTrainer::init(std::uint64_t seed) {
-  if (units_) units_->materialize(/*gather=*/false);
-  model_->init(seed);
-  if (units_) units_->keep_owned();
+  if (!units_) {
+    model_->init(seed);
+    return;
+  }
+  // Unit by unit (the values depend on nothing else): ZeRO-3 holds one unit's full parameters.
+  for (std::size_t u = 0; u < model_->param_units().size(); ++u) {
+    units_->materialize(static_cast<int>(u), /*gather=*/false);
+    model_->init_unit(seed, static_cast<int>(u));
+    units_->keep_owned(static_cast<int>(u));
+  }
 }
 
 GradReducer& ParallelTrainer::reducer() {
@@ -162,13 +177,17 @@ std::int64_t ParallelTrainer::optimizer_state_bytes() const {
 std::vector<float> ParallelTrainer::local_parameters() {
   const ParameterStore& store = model_->parameters();
   if (!units_) return store.flat_params().to_host<float>();
-  units_->materialize(/*gather=*/true);
+  // Unit by unit: ZeRO-3 gathers one unit's full parameters at a time.
   std::vector<float> out(static_cast<std::size_t>(store.numel()), 0.0f);
-  for (std::size_t i = 0; i < store.size(); ++i) {
-    const std::vector<float> p = store.param(i).to_host<float>();
-    std::copy(p.begin(), p.end(), out.begin() + store.offset(i));
+  for (std::size_t u = 0; u < model_->param_units().size(); ++u) {
+    const ParamUnit& unit = model_->param_units()[u];
+    units_->materialize(static_cast<int>(u), /*gather=*/true);
+    for (std::size_t i = unit.first; i < unit.first + unit.count; ++i) {
+      const std::vector<float> p = store.param(i).to_host<float>();
+      std::copy(p.begin(), p.end(), out.begin() + store.offset(i));
+    }
+    units_->keep_owned(static_cast<int>(u));
   }
-  units_->keep_owned();
   return out;
 }
 
@@ -180,11 +199,14 @@ void ParallelTrainer::set_local_parameters(const std::vector<float>& values) {
     Tensor flat = store.flat_params();  // a handle to the store's buffer
     flat.copy_from_host(values.data(), values.size() * sizeof(float), ctx_.stream());
   } else {
-    units_->materialize(/*gather=*/false);
-    for (std::size_t i = 0; i < store.size(); ++i)
-      store.param(i).copy_from_host(values.data() + store.offset(i), static_cast<std::size_t>(store.param(i).numel()) * sizeof(float),
-                                    ctx_.stream());
-    units_->keep_owned();
+    for (std::size_t u = 0; u < model_->param_units().size(); ++u) {  // one unit resident at a time
+      const ParamUnit& unit = model_->param_units()[u];
+      units_->materialize(static_cast<int>(u), /*gather=*/false);
+      for (std::size_t i = unit.first; i < unit.first + unit.count; ++i)
+        store.param(i).copy_from_host(values.data() + store.offset(i),
+                                      static_cast<std::size_t>(store.param(i).numel()) * sizeof(float), ctx_.stream());
+      units_->keep_owned(static_cast<int>(u));
+    }
   }
   store.refresh_compute_params(ctx_);
 }
@@ -329,8 +351,9 @@ double ParallelTrainer::evaluate() {
 
 std::vector<float> ParallelTrainer::gather_parameters() {
   // Every element of the full model is written by exactly one rank (dp rank 0, tp rank 0 for a
-  // replicated tensor, the first stage for the tied embedding) into a zeroed full-size buffer;
-  // an allreduce sum then assembles it everywhere.
+  // replicated tensor, the first stage for the tied embedding) into a zeroed full-size host buffer;
+  // an allreduce sum per tensor then assembles it everywhere (on the device: one full tensor at a
+  // time, and with ZeRO-3 one unit's parameters while local_parameters gathers them).
   const GptConfig& config = model_->config();
   const std::vector<ParamSpec> full = gpt_parameter_specs(config);
   const std::vector<std::int64_t> offsets = spec_offsets(full);
@@ -350,9 +373,15 @@ std::vector<float> ParallelTrainer::gather_parameters() {
       }
     }
   }
-  Tensor all = Tensor::from_host(host, {total}, ctx_);
-  world_.allreduce(all);
-  return all.to_host<float>();
+  for (std::size_t t = 0; t < full.size(); ++t) {
+    const auto first = static_cast<std::size_t>(offsets[t]);
+    const std::span<const float> values(host.data() + first, static_cast<std::size_t>(full[t].numel()));
+    Tensor tensor = Tensor::from_host(values, {full[t].numel()}, ctx_);
+    world_.allreduce(tensor);
+    const std::vector<float> summed = tensor.to_host<float>();  // waits for the device, as a read-back does
+    std::copy(summed.begin(), summed.end(), host.begin() + static_cast<std::ptrdiff_t>(first));
+  }
+  return host;
 }
 
 std::string ParallelTrainer::describe_rank() const {

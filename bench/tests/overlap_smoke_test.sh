@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # meshbench overlap at a tiny size under mpirun: the four measurements and the efficiency line come
 # out, the JSON row is complete and its numbers agree with each other (hidden = serial - overlapped,
-# efficiency = hidden / min(compute, communication)), and bad options get one clear error.
+# efficiency = hidden / min(compute, communication)), and bad options get one clear error. --zero 3:
+# the prefetch off/on rows and the hidden line; off prefetches nothing, on prefetches, and the JSON
+# row's hidden fraction is 1 - wait(on) / wait(off).
 # Arguments: MESHBENCH MPIEXEC MESHTRAIN. No timing is asserted.
 set -u
 meshbench=$1 mpiexec=$2
@@ -31,6 +33,23 @@ while read -r row; do
     exit ok ? 0 : 1 }' && echo "ok   JSON row consistent (buckets $b, efficiency $e)" ||
     fail "JSON row inconsistent: $row"
 done <"$dir/o.jsonl"
+
+if expect_ok "overlap np 2 zero 3" np 2 "$meshbench" overlap "${small[@]}" --zero 3 --json "$dir/z3.jsonl"; then
+  for m in off on; do
+    grep -qE "^$m +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+" "$out" || { fail "zero 3: no prefetch '$m' row"; show; }
+  done
+  grep -qE "^off( +[0-9.]+){4} +0$" "$out" || fail "zero 3: prefetch off prefetched something"
+  grep -qE "^on( +[0-9.]+){4} +[1-9][0-9]*$" "$out" || fail "zero 3: prefetch on prefetched nothing"
+  grep -qE "of the gathering hidden" "$out" || fail "zero 3: no hidden line"
+  grep -q "2 rank(s) on 1 host(s), dp 2, backend mpi" "$out" || fail "zero 3: header lacks ranks/hosts/backend"
+  row=$(grep '"zero":3' "$dir/z3.jsonl")
+  off=$(field gather_wait_s_no_prefetch "$row") on=$(field gather_wait_s_prefetch "$row")
+  hf=$(field hidden_fraction "$row") p=$(field prefetched_per_step "$row")
+  awk -v off="$off" -v on="$on" -v hf="$hf" -v p="$p" 'BEGIN {
+    ok = off > 0 && on >= 0 && p >= 1 && (hf - (1 - on / off)) ^ 2 < 1e-9
+    exit ok ? 0 : 1 }' && echo "ok   zero 3 JSON row consistent (hidden fraction $hf)" ||
+    fail "zero 3 JSON row inconsistent: $row"
+fi
 
 expect_error "bad --zero" "--zero must be 0 or 1" np 2 "$meshbench" overlap "${small[@]}" --zero 2
 expect_error "sequence longer than the model" "--seq-len is longer" np 2 "$meshbench" overlap --model tiny --seq-len 999 --device cpu

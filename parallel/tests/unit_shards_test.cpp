@@ -32,6 +32,14 @@ std::vector<ParamSpec> specs() {
 std::vector<ParamUnit> units() { return {{"embedding", 0, 2}, {"h.0", 2, 2}, {"lnf", 4, 1}}; }
 const std::vector<char> kAlone{1, 0, 0, 0, 0};
 
+// The store built in the units' blocks at the world's dp, as UnitShards needs it.
+ParameterStore placed_store(DeviceContext& ctx) {
+  std::vector<std::int64_t> numels;
+  for (const ParamSpec& s : specs()) numels.push_back(s.numel());
+  return ParameterStore(ctx, specs(), DType::F32, 1,
+                        store_blocks(make_shard_blocks(units(), numels, kAlone, test_world().size())));
+}
+
 // The allocator's bytes in use once the communicator's engine has dropped what it held of
 // completed collectives (it lets go of their descriptors a moment after wait() returns).
 std::size_t settled_in_use() {
@@ -70,13 +78,27 @@ void write_grads(ParameterStore& store, UnitShards& shards, int rank) {
   }
 }
 
+// The store must be built in the units' blocks (nothing of the whole stage allocated): a flat one,
+// or one cut for another dp, is refused.
+TEST(UnitShards, NeedsTheStoreBuiltInItsBlocks) {
+  DeviceContext& ctx = test_context();
+  ParameterStore flat(ctx, specs());
+  EXPECT_THROW(UnitShards(ctx, test_world(), flat, units(), kAlone, 3), Error);
+  const std::vector<std::int64_t> numels{5, 3, 7, 2, 4};
+  ParameterStore other(ctx, specs(), DType::F32, 1,
+                       store_blocks(make_shard_blocks(units(), numels, kAlone, test_world().size() + 1)));
+  EXPECT_EQ(other.param(2).resident(), false);  // built without memory
+  EXPECT_THROW(UnitShards(ctx, test_world(), other, units(), kAlone, 2), Error);
+  EXPECT_THROW(other.flat_params(), Error);
+}
+
 TEST(UnitShards, ReduceScattersEachUnitIntoTheOwnedShardAndFreesIt) {
   Communicator& world = test_world();
   DeviceContext& ctx = test_context();
   const int n = world.size();
   for (int stage : {2, 3}) {
     SCOPED_TRACE("zero " + std::to_string(stage));
-    ParameterStore store(ctx, specs());
+    ParameterStore store = placed_store(ctx);
     UnitShards shards(ctx, world, store, units(), kAlone, stage);
     // Gradients exist only while a unit is written or reduced.
     EXPECT_THROW(store.grad(0).to_host<float>(), Error);
@@ -122,7 +144,7 @@ TEST(UnitShards, ReduceScattersEachUnitIntoTheOwnedShardAndFreesIt) {
 TEST(UnitShards, ZeroThreeGathersPrefetchesAndReleasesParameters) {
   Communicator& world = test_world();
   DeviceContext& ctx = test_context();
-  ParameterStore store(ctx, specs());
+  ParameterStore store = placed_store(ctx);
   UnitShards shards(ctx, world, store, units(), kAlone, 3);
   // Every rank writes the same full parameters; the owned shards keep their pieces.
   shards.materialize(/*gather=*/false);

@@ -14,7 +14,10 @@
 // (a missing 1/dp, a head's copy not summed, a shard mapped wrong) is off by far more.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <cstring>
 #include <map>
 #include <string>
@@ -108,7 +111,8 @@ struct Layout {
 
 // `layout` as the trainer gets it, with buckets of 0.05 MiB: several even for the tiny model
 // (about 200K parameters).
-LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSettings& s) {
+LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSettings& s,
+                   const GptConfig& config = tiny_config()) {
   LayoutRequest request;
   request.dp = layout.dp;
   request.tp = layout.tp;
@@ -121,7 +125,7 @@ LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSett
   request.micro_batch = s.micro_batch;
   request.bucket_mb = 0.05;
   request.overlap = overlap;
-  return LayoutPlan(request, layout_dims(tiny_config(), s.seq_len), request.world_size(), s.global_batch);
+  return LayoutPlan(request, layout_dims(config, s.seq_len), request.world_size(), s.global_batch);
 }
 
 // Trains `layout` and checks it against the reference; returns the worst relative parameter error.
@@ -401,6 +405,50 @@ TEST(ParallelTrainer, ZeroThreeCutsPerRankStateAtDp4) {
     }
   }
   EXPECT_LE(static_cast<double>(held[3]), 0.3 * static_cast<double>(held[0]));
+}
+
+// ZeRO-3 never holds the whole stage, from the trainer's construction on: through init() and two
+// steps the allocator's peak stays within the owned shards (parameters, gradients, m, v), the three
+// largest units' parameters and gradients, and what a step adds for activations and scratch
+// (measured as a ZeRO-0 run's step peak over its state after init). A model whose parameters
+// outweigh its activations (C = 192, T = 32, B = 1), so a full stage's buffers would not fit.
+TEST(ParallelTrainer, ZeroThreePeakNeverHoldsTheWholeStageAtDp4) {
+  Communicator& world = test_world();
+  if (world.size() != 4) GTEST_SKIP() << "dp 4";
+  GptConfig config = tiny_config();
+  config.channels = 192;
+  const TrainSettings s = settings(1);
+  const auto run = [&](int zero, std::size_t* after_init, std::size_t* bound) {
+    DeviceContext ctx(DeviceOptions{});  // its own allocator: the peak is this run's
+    ParallelGroups groups = build_groups(world, Mesh({4, 1, 1}));
+    data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
+    ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, nullptr, s,
+                            plan_of({4, 1, 1}, zero, true, s, config));
+    trainer.init(kSeed);
+    *after_init = ctx.allocator().stats().in_use;
+    if (const UnitShards* units = trainer.unit_shards()) {
+      std::vector<std::int64_t> unit_numel(units->units().size(), 0);
+      for (const ShardBlock& b : units->blocks()) unit_numel[static_cast<std::size_t>(b.unit)] += b.padded;
+      std::sort(unit_numel.begin(), unit_numel.end(), std::greater<>());
+      std::int64_t largest = 0;
+      for (std::size_t u = 0; u < 3 && u < unit_numel.size(); ++u) largest += unit_numel[u];
+      *bound = static_cast<std::size_t>(trainer.optimizer_state_bytes() + 4 * 2 * units->owned_numel() +
+                                        4 * 2 * largest);
+    }
+    trainer.step();
+    trainer.step();
+    return ctx.allocator().stats().peak;
+  };
+  std::size_t zero0_state = 0, zero3_state = 0, owned_and_units = 0, unused = 0;
+  const std::size_t step_extra = run(0, &zero0_state, &unused) - zero0_state;  // activations, scratch
+  const std::size_t peak = run(3, &zero3_state, &owned_and_units);
+  EXPECT_LE(peak, owned_and_units + step_extra)
+      << "owned shards + 3 units " << owned_and_units << " bytes, activations and scratch " << step_extra
+      << "; a full stage's parameters are " << 4 * config.parameter_count() << " bytes";
+  if (world.rank() == 0)
+    std::printf("[ memory ] zero 3 at dp 4: peak %zu bytes <= owned shards + 3 largest units %zu + a step's "
+                "activations and scratch %zu (stage parameters alone: %lld)\n",
+                peak, owned_and_units, step_extra, static_cast<long long>(4 * config.parameter_count()));
 }
 
 // Overlap in the trainer: with overlap on, the first gradient bucket's reduction is launched while
