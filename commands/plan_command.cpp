@@ -211,13 +211,14 @@ po::options_description plan_options() {
        "GELU output not kept, their forward run again in backward: small extra compute); full (only each "
        "layer's input kept, the layer's forward run again in backward: about one more forward of the layers)")
       ("sequence-parallel", po::bool_switch(),
-       "sequence parallelism on every layout with tp >= 2 (as `train --sequence-parallel`): layernorm, "
-       "residual and embedding-output activations and the messages between stages fall by tp, the "
-       "tensor-parallel time stays the same")
+       "sequence parallelism on every layout with tp >= 2 (as `train --sequence-parallel`; zb-h1 and zb-v "
+       "refuse it, so those layouts are not listed): layernorm, residual and embedding-output activations "
+       "and the messages between stages fall by tp, the tensor-parallel time stays the same")
       ("memory-options", po::bool_switch(),
        "search every memory option too: recompute none/selective/full, sequence parallelism off and on "
-       "(tp >= 2), ZeRO 0-3 (1-3 with dp >= 2), and list the fastest that fit; an option that only costs "
-       "time over one of the same layout that already fits is not predicted. Slower: a few times the plain search")
+       "(tp >= 2, not zb-h1 or zb-v), ZeRO 0-3 (1-3 with dp >= 2), and list the fastest that fit; an option "
+       "that only costs time over one of the same layout that already fits is not predicted. Slower: a few "
+       "times the plain search")
       ("largest", po::value<std::string>(),
        ("FAMILY: the largest model of a preset family that fits the cluster (families: " + joined(preset_families()) +
         "), each of its presets searched with --memory-options, smallest first, with the fastest layout that "

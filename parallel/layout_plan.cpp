@@ -86,6 +86,16 @@ LayoutPlan::LayoutPlan(LayoutRequest request, const ModelDims& model, int world_
   chunk_layers_ = plan_chunk_layers(layout_, model);
 }
 
+LayoutPlan LayoutPlan::with_memory_options(int zero, Recompute recompute, bool sequence_parallel) const {
+  LayoutPlan plan = *this;
+  plan.layout_.zero = zero;
+  plan.layout_.recompute = recompute;
+  plan.layout_.sequence_parallel = sequence_parallel;
+  check_optimizer_options(plan.layout_);
+  check_memory_options(plan.layout_);
+  return plan;
+}
+
 Schedule LayoutPlan::train_schedule() const {
   return make_schedule(layout_.schedule, layout_.pp, micro_batches_, layout_.virtual_stages);
 }

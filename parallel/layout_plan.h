@@ -82,6 +82,10 @@ class LayoutPlan {
   // Forward only, one global batch at a time (validation).
   Schedule eval_schedule() const;
   ModelPartition partition(const MeshCoord& coord) const;
+  // This plan with other memory options (they change no mesh, schedule, stage layers or micro-batch),
+  // checked as the constructor checks them: throws the same UsageError. For trying many variants of
+  // one structure without planning it again (`meshtrain plan --memory-options`).
+  LayoutPlan with_memory_options(int zero, Recompute recompute, bool sequence_parallel) const;
   ChunkPlacement placement() const { return placement_of(layout_.schedule); }
   // The embedding and the head (which share the token embedding) sit on different stages: their
   // two copies of it are summed and kept equal over the embedding group.

@@ -174,8 +174,9 @@ double exposed_gathers(const std::vector<std::pair<double, double>>& units) {
 // One stage's units in forward order (the embedding, the layers, the final layernorm; the head's
 // tied embedding with it on the last stage), and their exposed gathers forward and backward (the
 // reverse order, backward's compute).
-void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                           const LayoutPlan& plan, double rate, const Link& dp_link, int s, StageTimes& st) {
+void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan, double rate,
+                           const Link& dp_link, int s, StageTimes& st) {
+  const Layout& layout = plan.layout();
   const std::vector<std::int64_t> units = stage_parameter_units(model, plan, s);
   const bool head_stage = local_chunk_of(plan.placement(), layout.pp, layout.pp * layout.virtual_stages - 1).stage == s;
   const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
@@ -207,9 +208,9 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   for (const auto& [g, c] : forward) st.gather_total += 2.0 * g;
 }
 
-StageTimes stage_times(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                       const LayoutPlan& plan, const Cluster& cluster, const Link& tp_link, const Link& dp_link,
-                       int s) {
+StageTimes stage_times(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                       const Cluster& cluster, const Link& tp_link, const Link& dp_link, int s) {
+  const Layout& layout = plan.layout();
   const int P = layout.pp, v = layout.virtual_stages;
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double act = training.act_bytes(), rate = achieved_rate(cluster, training.precision);
@@ -231,7 +232,7 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     // Gpt::forward_chunk casts the whole fp32 master to bf16 (read 4, write 2 bytes each).
     if (training.precision == Precision::BF16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
   }
-  if (layout.zero == 3 && layout.dp > 1) zero3_exposed_gathers(model, training, layout, plan, rate, dp_link, s, st);
+  if (layout.zero == 3 && layout.dp > 1) zero3_exposed_gathers(model, training, plan, rate, dp_link, s, st);
   return st;
 }
 
@@ -243,8 +244,9 @@ const StageTimes& slowest(const std::vector<StageTimes>& stages) {
 // The pipeline: the schedule's makespan with the slowest stage's per-chunk costs, what of it is
 // compute and tensor-parallel communication, the rest bubble; and the messages between stages.
 // Returns the makespan.
-double add_pipeline(const Layout& layout, const LayoutPlan& plan, const StageTimes& slow, const ScheduleFacts& facts,
-                    double f, double message, Prediction& p) {
+double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, const ScheduleFacts& facts, double f, double message,
+                    Prediction& p) {
+  const Layout& layout = plan.layout();
   const int M = plan.micro_batches(), P = layout.pp, v = layout.virtual_stages;
   const double makespan = facts.makespan * f;
   p.time.compute = M * (slow.compute_f + slow.compute_b);
@@ -337,9 +339,9 @@ void add_throughput(const ModelShape& model, const TrainingShape& training, cons
 
 // The stage needing the most memory, with the slots the schedule keeps; the ranks of a CPU node
 // share its memory (and what the OS keeps): each gets its share.
-void add_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout, const LayoutPlan& plan,
-                const Cluster& cluster, const ScheduleFacts& facts, Prediction& p) {
-  p.memory = estimate_memory(model, training, layout, plan, cluster,
+void add_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan, const Cluster& cluster,
+                const ScheduleFacts& facts, Prediction& p) {
+  p.memory = estimate_memory(model, training, plan, cluster,
                              training.validation ? facts.held_slots_with_validation : facts.held_slots);
   const double sharers = cluster.shared_cores ? cluster.devices_per_node : 1;
   p.memory.reserved /= sharers;
@@ -347,10 +349,9 @@ void add_memory(const ModelShape& model, const TrainingShape& training, const La
   p.fits = p.memory.total() <= p.memory_capacity;
 }
 
-Prediction predict(const ModelShape& model, const TrainingShape& training, const PlannedLayout& planned,
+Prediction predict(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
                    const Cluster& cluster) {
-  const LayoutPlan& plan = planned.plan;
-  const Layout& layout = planned.layout;
+  const Layout& layout = plan.layout();
   Prediction p;
   p.layout = layout;
   p.micro_batches = plan.micro_batches();
@@ -360,7 +361,7 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
 
   std::vector<StageTimes> stages;
   for (int s = 0; s < layout.pp; ++s)
-    stages.push_back(stage_times(model, training, layout, plan, cluster, link_for(p.tp_crosses_nodes, cluster),
+    stages.push_back(stage_times(model, training, plan, cluster, link_for(p.tp_crosses_nodes, cluster),
                                  link_for(p.dp_crosses_nodes, cluster), s));
   const StageTimes& slow = slowest(stages);
   const int v = layout.virtual_stages;
@@ -371,7 +372,7 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len / (layout.sequence_parallel ? layout.tp : 1);
   const double message =
       layout.pp > 1 ? p2p_s(N * model.channels * training.act_bytes(), link_for(p.pp_crosses_nodes, cluster)) : 0.0;
-  const double makespan = add_pipeline(layout, plan, slow, facts, f, message, p);
+  const double makespan = add_pipeline(plan, slow, facts, f, message, p);
 
   const double params = std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
                           return x.params < y.params;
@@ -387,53 +388,26 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
     p.step_s = dedicated + p.time.core_wait;
   }
   add_throughput(model, training, layout, cluster, p);
-  add_memory(model, training, layout, plan, cluster, facts, p);
+  add_memory(model, training, plan, cluster, facts, p);
   return p;
 }
 
-// What this model predicts of the memory options, whether or not this build's LayoutPlan runs them
-// yet: the request's own rules (parallel/layout_plan.cpp says the same to `train`).
-void check_memory_options(const Layout& layout) {
-  MT_REQUIRE(layout.zero >= 0 && layout.zero <= 3, "zero must be 0, 1, 2 or 3, got ", layout.zero);
-  MT_REQUIRE(!layout.sequence_parallel || layout.tp > 1,
-             "sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tp of at least 2");
-}
-
 }  // namespace
-
-PlannedLayout plan_layout(const Layout& request, const ModelShape& model, const TrainingShape& training, int devices) {
-  check_memory_options(request);
-  // The structure (mesh, schedule, stage layers, micro-batches) does not depend on the memory options.
-  LayoutRequest structure = request;
-  structure.zero = std::min(request.zero, 1);
-  structure.recompute = Recompute::None;
-  structure.sequence_parallel = false;
-  PlannedLayout planned{LayoutPlan(structure, layout_dims(model, training.seq_len), devices, training.global_batch), {}};
-  planned.layout = planned.plan.layout();
-  planned.layout.zero = request.zero;
-  planned.layout.recompute = request.recompute;
-  planned.layout.sequence_parallel = request.sequence_parallel;
-  return planned;
-}
 
 Prediction predict_step(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                         const Cluster& cluster) {
   check_job(model, training, layout, cluster);
   LayoutRequest request = layout;
   request.order = "tp-dp-pp";
-  return predict(model, training, plan_layout(request, model, training, layout.world_size()), cluster);
+  return predict(model, training,
+                 LayoutPlan(request, layout_dims(model, training.seq_len), layout.world_size(), training.global_batch),
+                 cluster);
 }
 
 Prediction predict_step(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
                         const Cluster& cluster) {
   check_job(model, training, plan.layout(), cluster);
-  return predict(model, training, PlannedLayout{plan, plan.layout()}, cluster);
-}
-
-Prediction predict_step(const ModelShape& model, const TrainingShape& training, const PlannedLayout& planned,
-                        const Cluster& cluster) {
-  check_job(model, training, planned.layout, cluster);
-  return predict(model, training, planned, cluster);
+  return predict(model, training, plan, cluster);
 }
 
 std::string describe(const Prediction& p) {

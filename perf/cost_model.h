@@ -63,25 +63,14 @@ struct Prediction {
 };
 
 // The layout becomes a LayoutPlan (parallel/layout_plan.h): its checks, micro-batches, stage
-// layers, partitions and schedules are the trainer's. Throws Error when the layout is invalid for
-// the model and batch (parallel/layout_check.h's message), or when it needs more devices than the cluster has. A layout that does not fit in
-// memory is still predicted, with fits = false.
+// layers, partitions, schedules and memory options are the trainer's. Throws Error when the layout
+// is invalid for the model and batch (the plan's UsageError), or when it needs more devices than the
+// cluster has. A layout that does not fit in memory is still predicted, with fits = false.
 Prediction predict_step(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                         const Cluster& cluster);
-// The same for a plan already made (its mesh order as given; the one above uses tp-dp-pp).
+// The same for a plan already made (its mesh order as given; the one above uses tp-dp-pp), such as
+// one of LayoutPlan::with_memory_options.
 Prediction predict_step(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
-                        const Cluster& cluster);
-
-// A layout as the model predicts it: the plan of its structure, and the resolved layout with its
-// memory options (zero 0-3, recompute, sequence_parallel), which this model predicts before the
-// LayoutPlan of this build accepts them all. plan_layout throws Error where the plan refuses the
-// structure or the options break their own rules (sequence parallelism needs tp >= 2).
-struct PlannedLayout {
-  LayoutPlan plan;
-  Layout layout;
-};
-PlannedLayout plan_layout(const Layout& request, const ModelShape& model, const TrainingShape& training, int devices);
-Prediction predict_step(const ModelShape& model, const TrainingShape& training, const PlannedLayout& planned,
                         const Cluster& cluster);
 
 // Several lines: the layout, the time breakdown and the memory breakdown.

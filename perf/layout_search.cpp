@@ -1,6 +1,7 @@
 #include "perf/layout_search.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "parallel/memory_options.h"
 
@@ -107,6 +108,16 @@ std::vector<MeshShape> meshes(const TrainingShape& training, const Cluster& clus
   return out;
 }
 
+// The plan with a variant's memory options; none where meshtrain refuses them with its structure
+// (sequence parallelism with zb-h1 and zb-v): the plan's own checks, not the search's.
+std::optional<LayoutPlan> with_variant(const LayoutPlan& plan, const Variant& v) {
+  try {
+    return plan.with_memory_options(v.zero, v.recompute, v.sequence_parallel);
+  } catch (const UsageError&) {
+    return std::nullopt;
+  }
+}
+
 // Returns whether it fits.
 bool record(Prediction p, SearchResult& result) {
   ++result.considered;
@@ -126,6 +137,7 @@ bool record(Prediction p, SearchResult& result) {
 SearchResult search_layouts(const ModelShape& model, const TrainingShape& training, const Cluster& cluster,
                             const SearchOptions& options) {
   SearchResult result;
+  const ModelDims dims = layout_dims(model, training.seq_len);
   for (const MeshShape& mesh : meshes(training, cluster, options)) {
     const int per_pipeline = training.global_batch / mesh.dp;
     const std::vector<int> micros = options.micro_batch ? std::vector<int>{*options.micro_batch} : divisors(per_pipeline);
@@ -133,17 +145,13 @@ SearchResult search_layouts(const ModelShape& model, const TrainingShape& traini
     for (const Layout& structure : candidates(mesh, micros, options)) {
       try {
         // The checks meshtrain runs, once per structure (the memory options do not change it).
-        const PlannedLayout planned = plan_layout(structure, model, training, cluster.devices());
-        const LayoutPlan& plan = planned.plan;
+        const LayoutPlan plan(structure, dims, cluster.devices(), training.global_batch);
         if (2L * plan.micro_batches() * structure.pp * plan.layout().virtual_stages > kMaxTags) continue;
         std::vector<Variant> fitting;
         for (const Variant& v : tried) {
           if (dominated(v, fitting)) continue;
-          PlannedLayout variant{plan, planned.layout};
-          variant.layout.zero = v.zero;
-          variant.layout.recompute = v.recompute;
-          variant.layout.sequence_parallel = v.sequence_parallel;
-          if (record(predict_step(model, training, variant, cluster), result)) fitting.push_back(v);
+          const std::optional<LayoutPlan> variant = with_variant(plan, v);
+          if (variant && record(predict_step(model, training, *variant, cluster), result)) fitting.push_back(v);
         }
       } catch (const Error&) {
         continue;  // a layout meshtrain would refuse (parallel/layout_check.h)

@@ -3,7 +3,8 @@
 // allowed, pp at most the layers, the schedules 1F1B, GPipe, interleaved (v in {2, 4}), zb-h1 and
 // zb-v (v = 2) where the layers divide, micro-batches dividing
 // each pipeline's share of the batch, ZeRO 0 or 1 (with memory_options also 2 and 3, recomputation and
-// sequence parallelism). Layouts meshtrain would refuse are left out;
+// sequence parallelism). Layouts meshtrain would refuse are left out (the LayoutPlan's checks: each
+// structure is planned once, its memory options varied with LayoutPlan::with_memory_options);
 // those that do not fit in memory are counted, with the reason.
 // defines: SearchOptions, SearchResult, search_layouts
 #pragma once
@@ -20,12 +21,14 @@ struct SearchOptions {
   bool allow_cross_node_tp = false;
   double bucket_mb = 25.0;
   bool overlap = true;
-  // Every layout with this recomputation, and sequence parallelism where tp > 1.
+  // Every layout with this recomputation, and sequence parallelism where tp > 1 (layouts whose
+  // schedule refuses it, zb-h1 and zb-v, are left out).
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
   // Instead: try every memory option: recompute none, selective and full, sequence parallelism off
-  // and on (tp > 1), ZeRO 0-3 (1-3 with dp > 1). A variant that only costs time over one of the same
-  // structure that already fits (more recomputation, ZeRO 2 or 3 over a lower stage) is not predicted.
+  // and on (tp > 1; not with zb-h1, zb-v), ZeRO 0-3 (1-3 with dp > 1). A variant that only costs time
+  // over one of the same structure that already fits (more recomputation, ZeRO 2 or 3 over a lower
+  // stage) is not predicted.
   bool memory_options = false;
 };
 

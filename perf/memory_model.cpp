@@ -305,7 +305,8 @@ const std::vector<int>& deferred_weights(const LayoutPlan& plan) {
   return cache.emplace(key, peak_deferred_weight(plan.train_schedule())).first->second;
 }
 
-ZeroBlocks zero_blocks(const ModelShape& model, const Layout& layout, const LayoutPlan& plan, int stage) {
+ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stage) {
+  const Layout& layout = plan.layout();
   MeshCoord coord;
   coord.pp = stage;
   const ModelPartition partition = plan.partition(coord);
@@ -329,9 +330,9 @@ ZeroBlocks zero_blocks(const ModelShape& model, const Layout& layout, const Layo
 
 }  // namespace
 
-MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                                      const LayoutPlan& plan, const Cluster& cluster,
-                                      const std::vector<std::vector<int>>& slots, int s) {
+MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                                      const Cluster& cluster, const std::vector<std::vector<int>>& slots, int s) {
+  const Layout& layout = plan.layout();
   const std::vector<int>& chunk_layers = plan.chunk_layers();
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double a = training.act_bytes(), tp = layout.tp;
@@ -350,7 +351,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     // (ZeroBlocks::most_at_once) and the reduce-scatter outputs of the two being reduced; the
     // parameters in per-block buffers. ZeRO-3 likewise for the parameters: the owned shard, and the
     // gathered units in flight with their bf16 copy under bf16 compute.
-    const ZeroBlocks z = zero_blocks(model, layout, plan, s);
+    const ZeroBlocks z = zero_blocks(model, plan, s);
     m.gradients = z.owned() + z.most_at_once([&](std::size_t u) { return z.full(u, 4.0); });
     m.gradients += z.two_largest([&](std::size_t u) { return z.pieces(u); });
     const auto gathered = [&](std::size_t u) { return z.full(u, 4.0) + (bf16 ? z.full(u, 2.0) : 0.0); };
@@ -418,25 +419,14 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   return m;
 }
 
-MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
-                                      const Cluster& cluster, const std::vector<std::vector<int>>& slots, int s) {
-  return estimate_stage_memory(model, training, plan.layout(), plan, cluster, slots, s);
-}
-
-MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                                const LayoutPlan& plan, const Cluster& cluster,
-                                const std::vector<std::vector<int>>& slots) {
+MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
+                                const Cluster& cluster, const std::vector<std::vector<int>>& slots) {
   MemoryBreakdown worst;
-  for (int s = 0; s < layout.pp; ++s) {
-    const MemoryBreakdown m = estimate_stage_memory(model, training, layout, plan, cluster, slots, s);
+  for (int s = 0; s < plan.mesh().pp; ++s) {
+    const MemoryBreakdown m = estimate_stage_memory(model, training, plan, cluster, slots, s);
     if (s == 0 || m.total() > worst.total()) worst = m;
   }
   return worst;
-}
-
-MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
-                                const Cluster& cluster, const std::vector<std::vector<int>>& slots) {
-  return estimate_memory(model, training, plan.layout(), plan, cluster, slots);
 }
 
 MemoryBreakdown estimate_sampling_memory(const ModelShape& model, int window) {

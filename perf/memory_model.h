@@ -85,20 +85,13 @@ double weight_inputs_bytes(const ModelShape& model, const TrainingShape& trainin
 double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                                       int layers);
 
-// One pipeline stage of the plan (its layers, its shard of the parameters); slots: held_slots().
+// One pipeline stage of the plan (its layers, its shard of the parameters, its memory options);
+// slots: held_slots().
 MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
                                       const Cluster& cluster, const std::vector<std::vector<int>>& slots, int stage);
-// The same with the memory options (zero, recompute, sequence_parallel) of `layout`, the plan's
-// resolved layout with options the plan itself may not accept yet (perf/cost_model.h PlannedLayout).
-MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                                      const LayoutPlan& plan, const Cluster& cluster,
-                                      const std::vector<std::vector<int>>& slots, int stage);
 // The stage needing the most memory.
 MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
                                 const Cluster& cluster, const std::vector<std::vector<int>>& slots);
-MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& training, const Layout& layout,
-                                const LayoutPlan& plan, const Cluster& cluster,
-                                const std::vector<std::vector<int>>& slots);
 
 // `meshtrain sample`: one whole model (fp32 parameters, and the gradient buffer its store keeps),
 // one slot of a single sequence of `window` tokens with its logits, the scratch, and the [1, V]

@@ -139,5 +139,38 @@ TEST(LayoutPlan, EveryCheckIsAUsageErrorNamingTheOption) {
   EXPECT_EQ(usage_error(request(1, 1, 1), 1, 8), "");
 }
 
+// Varying the memory options of a built plan keeps its structure and checks the options as the
+// constructor does: the same plan as one built with them, or the same UsageError.
+TEST(LayoutPlan, WithMemoryOptionsIsThePlanBuiltWithThem) {
+  LayoutRequest r = request(2, 2, 2);
+  r.micro_batch = 1;
+  const LayoutPlan plain(r, dims(), 8, 16);
+  const LayoutPlan varied = plain.with_memory_options(3, Recompute::Full, true);
+  r.zero = 3;
+  r.recompute = Recompute::Full;
+  r.sequence_parallel = true;
+  const LayoutPlan built(r, dims(), 8, 16);
+  EXPECT_EQ(varied.layout().describe(), built.layout().describe());
+  EXPECT_EQ(varied.chunk_layers(), built.chunk_layers());
+  EXPECT_EQ(varied.micro_batches(), built.micro_batches());
+  EXPECT_EQ(plain.layout().zero, 0);  // the plan it came from is unchanged
+  const auto refused = [](const LayoutPlan& plan, int zero, bool sp) {
+    try {
+      (void)plan.with_memory_options(zero, Recompute::None, sp);
+    } catch (const UsageError& e) {
+      return e.message();
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refused(plain, 4, false), "--zero must be 0, 1, 2 or 3, got 4");
+  EXPECT_EQ(refused(LayoutPlan(request(4, 1, 2), dims(), 8, 16), 0, true)
+                .rfind("--sequence-parallel splits the sequence over the tensor-parallel ranks", 0), 0u);
+  LayoutRequest zb = request(2, 2, 2);
+  zb.schedule = ScheduleKind::ZeroBubbleH1;
+  const LayoutPlan zb_plan(zb, dims(), 8, 16);
+  EXPECT_EQ(refused(zb_plan, 1, true).rfind("--sequence-parallel with --schedule zb-h1", 0), 0u);
+  EXPECT_EQ(refused(zb_plan, 1, false), "");
+}
+
 }  // namespace
 }  // namespace mt

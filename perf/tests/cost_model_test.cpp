@@ -194,7 +194,7 @@ TEST(Pipeline, ZeroBubbleSimulatesTheBackwardSplitIntoInputAndWeight) {
       const Prediction p = predict_step(m, t, l, c);
       LayoutRequest request = l;
       request.order = "tp-dp-pp";
-      const LayoutPlan plan = plan_layout(request, m, t, 2).plan;  // the structure: the plan refuses recompute until built
+      const LayoutPlan plan(request, layout_dims(m, t.seq_len), 2, t.global_batch);
       const int P = 2, v = plan.layout().virtual_stages;
       // FLOPs per micro-batch of each stage: forward, input part (B), weight part (W).
       double slow_f = 0, slow_b = 0, slow_w = 0;

@@ -195,5 +195,31 @@ TEST(LayoutSearch, FixedRecomputeAndSequenceParallelApplyToEveryLayout) {
   }
 }
 
+// Only combinations meshtrain runs are listed: sequence parallelism is refused with the schedules
+// that split the backward (parallel/layout_plan.cpp), whether tried as a memory option or asked for.
+TEST(LayoutSearch, ListsNoSequenceParallelismWithASplitBackward) {
+  const ModelShape m = gpt_preset("gpt2-medium");
+  TrainingShape t;
+  t.seq_len = 1024;
+  t.global_batch = 32;
+  t.precision = Precision::BF16;
+  SearchOptions every;
+  every.memory_options = true;
+  SearchOptions asked;
+  asked.sequence_parallel = true;
+  for (const SearchOptions& o : {every, asked}) {
+    const SearchResult r = search_layouts(m, t, cluster_preset("dgx-a100"), o);
+    bool sp = false, split_with_tp = false;
+    for (const Prediction& p : r.plans) {
+      const Layout& l = p.layout;
+      EXPECT_FALSE(l.sequence_parallel && splits_backward(l.schedule)) << describe(l);
+      sp |= l.sequence_parallel;
+      split_with_tp |= splits_backward(l.schedule) && l.tp > 1;
+    }
+    EXPECT_TRUE(sp);
+    EXPECT_EQ(split_with_tp, o.memory_options);  // those structures still listed, without sp, when sp is only tried
+  }
+}
+
 }  // namespace
 }  // namespace mt::perf
