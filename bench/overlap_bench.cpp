@@ -226,8 +226,8 @@ void print_report(const BenchSession& s, const OverlapOptions& o, const GptConfi
               1e3 * (t.compute.mean_s + t.comm.mean_s), 1e3 * t.hidden_vs_parts(), t.efficiency_vs_parts());
 }
 
-nlohmann::ordered_json json_row(const BenchSession& s, const OverlapOptions& o, const GptConfig& config,
-                                const BucketedBackward& rig, const OverlapTimes& t) {
+// The fields every overlap row starts with: where it ran and on what.
+nlohmann::ordered_json row_header(const BenchSession& s, const OverlapOptions& o, const GptConfig& config) {
   nlohmann::ordered_json row;
   row["bench"] = "overlap";
   row["ranks"] = s.world().size();
@@ -237,6 +237,12 @@ nlohmann::ordered_json json_row(const BenchSession& s, const OverlapOptions& o, 
   row["model"] = config.describe();
   row["params"] = config.parameter_count();
   row["tokens_per_rank"] = o.batch * o.seq_len;
+  return row;
+}
+
+nlohmann::ordered_json json_row(const BenchSession& s, const OverlapOptions& o, const GptConfig& config,
+                                const BucketedBackward& rig, const OverlapTimes& t) {
+  nlohmann::ordered_json row = row_header(s, o, config);
   row["gradient_bytes"] = 4.0 * static_cast<double>(rig.layout().flat_numel);
   row["buckets"] = rig.layout().size();
   row["bucket_bytes"] = rig.bucket_bytes();
@@ -283,15 +289,7 @@ void print_zero3_report(const BenchSession& s, const OverlapOptions& o, const Gp
 
 nlohmann::ordered_json zero3_json_row(const BenchSession& s, const OverlapOptions& o, const GptConfig& config,
                                       const Zero3Overlap& z) {
-  nlohmann::ordered_json row;
-  row["bench"] = "overlap";
-  row["ranks"] = s.world().size();
-  row["hosts"] = s.hosts;
-  row["backend"] = s.world().backend_name();
-  row["device"] = device_kind(s.session.binding.device);
-  row["model"] = config.describe();
-  row["params"] = config.parameter_count();
-  row["tokens_per_rank"] = o.batch * o.seq_len;
+  nlohmann::ordered_json row = row_header(s, o, config);
   row["zero"] = 3;
   row["units"] = z.units;
   row["gathered_bytes"] = z.param_bytes;
