@@ -67,7 +67,7 @@ GptUnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp) {
 
 UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,
                        std::vector<char> alone, int stage, bool prefetch)
-    : ctx_(&ctx), dp_(&dp), store_(&store), units_(std::move(units)), stage_(stage), prefetch_(prefetch),
+    : ctx_(&ctx), dp_(&dp), units_(std::move(units)), stage_(stage), prefetch_(prefetch),
       bf16_(store.compute_dtype() != DType::F32) {
   MT_CHECK(stage_ == 2 || stage_ == 3, "UnitShards is ZeRO-2 or 3, not ", stage_);
   std::vector<std::int64_t> numels;

@@ -138,7 +138,6 @@ class UnitShards : public ParamUseHooks {
 
   DeviceContext* ctx_;
   Communicator* dp_;
-  ParameterStore* store_;
   std::vector<ParamUnit> units_;
   int stage_;
   bool prefetch_;
