@@ -216,10 +216,13 @@ double weight_inputs_bytes(const ModelShape& model, const TrainingShape& trainin
                            bool head) {
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double a = training.act_bytes(), tp = layout.tp, Ns = split_rows(training, layout);
-  // Per layer the residual gradients at the MLP's and the attention's output and the layernorms'
-  // upstream gradients [N, C] (sequence parallel: [N/tp, C]), dqkv [N, 3C/tp]; the head's dlnf; the
-  // embedding nothing.
-  return layers * (4.0 * block(Ns * C * a) + block(N * 3.0 * C / tp * a)) + (head ? block(Ns * C * a) : 0.0);
+  // Per layer the residual gradients at the MLP's and the attention's output [N, C] (gathered with
+  // sequence parallelism), the layernorms' upstream gradients [N, C] (sequence parallel: this rank's
+  // [N/tp, C]), dqkv [N, 3C/tp], and with sequence parallelism the two gathered layernorm outputs
+  // [N, C] the column-parallel weight gradients read; the head's dlnf [N/tp, C]; the embedding nothing.
+  const double gathered = layout.sequence_parallel ? 2.0 * block(N * C * a) : 0.0;
+  return layers * (2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + gathered + block(N * 3.0 * C / tp * a)) +
+         (head ? block(Ns * C * a) : 0.0);
 }
 
 double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
