@@ -91,6 +91,7 @@ struct Gpt::Slot {
   // upstream gradients, dqkv. Allocated at the slot's first B and kept in the pool with it.
   std::vector<LayerGrads> grads;  // empty with recompute: WeightInputs holds them
   Tensor dlnf;  // the head chunk only
+  Tensor demb;  // the embedding chunk with sequence parallelism only: dres gathered ([B*T, C])
   std::int64_t bytes = 0;
   // With recompute, what a split backward's B recomputes for its W (taken at B, given back at W).
   std::unique_ptr<WeightInputs> recomputed;
@@ -690,7 +691,7 @@ void Gpt::backward_chunk(int chunk, int micro, float loss_weight, const GradRead
 
 // The embedding's gradients from the chunk's input gradient, and the grad-ready calls that end a
 // backward (fused or W).
-void Gpt::embedding_backward(Slot& s) {
+void Gpt::embedding_backward(Slot& s, bool gathered_by_b) {
   const UnitUse use(hooks_, embedding_unit_, ParamUse::BackwardWeights);
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
   Tensor& dwpe = store_.grad(static_cast<std::size_t>(wpe_));
@@ -699,7 +700,9 @@ void Gpt::embedding_backward(Slot& s) {
   } else {
     // With sequence parallelism each rank holds its rows of the gradient: gather every position's
     // (the adjoint of the forward's reduce-scatter), so wpe's gradient stays the same on every rank.
-    const Tensor& dout = tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
+    // (A split backward's B gathered it already.)
+    const Tensor& dout =
+        options_.sequence_parallel && gathered_by_b ? s.demb : tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
     nn::embedding_backward_slice(ctx_, s.tokens, dout, partition_.vocab_begin(config_), dwte, &dwpe);
   }
   ready(static_cast<std::size_t>(wpe_), 1);
@@ -718,6 +721,10 @@ void Gpt::keep_weight_inputs(Slot& s) {
   if (info.head && !s.dlnf.defined()) {
     s.dlnf = Tensor::empty({local_rows(s.B, s.T), config_.channels}, compute_dtype(), ctx_);
     s.bytes += static_cast<std::int64_t>(s.dlnf.nbytes());
+  }
+  if (info.embedding && options_.sequence_parallel && !s.demb.defined()) {
+    s.demb = Tensor::empty({static_cast<std::int64_t>(s.B) * s.T, config_.channels}, compute_dtype(), ctx_);
+    s.bytes += static_cast<std::int64_t>(s.demb.nbytes());
   }
   if (options_.recompute != Recompute::None) {
     take_weight_inputs(s);  // the layers' gradients for W come with the recomputed activations
@@ -840,6 +847,8 @@ void Gpt::backward_chunk_input(int chunk, int micro, float loss_weight) {
   keep_weight_inputs(s);
   if (c.head) head_backward_input(s, loss_weight);  // otherwise dres holds what the next stage sent
   run_blocks_backward_input(c, s, w);
+  // The fused backward's last collective: every position's input gradient, which the embedding's reads.
+  if (c.embedding && options_.sequence_parallel) tp_.sequence_reduce_scatter_backward(ctx_, s.dres, s.demb);
   s.backward = Slot::Backward::WeightsPending;  // only once B got through: a failed B leaves nothing for W
 }
 
@@ -852,7 +861,7 @@ void Gpt::backward_chunk_weights(int chunk, int micro, const GradReady& on_ready
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   if (c.head) head_backward_weights(s);
   run_blocks_backward_weights(c, s, scratch(s.B, s.T));
-  if (c.embedding) embedding_backward(s);
+  if (c.embedding) embedding_backward(s, /*gathered_by_b=*/true);
   give_back_weight_inputs(s);
 }
 

@@ -139,13 +139,12 @@ class Gpt {
   // its order, and keeps per layer the two row-parallel output gradients gathered ([B*T, C]), the
   // layernorms' upstream gradients as this rank's rows ([B*T/tp, C]), dqkv, and the two layernorm
   // outputs gathered ([B*T, C], what the column-parallel weight gradients read); the head's dlnf is
-  // [B*T/tp, C].
+  // [B*T/tp, C], and the embedding chunk's input gradient is kept gathered ([B*T, C]).
   void backward_chunk_input(int chunk, int micro, float loss_weight);
   // W: the parameter gradients of that B; `ready` as in backward_chunk, the same parameters in the
   // same order. It communicates nothing, except with sequence parallelism: each layernorm's [2C]
-  // parameter gradients are allreduced over tp (as the fused backward does), and the embedding chunk
-  // all-gathers its input gradient over tp; every tp rank runs the same W's in the same order, so
-  // these collectives match. Afterwards the slot may be released.
+  // parameter gradients are allreduced over tp (as the fused backward does); every tp rank runs the
+  // same W's in the same order, so these collectives match. Afterwards the slot may be released.
   void backward_chunk_weights(int chunk, int micro, const GradReady& ready = {});
   Tensor input_grad(int chunk, int micro) const;
   // The slot's buffers go back to a pool for later micro-batches. Not between B and W.
@@ -187,7 +186,7 @@ class Gpt {
   void run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w);
   void run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w);
   void run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w);
-  void embedding_backward(Slot& s);
+  void embedding_backward(Slot& s, bool gathered_by_b = false);
   void keep_weight_inputs(Slot& s);
   // The tensor-parallel region's edges (parallel/tensor_parallel.h). enter: a layernorm's output
   // becomes a column-parallel layer's input (tp alone: copy, the tensor itself; with sequence
