@@ -211,8 +211,7 @@ po::options_description plan_options() {
        "GELU output not kept, their forward run again in backward: small extra compute); full (only each "
        "layer's input kept, the layer's forward run again in backward: about one more forward of the layers)")
       ("sequence-parallel", po::bool_switch(),
-       "sequence parallelism on every layout with tp >= 2 (as `train --sequence-parallel`; zb-h1 and zb-v "
-       "refuse it, so those layouts are not listed): layernorm, residual and embedding-output activations "
+       "sequence parallelism on every layout with tp >= 2 (as `train --sequence-parallel`): layernorm, residual and embedding-output activations "
        "and the messages between stages fall by tp, the tensor-parallel time stays the same")
       ("memory-options", po::bool_switch(),
        "search every memory option too: recompute none/selective/full, sequence parallelism off and on "

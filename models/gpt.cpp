@@ -64,8 +64,11 @@ struct Gpt::LayerActs {
 };
 
 // What W reads of one layer, kept by B (see backward_chunk_input).
+// With sequence parallelism dmlp_out and dattn_out are gathered ([N, C]), dln2 and dln1 this rank's
+// rows ([N/tp, C]), and ln2_full and ln1_full the gathered layernorm outputs the column-parallel
+// weight gradients read (undefined without it).
 struct Gpt::LayerGrads {
-  Tensor dmlp_out, dattn_out, dln2, dln1, dqkv;
+  Tensor dmlp_out, dattn_out, dln2, dln1, dqkv, ln2_full, ln1_full;
 };
 
 // What forward keeps for backward, for one chunk and one micro-batch. residual[i] is the input of
@@ -88,6 +91,7 @@ struct Gpt::Slot {
   // upstream gradients, dqkv. Allocated at the slot's first B and kept in the pool with it.
   std::vector<LayerGrads> grads;  // empty with recompute: WeightInputs holds them
   Tensor dlnf;  // the head chunk only
+  Tensor demb;  // the embedding chunk with sequence parallelism only: dres gathered ([B*T, C])
   std::int64_t bytes = 0;
   // With recompute, what a split backward's B recomputes for its W (taken at B, given back at W).
   std::unique_ptr<WeightInputs> recomputed;
@@ -428,6 +432,15 @@ void Gpt::layernorm_backward(LayerNorm& ln, const Tensor& dout, const Tensor& x,
     return;
   }
   ln.backward_input(ctx_, dout, x, mean, rstd, dx);
+  layernorm_backward_params(ln, dout, x, mean, rstd, w);
+}
+
+void Gpt::layernorm_backward_params(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                                    const Tensor& rstd, Scratch& w) {
+  if (!options_.sequence_parallel) {
+    ln.backward_params(ctx_, dout, x, mean, rstd);
+    return;
+  }
   const std::int64_t C = config_.channels;
   LayerNorm partial = ln;  // the same parameters, its gradients into the scratch
   partial.dweight = w.ln_dparams.flat_slice(0, C);
@@ -678,7 +691,7 @@ void Gpt::backward_chunk(int chunk, int micro, float loss_weight, const GradRead
 
 // The embedding's gradients from the chunk's input gradient, and the grad-ready calls that end a
 // backward (fused or W).
-void Gpt::embedding_backward(Slot& s) {
+void Gpt::embedding_backward(Slot& s, bool gathered_by_b) {
   const UnitUse use(hooks_, embedding_unit_, ParamUse::BackwardWeights);
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
   Tensor& dwpe = store_.grad(static_cast<std::size_t>(wpe_));
@@ -687,7 +700,9 @@ void Gpt::embedding_backward(Slot& s) {
   } else {
     // With sequence parallelism each rank holds its rows of the gradient: gather every position's
     // (the adjoint of the forward's reduce-scatter), so wpe's gradient stays the same on every rank.
-    const Tensor& dout = tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
+    // (A split backward's B gathered it already.)
+    const Tensor& dout =
+        options_.sequence_parallel && gathered_by_b ? s.demb : tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
     nn::embedding_backward_slice(ctx_, s.tokens, dout, partition_.vocab_begin(config_), dwte, &dwpe);
   }
   ready(static_cast<std::size_t>(wpe_), 1);
@@ -704,8 +719,12 @@ void Gpt::embedding_backward(Slot& s) {
 void Gpt::keep_weight_inputs(Slot& s) {
   const ChunkInfo& info = chunks_[static_cast<std::size_t>(s.chunk)];
   if (info.head && !s.dlnf.defined()) {
-    s.dlnf = Tensor::empty({static_cast<std::int64_t>(s.B) * s.T, config_.channels}, compute_dtype(), ctx_);
+    s.dlnf = Tensor::empty({local_rows(s.B, s.T), config_.channels}, compute_dtype(), ctx_);
     s.bytes += static_cast<std::int64_t>(s.dlnf.nbytes());
+  }
+  if (info.embedding && options_.sequence_parallel && !s.demb.defined()) {
+    s.demb = Tensor::empty({static_cast<std::int64_t>(s.B) * s.T, config_.channels}, compute_dtype(), ctx_);
+    s.bytes += static_cast<std::int64_t>(s.demb.nbytes());
   }
   if (options_.recompute != Recompute::None) {
     take_weight_inputs(s);  // the layers' gradients for W come with the recomputed activations
@@ -721,9 +740,15 @@ std::vector<Gpt::LayerGrads> Gpt::new_layer_grads(int layers, int B, int T, std:
     bytes += static_cast<std::int64_t>(t.nbytes());
     return t;
   };
+  const std::int64_t R = local_rows(B, T);
   std::vector<LayerGrads> grads;
-  for (int l = 0; l < layers; ++l)
-    grads.push_back({act({N, C}), act({N, C}), act({N, C}), act({N, C}), act({B, T, 3 * C / tp})});
+  for (int l = 0; l < layers; ++l) {
+    grads.push_back({act({N, C}), act({N, C}), act({R, C}), act({R, C}), act({B, T, 3 * C / tp}), {}, {}});
+    if (options_.sequence_parallel) {
+      grads.back().ln2_full = act({N, C});
+      grads.back().ln1_full = act({N, C});
+    }
+  }
   return grads;
 }
 
@@ -731,8 +756,14 @@ void Gpt::head_backward_input(Slot& s, float loss_weight) {
   logits_to_dlogits(s, loss_weight);  // kept for W
   const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::BackwardInput);
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardInput);
-  matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, s.dlnf);
-  tp_.copy_backward(s.dlnf);
+  if (!options_.sequence_parallel) {
+    matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, s.dlnf);
+    tp_.copy_backward(s.dlnf);
+  } else {  // every row's partial gradient, then this rank's rows of the sum
+    Scratch& w = scratch(s.B, s.T);
+    matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, w.dln);
+    tp_.sequence_gather_backward(ctx_, w.dln, s.dlnf);
+  }
   kernels::fill(ctx_, s.dres, 0.0);
   lnf_.backward_input(ctx_, s.dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres);
 }
@@ -741,8 +772,8 @@ void Gpt::head_backward_weights(Slot& s) {
   const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::BackwardWeights);
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardWeights);
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
-  matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);
-  lnf_.backward_params(ctx_, s.dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd);
+  matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);  // s.lnf is gathered with sequence parallelism
+  layernorm_backward_params(lnf_, s.dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, scratch(s.B, s.T));
   ready(static_cast<std::size_t>(lnf_first_), 2);
 }
 
@@ -754,6 +785,24 @@ void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
     LayerActs a = layer_buffers(s, w, i, s.recomputed.get());
     recompute_layer(blk, s, w, i, a);
     auto& g = (s.recomputed ? s.recomputed->grads : s.grads)[static_cast<std::size_t>(i)];
+    if (options_.sequence_parallel) {
+      // The fused backward's collectives in its order; W reads the gathered gradients and inputs.
+      tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dmlp_out);
+      blk.fc_proj.backward_input(ctx_, g.dmlp_out, w.dfch);
+      nn::gelu_backward(ctx_, a.fch, w.dfch, a.fch);  // dfch into fch: W reads fch_gelu, not fch
+      tp_.sequence_gather_forward(ctx_, a.ln2, g.ln2_full);
+      blk.fc.backward_input(ctx_, a.fch, w.dln);
+      tp_.sequence_gather_backward(ctx_, w.dln, g.dln2);
+      blk.ln2.backward_input(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
+      tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dattn_out);
+      blk.attn_proj.backward_input(ctx_, g.dattn_out, w.datty);
+      nn::attention_backward(ctx_, w.datty, a.qkv, a.att, heads, g.dqkv);
+      tp_.sequence_gather_forward(ctx_, a.ln1, g.ln1_full);
+      blk.qkv.backward_input(ctx_, g.dqkv, w.dln);
+      tp_.sequence_gather_backward(ctx_, w.dln, g.dln1);
+      blk.ln1.backward_input(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
+      continue;
+    }
     tp_.reduce_backward(s.dres);
     g.dmlp_out.copy_from(s.dres, ctx_.stream());  // dres collects the branches' gradients from here on
     blk.fc_proj.backward_input(ctx_, s.dres, w.dfch);
@@ -777,12 +826,13 @@ void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w) {
     const UnitUse use(hooks_, blk.unit, ParamUse::BackwardWeights);
     const LayerActs a = layer_buffers(s, w, i, s.recomputed.get());  // no qkv nor att: B's alone
     const auto& g = (s.recomputed ? s.recomputed->grads : s.grads)[static_cast<std::size_t>(i)];
+    const bool sp = options_.sequence_parallel;
     blk.fc_proj.backward_weights(ctx_, g.dmlp_out, a.fch_gelu);
-    blk.fc.backward_weights(ctx_, a.fch, a.ln2);  // fch holds dfch since B
-    blk.ln2.backward_params(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd);
+    blk.fc.backward_weights(ctx_, a.fch, sp ? g.ln2_full : a.ln2);  // fch holds dfch since B
+    layernorm_backward_params(blk.ln2, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, w);
     blk.attn_proj.backward_weights(ctx_, g.dattn_out, a.atty);
-    blk.qkv.backward_weights(ctx_, g.dqkv, a.ln1);
-    blk.ln1.backward_params(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd);
+    blk.qkv.backward_weights(ctx_, g.dqkv, sp ? g.ln1_full : a.ln1);
+    layernorm_backward_params(blk.ln1, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, w);
     ready(blk.first_param, kParamsPerLayer);
   }
 }
@@ -792,13 +842,13 @@ void Gpt::backward_chunk_input(int chunk, int micro, float loss_weight) {
   MT_CHECK(s.backward == Slot::Backward::NotRun, "backward_chunk_input of chunk ", chunk, " micro-batch ", micro,
            s.backward == Slot::Backward::WeightsPending ? " twice (its backward_chunk_weights is pending)"
                                                         : " after its backward already ran");
-  MT_CHECK(!options_.sequence_parallel, "a split backward (zero-bubble schedules) with sequence parallelism: W "
-           "would have to sum the layernorms' gradients over the tensor-parallel group");
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(s.B, s.T);
   keep_weight_inputs(s);
   if (c.head) head_backward_input(s, loss_weight);  // otherwise dres holds what the next stage sent
   run_blocks_backward_input(c, s, w);
+  // The fused backward's last collective: every position's input gradient, which the embedding's reads.
+  if (c.embedding && options_.sequence_parallel) tp_.sequence_reduce_scatter_backward(ctx_, s.dres, s.demb);
   s.backward = Slot::Backward::WeightsPending;  // only once B got through: a failed B leaves nothing for W
 }
 
@@ -811,7 +861,7 @@ void Gpt::backward_chunk_weights(int chunk, int micro, const GradReady& on_ready
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   if (c.head) head_backward_weights(s);
   run_blocks_backward_weights(c, s, scratch(s.B, s.T));
-  if (c.embedding) embedding_backward(s);
+  if (c.embedding) embedding_backward(s, /*gathered_by_b=*/true);
   give_back_weight_inputs(s);
 }
 

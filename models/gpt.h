@@ -127,7 +127,7 @@ class Gpt {
   // backward_chunk adds, bit for bit (runs of W for one chunk in micro-batch order, as the fused
   // backward runs them).
   // B: every activation gradient through the chunk, down to input_grad() (ready to send), and all
-  // tensor-parallel collectives of the backward. What W reads is kept in the slot: per layer the
+  // tensor-parallel collectives of the backward but W's below. What W reads is kept in the slot: per layer the
   // gradients at the two row-parallel outputs, the two layernorms' upstream gradients and dqkv
   // (4 x [B*T, C] + [B*T, 3C/tp], compute dtype; dfch overwrites the forward's pre-GELU activation,
   // which W no longer needs); the head's lnf gradient ([B*T, C]; dlogits replaces the logits as in
@@ -135,9 +135,16 @@ class Gpt {
   // first B, then pooled with it and counted in activation_bytes(). With recompute, B also
   // recomputes what W reads and the slot dropped; that and the layers' gradients above sit in a set
   // taken at B and given back at W (pooled by the model), so only slots between B and W hold one.
+  // With sequence parallelism B makes the fused backward's sequence gathers and reduce-scatters in
+  // its order, and keeps per layer the two row-parallel output gradients gathered ([B*T, C]), the
+  // layernorms' upstream gradients as this rank's rows ([B*T/tp, C]), dqkv, and the two layernorm
+  // outputs gathered ([B*T, C], what the column-parallel weight gradients read); the head's dlnf is
+  // [B*T/tp, C], and the embedding chunk's input gradient is kept gathered ([B*T, C]).
   void backward_chunk_input(int chunk, int micro, float loss_weight);
-  // W: the parameter gradients of that B (communicates nothing); `ready` as in backward_chunk, the
-  // same parameters in the same order. Afterwards the slot may be released.
+  // W: the parameter gradients of that B; `ready` as in backward_chunk, the same parameters in the
+  // same order. It communicates nothing, except with sequence parallelism: each layernorm's [2C]
+  // parameter gradients are allreduced over tp (as the fused backward does); every tp rank runs the
+  // same W's in the same order, so these collectives match. Afterwards the slot may be released.
   void backward_chunk_weights(int chunk, int micro, const GradReady& ready = {});
   Tensor input_grad(int chunk, int micro) const;
   // The slot's buffers go back to a pool for later micro-batches. Not between B and W.
@@ -179,7 +186,7 @@ class Gpt {
   void run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w);
   void run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w);
   void run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w);
-  void embedding_backward(Slot& s);
+  void embedding_backward(Slot& s, bool gathered_by_b = false);
   void keep_weight_inputs(Slot& s);
   // The tensor-parallel region's edges (parallel/tensor_parallel.h). enter: a layernorm's output
   // becomes a column-parallel layer's input (tp alone: copy, the tensor itself; with sequence
@@ -194,6 +201,9 @@ class Gpt {
   // are summed over the tp group before they are added (each rank normalized other rows).
   void layernorm_backward(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                           Tensor& dx, Scratch& w);
+  // Its parameter gradients alone (the same sum over tp with sequence parallelism): W's half.
+  void layernorm_backward_params(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                                 const Tensor& rstd, Scratch& w);
   std::int64_t local_rows(int B, int T) const;  // rows of the residual stream on this rank
   void ready(std::size_t first, std::size_t count);
   void check_tokens(std::span<const std::int32_t> ids, const char* what) const;

@@ -40,9 +40,6 @@ void check_optimizer_options(const LayoutRequest& r) {
 void check_memory_options(const LayoutRequest& r) {
   MT_REQUIRE(!r.sequence_parallel || r.tp > 1, "--sequence-parallel splits the sequence over the tensor-parallel "
              "ranks: it needs --tp of at least 2, got ", r.tp);
-  MT_REQUIRE(!r.sequence_parallel || !splits_backward(r.schedule), "--sequence-parallel with --schedule ",
-             schedule_kind_name(r.schedule), ": the weight-gradient pass W would have to sum the layernorms' "
-             "gradients over the tensor-parallel group; use 1f1b or interleaved");
 }
 
 }  // namespace

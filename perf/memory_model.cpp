@@ -213,13 +213,17 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
 }
 
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
-                           bool head) {
+                           bool head, bool embedding) {
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
   const double a = training.act_bytes(), tp = layout.tp, Ns = split_rows(training, layout);
-  // Per layer the residual gradients at the MLP's and the attention's output and the layernorms'
-  // upstream gradients [N, C] (sequence parallel: [N/tp, C]), dqkv [N, 3C/tp]; the head's dlnf; the
-  // embedding nothing.
-  return layers * (4.0 * block(Ns * C * a) + block(N * 3.0 * C / tp * a)) + (head ? block(Ns * C * a) : 0.0);
+  // Per layer the residual gradients at the MLP's and the attention's output [N, C] (gathered with
+  // sequence parallelism), the layernorms' upstream gradients [N, C] (sequence parallel: this rank's
+  // [N/tp, C]), dqkv [N, 3C/tp], and with sequence parallelism the two gathered layernorm outputs
+  // [N, C] the column-parallel weight gradients read; the head's dlnf [N/tp, C]; the embedding nothing,
+  // but with sequence parallelism its input gradient gathered [N, C].
+  const double gathered = layout.sequence_parallel ? 2.0 * block(N * C * a) : 0.0;
+  return layers * (2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + gathered + block(N * 3.0 * C / tp * a)) +
+         (head ? block(Ns * C * a) : 0.0) + (embedding && layout.sequence_parallel ? block(N * C * a) : 0.0);
 }
 
 double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
@@ -387,10 +391,10 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     m.in_flight += n;
     m.activations += n * slot_bytes(model, training, layout, layers, embedding, head);
     if (recompute_for_w) {
-      m.deferred_weight += n * weight_inputs_bytes(model, training, layout, 0, head) +
+      m.deferred_weight += n * weight_inputs_bytes(model, training, layout, 0, head, embedding) +
                            std::min(n, deferred) * recomputed_weight_inputs_bytes(model, training, layout, layers);
     } else if (split) {
-      m.deferred_weight += n * weight_inputs_bytes(model, training, layout, layers, head);
+      m.deferred_weight += n * weight_inputs_bytes(model, training, layout, layers, head, embedding);
     }
     if (head) m.logits = n * logits_bytes(model, training, layout);
   }

@@ -76,9 +76,11 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
                   bool embedding, bool head);
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 // What B keeps in one slot for W (the zero-bubble schedules): per layer 4 [N, C] + [N, 3C/tp] of the
-// compute dtype, the head's [N, C]; the embedding nothing.
+// compute dtype, the head's [N, C]; the embedding nothing. With sequence parallelism the layernorms'
+// two and the head's gradients are [N/tp, C], two gathered layernorm outputs [N, C] more per layer,
+// and the embedding's input gradient gathered [N, C].
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
-                           bool head);
+                           bool head, bool embedding = false);
 // With recomputation, what B keeps for W of `layers` layers in a set of its own (models/gpt.cpp
 // WeightInputs, held from B to W): the layers' part of weight_inputs_bytes, and what the slot
 // dropped that W reads (selective: the GELU output; full: all but qkv and the probabilities).

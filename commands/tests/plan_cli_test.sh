@@ -61,9 +61,8 @@ expect_error "--largest with --layout" "--largest searches every layout of a fam
   "$meshtrain" plan --global-batch 8 --largest gpt2 --layout tp=2
 expect_error "sp without tp" "--layout sp=1: sp=1 .sequence parallelism. splits the sequence over tp: it needs tp of at least 2" \
   "$meshtrain" plan --global-batch 8 --layout sp=1
-# What `train` refuses, `plan` refuses alike (the plan's own check): sequence parallelism with zb-h1 or zb-v.
-expect_error "sp with zb-h1" "--layout tp=2,pp=2,sp=1,schedule=zb-h1: --sequence-parallel with --schedule zb-h1: the weight-gradient pass W" \
-  "$meshtrain" plan --global-batch 8 --layout tp=2,pp=2,sp=1,schedule=zb-h1
+# Sequence parallelism runs with the split backward (zb-h1, zb-v) too: plan predicts it.
+expect_ok "sp with zb-h1" "$meshtrain" plan --global-batch 8 --layout tp=2,pp=2,sp=1,schedule=zb-h1
 expect_error "bad recompute in --layout" "--layout tp=2,recompute=half: unknown --recompute 'half'" \
   "$meshtrain" plan --global-batch 8 --layout tp=2,recompute=half
 

@@ -43,5 +43,41 @@ TEST(SplitBackwardTensorParallel, InputThenWeightsIsTheFusedBackwardBitForBitOnE
   }
 }
 
+// With sequence parallelism B gathers the row-parallel layers' output gradients and the layernorms'
+// outputs for W and reduce-scatters the column-parallel input gradients, as the fused backward
+// does; W sums the layernorms' parameter gradients over tp. Every recompute mode, as it changes
+// what B recomputes for W.
+TEST(SplitBackwardTensorParallel, SequenceParallelInputThenWeightsIsTheFusedBackwardBitForBit) {
+  Communicator& world = testing::test_world();
+  DeviceContext& ctx = testing::test_context();
+  const TensorParallel tp(&world);
+  const GptConfig config = testing::split_test_config();
+  auto layouts = testing::split_layouts(config);
+  layouts.resize(2);
+  for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    GptOptions options;
+    options.recompute = recompute;
+    options.sequence_parallel = true;
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (const testing::SplitLayout& layout : layouts) {
+        const testing::PipelineOutcome fused =
+            testing::run_pipeline(ctx, config, layout, dtype, BackwardOrder::Fused, 2, 2, 8, tp, options);
+        for (BackwardOrder order : {BackwardOrder::AllBThenW, BackwardOrder::Lagged}) {
+          SCOPED_TRACE(layout.name + ", " + testing::order_name(order) + ", " + dtype_name(dtype) + ", recompute " +
+                       std::to_string(static_cast<int>(recompute)) + ", tp " + std::to_string(tp.size()) +
+                       " rank " + std::to_string(tp.rank()));
+          const testing::PipelineOutcome split =
+              testing::run_pipeline(ctx, config, layout, dtype, order, 2, 2, 8, tp, options);
+          ASSERT_EQ(split.grads.size(), fused.grads.size());
+          for (std::size_t s = 0; s < fused.grads.size(); ++s)
+            EXPECT_TRUE(testing::same_bits(split.grads[s], fused.grads[s])) << "stage " << s;
+          EXPECT_EQ(split.input_grads, fused.input_grads);
+          EXPECT_EQ(split.ready, fused.ready);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mt

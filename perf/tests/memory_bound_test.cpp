@@ -228,7 +228,7 @@ std::vector<Case> cases_for(int world_size) {
       zb_h1_long.global_batch = 16;  // M = 8
       return {{2, 1, 2}, {1, 2, 2}, {1, 1, 4, K::ZeroBubbleH1}, zb_h1_long, {2, 1, 2, K::ZeroBubbleV, 2},
               {1, 2, 2, K::ZeroBubbleV, 2},
-              Case{1, 2, 2}.with_sp(),
+              Case{1, 2, 2}.with_sp(), Case{1, 2, 2, K::ZeroBubbleH1}.with_sp(),
               Case{4, 1, 1}.with_zero(2), Case{4, 1, 1}.with_zero(3), Case{2, 2, 1}.with_zero(3),
               Case{2, 1, 2}.with_zero(3)};
     }

@@ -248,7 +248,9 @@ TEST(ParallelEquivalence, SequenceParallelTrainsTheSameModel) {
   const int n = test_world().size();
   std::vector<Layout> layouts;
   if (n == 2) layouts = {{1, 2, 1}};
-  if (n == 4) layouts = {{2, 2, 1}, {1, 2, 2}, {1, 2, 2, ScheduleKind::Interleaved, 2}, {1, 4, 1}};
+  if (n == 4)
+    layouts = {{2, 2, 1}, {1, 2, 2}, {1, 2, 2, ScheduleKind::Interleaved, 2}, {1, 4, 1},
+               {1, 2, 2, ScheduleKind::ZeroBubbleV, 2}};
   if (n == 8) layouts = {{2, 2, 2}, {1, 4, 2, ScheduleKind::GPipe}};
   if (layouts.empty()) GTEST_SKIP() << "no sequence-parallel layouts for " << n << " ranks";
   for (Layout layout : layouts) {
@@ -321,6 +323,21 @@ TEST(ParallelEquivalence, ZeroBubbleH1TrainsTheBitsOfOneFOneB) {
     for (std::size_t i = 0; i < one_f_one_b.size(); ++i) differ += one_f_one_b[i] != zero_bubble[i];
     EXPECT_EQ(differ, 0u) << "of " << one_f_one_b.size() << " losses, norms and parameters";
   }
+}
+
+// With sequence parallelism B makes the fused backward's collectives and W sums the layernorms'
+// gradients over tp as the fused backward does: zb-h1 trains the bits of 1f1b, tp 2 x pp 2.
+TEST(ParallelEquivalence, ZeroBubbleH1WithSequenceParallelismTrainsTheBitsOfOneFOneB) {
+  if (test_world().size() != 4) GTEST_SKIP() << "runs on 4 ranks";
+  Layout layout{1, 2, 2};
+  layout.sequence_parallel = true;
+  const std::vector<double> one_f_one_b = train_bits(layout, 1);
+  layout.schedule = ScheduleKind::ZeroBubbleH1;
+  const std::vector<double> zero_bubble = train_bits(layout, 1);
+  ASSERT_EQ(one_f_one_b.size(), zero_bubble.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < one_f_one_b.size(); ++i) differ += one_f_one_b[i] != zero_bubble[i];
+  EXPECT_EQ(differ, 0u) << "of " << one_f_one_b.size() << " losses, norms and parameters";
 }
 
 // Recomputation runs the forward's kernels again on the same inputs: training with --recompute
