@@ -141,10 +141,15 @@ void ParallelTrainer::init(std::uint64_t seed) {
     return;
   }
   // Unit by unit (the values depend on nothing else): ZeRO-3 holds one unit's full parameters.
+  for_each_unit_resident(/*gather=*/false, [&](int unit) { model_->init_unit(seed, unit); });
+}
+
+void ParallelTrainer::for_each_unit_resident(bool gather, const std::function<void(int unit)>& use) {
   for (std::size_t u = 0; u < model_->param_units().size(); ++u) {
-    units_->materialize(static_cast<int>(u), /*gather=*/false);
-    model_->init_unit(seed, static_cast<int>(u));
-    units_->keep_owned(static_cast<int>(u));
+    const int unit = static_cast<int>(u);
+    units_->materialize(unit, gather);
+    use(unit);
+    units_->keep_owned(unit);
   }
 }
 
@@ -179,15 +184,13 @@ std::vector<float> ParallelTrainer::local_parameters() {
   if (!units_) return store.flat_params().to_host<float>();
   // Unit by unit: ZeRO-3 gathers one unit's full parameters at a time.
   std::vector<float> out(static_cast<std::size_t>(store.numel()), 0.0f);
-  for (std::size_t u = 0; u < model_->param_units().size(); ++u) {
-    const ParamUnit& unit = model_->param_units()[u];
-    units_->materialize(static_cast<int>(u), /*gather=*/true);
+  for_each_unit_resident(/*gather=*/true, [&](int u) {
+    const ParamUnit& unit = model_->param_units()[static_cast<std::size_t>(u)];
     for (std::size_t i = unit.first; i < unit.first + unit.count; ++i) {
       const std::vector<float> p = store.param(i).to_host<float>();
       std::copy(p.begin(), p.end(), out.begin() + store.offset(i));
     }
-    units_->keep_owned(static_cast<int>(u));
-  }
+  });
   return out;
 }
 
@@ -199,14 +202,12 @@ void ParallelTrainer::set_local_parameters(const std::vector<float>& values) {
     Tensor flat = store.flat_params();  // a handle to the store's buffer
     flat.copy_from_host(values.data(), values.size() * sizeof(float), ctx_.stream());
   } else {
-    for (std::size_t u = 0; u < model_->param_units().size(); ++u) {  // one unit resident at a time
-      const ParamUnit& unit = model_->param_units()[u];
-      units_->materialize(static_cast<int>(u), /*gather=*/false);
+    for_each_unit_resident(/*gather=*/false, [&](int u) {
+      const ParamUnit& unit = model_->param_units()[static_cast<std::size_t>(u)];
       for (std::size_t i = unit.first; i < unit.first + unit.count; ++i)
         store.param(i).copy_from_host(values.data() + store.offset(i),
                                       static_cast<std::size_t>(store.param(i).numel()) * sizeof(float), ctx_.stream());
-      units_->keep_owned(static_cast<int>(u));
-    }
+    });
   }
   store.refresh_compute_params(ctx_);
 }
@@ -297,25 +298,24 @@ StepRecord ParallelTrainer::step() {
   r.grad_norm = std::sqrt(static_cast<double>(total[0]) + static_cast<double>(total[1]));
   require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
+  const auto clip = static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip));
   if (units_) {
-    unit_optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
-    const auto gather_start = clock::now();
-    // The first stage's copy of the tied embedding is the one (see below), shard by shard.
-    if (tied_across_stages_ && groups_.embedding) groups_.embedding->broadcast(units_->owned_params(wte_block_), {0});
-    units_->gather_after_step();  // ZeRO-2: the full parameters again; ZeRO-3 gathers at each use
-    comm_s += since(gather_start);
+    unit_optimizer_->step(static_cast<float>(r.lr), clip);
   } else {
-    optimizer_->step(static_cast<float>(r.lr), static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip)));
+    optimizer_->step(static_cast<float>(r.lr), clip);
     comm_s += optimizer_->last_gather_wait_seconds();
   }
-  if (tied_across_stages_ && groups_.embedding && !units_) {
+  const auto after_update = clock::now();
+  if (tied_across_stages_ && groups_.embedding) {
     // The two copies took the same update from gradients summed in other orders (each stage's dp
     // buckets are cut differently): with dp > 2 their last bits could part. The first stage's copy
-    // is the one, so the last stage takes it.
-    const auto broadcast_start = clock::now();
-    groups_.embedding->broadcast(model_->parameters().param(static_cast<std::size_t>(wte_index_)), {0});
-    comm_s += since(broadcast_start);
+    // is the one, so the last stage takes it (with ZeRO-2/3 shard by shard: both cut it alike).
+    groups_.embedding->broadcast(units_ ? units_->owned_params(wte_block_)
+                                        : model_->parameters().param(static_cast<std::size_t>(wte_index_)),
+                                 {0});
   }
+  if (units_) units_->gather_after_step();  // ZeRO-2: the full parameters again; ZeRO-3 gathers at each use
+  comm_s += since(after_update);
   ctx_.synchronize();
   ++steps_done_;
   sequences_done_ += settings_.global_batch;

@@ -9,6 +9,8 @@
 // defines: ParallelTrainer
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <vector>
 
@@ -87,6 +89,9 @@ class ParallelTrainer {
   // Adds its pipeline's loss to the world's sum: tp rank 0 of the stage holding the head.
   bool reports_loss() const;
   void read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches);
+  // ZeRO-2/3: each parameter unit made resident in turn (gathered from the owned shards, or not:
+  // about to be overwritten), `use`d, and its owned shards kept.
+  void for_each_unit_resident(bool gather, const std::function<void(int unit)>& use);
 
   DeviceContext& ctx_;
   Communicator& world_;
