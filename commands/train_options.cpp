@@ -71,8 +71,10 @@ void add_run_options(po::options_description& desc) {
       ("log-every", po::value<int>()->default_value(10),
        "steps between progress lines (loss, tokens/s, MFU, ETA); the first and last steps are always shown")
       ("metrics", path_value(PathKind::WriteFile), "write one JSON line per step to this file")
-      ("init-weights", path_value(PathKind::ReadFile),
-       "start from this llm.c GPT-2 checkpoint (its shape must match the model options)")
+      ("init-weights", path_value(PathKind::ReadFileOrDir),
+       "start from these weights (their shape must match the model options): an llm.c GPT-2 file, or a Hugging "
+       "Face GPT-2 folder (config.json with model.safetensors, or shards and model.safetensors.index.json; F32, "
+       "BF16 or F16). Either is streamed tensor by tensor into each rank's shards")
       ("save-weights", path_value(PathKind::WriteFile), "write the trained weights as an llm.c checkpoint here")
       ("save-dtype", po::value<std::string>()->default_value("fp32"), "fp32 (llm.c version 3) or bf16 (version 5)")
       ("compute-dtype", po::value<std::string>()->default_value("fp32"),
