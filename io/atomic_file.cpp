@@ -1,6 +1,6 @@
 #include "io/atomic_file.h"
 
-#include <fcntl.h>   // defines: open, O_* flags
+#include <fcntl.h>   // defines: open, O_WRONLY, O_CREAT, O_EXCL, O_CLOEXEC, O_RDONLY, O_DIRECTORY
 #include <unistd.h>  // defines: write, fsync, close, unlink, getpid
 
 #include <atomic>
