@@ -10,6 +10,7 @@
 #include "launch/model_options.h"
 #include "launch/options.h"
 #include "launch/path_option.h"
+#include "models/hf/gpt2_hf.h"  // defines: is_hf_folder
 #include "perf/memory_model.h"
 #include "runtime/error.h"
 #include "train/metrics.h"
@@ -296,6 +297,12 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
   const CheckpointPolicy checkpoints = read_checkpoint_policy(vm);
   if (vm.count("resume") && vm.count("init-weights"))
     throw UsageError("--resume and --init-weights exclude each other (a checkpoint holds the weights)");
+  if (vm.count("init-weights")) {
+    const std::filesystem::path weights = get<std::string>(vm, "init-weights");
+    if (std::filesystem::is_directory(weights) && !is_hf_folder(weights))
+      throw UsageError("--init-weights '" + weights.string() + "' is a directory, where a file is wanted (or a "
+                       "safetensors folder: config.json with model.safetensors or model.safetensors.index.json)");
+  }
   LayoutPlan plan = read_layout(vm, world_size, config, settings);
   const RuntimeOptions runtime = read_runtime_options(vm);
   check_memory_cap(runtime.device_memory_limit, config, compute, settings, plan, vm.count("save-weights") > 0);

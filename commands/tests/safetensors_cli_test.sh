@@ -66,6 +66,10 @@ cp -r "$dir/st" "$dir/other"
 sed -i 's/"n_layer": [0-9]*/"n_layer": 1/' "$dir/other/config.json"
 expect_rank0_error "--init-weights: config.json of another shape" "has layers=1, the model wants layers=" \
   2 "${base[@]}" --dp 2 --steps 1 --init-weights "$dir/other"
+mkdir "$dir/noconfig" && cp "$dir/st/model.safetensors" "$dir/noconfig/"
+expect_rank0_error "--init-weights: a folder without config.json" \
+  "--init-weights '$dir/noconfig' is a directory, where a file is wanted \(or a safetensors folder: config.json with" \
+  2 "${base[@]}" --dp 2 --steps 1 --init-weights "$dir/noconfig"
 expect_error "convert: config.json of another shape than the weights" "lacks|holds tensor 'transformer.h.1" \
   "$meshtrain" convert --from "$dir/other" --to "$dir/x.bin"
 sed -i 's/"gelu_new"/"relu"/' "$dir/cut/config.json"
