@@ -1,7 +1,8 @@
 // libFuzzer target: the bytes of one safetensors file (`meshtrain convert --from DIR`,
-// `--init-weights DIR`), read with SafetensorsFile. Properties of an accepted file: every tensor's
-// bytes lie inside the file, the tensors own the data exactly once, and each reads as fp32 into
-// numel floats; writing them back as F32 and reading again gives the same values.
+// `--init-weights DIR`), read with SafetensorsFile. Properties of an accepted file: the header
+// parsed from the input's own bytes agrees with the mapped file's, every tensor's bytes lie inside
+// the data and equal the input's there, the tensors own the data exactly once, each reads as fp32
+// into numel floats; writing them back as F32 and reading again gives the same values.
 // Seeds: small files from write_safetensors in F32, BF16 and F16, with metadata and empty tensors.
 // defines: LLVMFuzzerInitialize, LLVMFuzzerTestOneInput
 #include <cstddef>
@@ -10,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -50,21 +52,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const std::exception&) {
     return 0;
   }
-  std::int64_t owned = 0, data_start = static_cast<std::int64_t>(size);
+  // The same header parsed from the input's own bytes: the mapped file says what the input says.
+  const StHeader h = parse_safetensors_header(std::span<const unsigned char>(data, size), "input");
+  FUZZ_CHECK(h.tensors.size() == f->tensors().size() && h.metadata == f->metadata());
+  std::int64_t owned = 0;
   std::vector<StTensorToWrite> again;
   std::vector<std::vector<float>> values;
-  values.reserve(f->tensors().size());
-  for (const StTensor& t : f->tensors()) {
-    const std::span<const unsigned char> raw = f->raw(t);
-    FUZZ_CHECK(raw.data() >= data && raw.data() + raw.size() <= data + size);
-    FUZZ_CHECK(static_cast<std::int64_t>(raw.size()) == t.numel() * static_cast<std::int64_t>(st_dtype_size(t.dtype)));
-    if (!raw.empty()) data_start = std::min<std::int64_t>(data_start, raw.data() - data - t.begin);
-    owned += static_cast<std::int64_t>(raw.size());
-    values.push_back(f->read(t));
+  values.reserve(h.tensors.size());
+  for (const StTensor& t : h.tensors) {
+    FUZZ_CHECK(t.begin <= t.end && h.data_start + t.end <= static_cast<std::int64_t>(size));
+    FUZZ_CHECK(t.end - t.begin == t.numel() * static_cast<std::int64_t>(st_dtype_size(t.dtype)));
+    owned += t.end - t.begin;
+    const StTensor* mapped = f->find(t.name);
+    FUZZ_CHECK(mapped != nullptr && mapped->begin == t.begin && mapped->end == t.end);
+    const std::span<const unsigned char> raw = f->raw(*mapped);
+    FUZZ_CHECK(raw.empty() || std::memcmp(raw.data(), data + h.data_start + t.begin, raw.size()) == 0);
+    values.push_back(f->read(*mapped));
     FUZZ_CHECK(static_cast<std::int64_t>(values.back().size()) == t.numel());
     again.push_back({t.name, t.shape, values.back()});
   }
-  FUZZ_CHECK(owned == static_cast<std::int64_t>(size) - data_start || owned == 0);
+  FUZZ_CHECK(owned == static_cast<std::int64_t>(size) - h.data_start);  // every data byte, once
   const fs::path copy = mt::fuzz::fuzz_dir() / "again.safetensors";
   write_safetensors(copy, again, StDtype::F32, f->metadata());
   const SafetensorsFile g(copy);
