@@ -7,6 +7,8 @@
 #include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
 #include "models/gpt_weights.h"
+#include "models/hf/gpt2_hf.h"
+#include "runtime/device.h"  // defines: parse_bytes
 #include "models/llmc/llmc_weights.h"
 #include "parallel/layout_plan.h"
 #include "train/checkpoint_convert.h"
@@ -21,12 +23,22 @@ po::options_description convert_options() {
   po::options_description desc("options");
   desc.add_options()
       ("from", path_value(PathKind::ReadFileOrDir)->required(),
-       "what to convert: a checkpoint (a --checkpoint-dir, meaning its latest, or a step_N directory) or an llm.c "
-       "weights file")
+       "what to convert: a checkpoint (a --checkpoint-dir, meaning its latest, or a step_N directory), an llm.c "
+       "weights file, or a Hugging Face GPT-2 folder (config.json with model.safetensors, or shards and "
+       "model.safetensors.index.json; names with or without `transformer.`, lm_head.weight absent or tied)")
       ("to", po::value<std::string>()->required(),
-       "where: an llm.c weights file when it ends in .bin, else a checkpoint directory (step_N and `latest` are "
-       "made inside it)")
-      ("dtype", po::value<std::string>()->default_value("fp32"), "llm.c output: fp32 (version 3) or bf16 (version 5)")
+       "where: an llm.c weights file when it ends in .bin, a safetensors folder with --to-format safetensors, "
+       "else a checkpoint directory (step_N and `latest` are made inside it)")
+      ("to-format", po::value<std::string>()->default_value(""),
+       "llmc, checkpoint or safetensors (default: llmc for a --to ending in .bin, else checkpoint). safetensors "
+       "writes config.json and the weights in Hugging Face's GPT-2 names (as GPT2LMHeadModel.save_pretrained: "
+       "transposed Conv1D weights, the vocabulary unpadded, no lm_head: tied); it holds the model twice in memory "
+       "while writing")
+      ("dtype", po::value<std::string>()->default_value("fp32"),
+       "stored precision: fp32 or bf16 (llm.c: version 3 or 5); safetensors also takes fp16")
+      ("shard-size", po::value<std::string>()->default_value("5G"),
+       "safetensors output: at most this many bytes per file (K, M, G suffixes); past it the weights are cut into "
+       "model-0000N-of-0000M.safetensors files with model.safetensors.index.json; 0: always one file")
       ("weights-only", po::bool_switch(),
        "checkpoint output: leave AdamW's moments out (a resume then starts the optimizer afresh)")
       ("dp", po::value<int>()->default_value(1), "checkpoint output: the layout to cut the shards for (data parallel)")
@@ -47,8 +59,9 @@ po::options_description convert_options() {
 int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   po::options_description desc = convert_options();
   auto parsed = parse_command_line("convert",
-                                   "Converts offline, in one process: a checkpoint of any layout to llm.c weights, "
-                                   "llm.c weights to a checkpoint, or a checkpoint to another layout's shards. Any "
+                                   "Converts offline, in one process: a checkpoint of any layout, llm.c weights or a "
+                                   "Hugging Face GPT-2 safetensors folder to any of the three, or a checkpoint to "
+                                   "another layout's shards. Any "
                                    "layout can resume from any checkpoint; converting only places each rank's "
                                    "shards in its own file.",
                                    desc, args, mpi.world_rank());
@@ -57,17 +70,32 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   if (mpi.world_rank() != 0) return 0;  // one process does it all
   const std::filesystem::path from = vm["from"].as<std::string>(), to = vm["to"].as<std::string>();
   const std::string dtype = vm["dtype"].as<std::string>();
-  if (dtype != "fp32" && dtype != "bf16") throw UsageError("unknown --dtype '" + dtype + "' (known: fp32, bf16)");
+  std::string format = vm["to-format"].as<std::string>();
+  if (format.empty()) format = to.extension() == ".bin" ? "llmc" : "checkpoint";
+  if (format != "llmc" && format != "checkpoint" && format != "safetensors")
+    throw UsageError("unknown --to-format '" + format + "' (known: llmc, checkpoint, safetensors)");
+  const bool to_llmc = format == "llmc", to_safetensors = format == "safetensors";
+  if (dtype != "fp32" && dtype != "bf16" && !(to_safetensors && dtype == "fp16"))
+    throw UsageError("unknown --dtype '" + dtype + "' (known: fp32, bf16" + (to_safetensors ? ", fp16)" : "; fp16 for safetensors)"));
+  const std::int64_t shard_bytes = static_cast<std::int64_t>(parse_bytes(vm["shard-size"].as<std::string>()));
   if (!std::filesystem::exists(from)) throw UsageError("--from " + from.string() + " does not exist");
-  const bool to_llmc = to.extension() == ".bin";
   check_path("to", to.string(), to_llmc ? PathKind::WriteFile : PathKind::WriteDir);  // a file or a directory by its name
 
   FullState state;
   ckpt::Manifest base;
   std::string source;
-  if (std::filesystem::is_directory(from)) {
+  if (is_hf_folder(from)) {
+    state.config = read_gpt2_safetensors(from, std::nullopt, [&](const ParamSpec&, std::span<const float> values) {
+      state.params.insert(state.params.end(), values.begin(), values.end());  // visited in spec order
+    });
+    base.step = 0;
+    base.training = {{"optimizer_steps", 0}};
+    base.data = {{"sequences_consumed", 0}};
+    base.rng = {{"state", "converted from safetensors"}};
+    source = "safetensors folder " + from.string();
+  } else if (std::filesystem::is_directory(from)) {
     const std::filesystem::path step_dir = ckpt::resolve_checkpoint(from.string(), "");
-    state = read_full_state(step_dir, !to_llmc && !vm["weights-only"].as<bool>());
+    state = read_full_state(step_dir, !to_llmc && !to_safetensors && !vm["weights-only"].as<bool>());
     base = ckpt::read_manifest(step_dir);
     source = "checkpoint " + step_dir.string() + " (step " + std::to_string(base.step) + ")";
   } else {
@@ -84,6 +112,22 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   if (to_llmc) {
     save_llmc_weights(state.config, state.params, to, dtype == "bf16" ? DType::BF16 : DType::F32);
     std::printf("converted %s to llm.c weights %s (%s)\n", source.c_str(), to.c_str(), dtype.c_str());
+    return 0;
+  }
+  if (to_safetensors) {
+    const StDtype stored = dtype == "fp32" ? StDtype::F32 : dtype == "bf16" ? StDtype::BF16 : StDtype::F16;
+    const std::vector<ParamSpec> specs = gpt_parameter_specs(state.config);
+    const std::vector<std::int64_t> offsets = spec_offsets(specs);
+    write_gpt2_safetensors(
+        to, state.config,
+        [&](const ParamSpec& spec) {
+          const std::size_t i = spec_index(specs, spec.name);
+          return std::span<const float>(state.params).subspan(static_cast<std::size_t>(offsets[i]),
+                                                              static_cast<std::size_t>(spec.numel()));
+        },
+        stored, shard_bytes);
+    std::printf("converted %s to safetensors folder %s (%s, Hugging Face GPT-2 names)\n", source.c_str(), to.c_str(),
+                dtype.c_str());
     return 0;
   }
   LayoutRequest request;

@@ -1,4 +1,5 @@
-// `meshtrain convert`: a checkpoint to llm.c weights and back, or to another layout, offline.
+// `meshtrain convert`: between checkpoints (any layout), llm.c weights and Hugging Face safetensors
+// folders, offline.
 // defines: convert_command
 #pragma once
 

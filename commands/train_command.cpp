@@ -96,7 +96,7 @@ std::unique_ptr<ParallelTrainer> build_trainer(Session& session, ParallelGroups&
 }
 
 // Where the weights come from: a checkpoint (with the optimizer and the data position), llm.c
-// weights, or the seed.
+// weights or a safetensors folder, or the seed.
 std::optional<ResumeReport> restore(ParallelTrainer& trainer, Session& session, const TrainJob& job) {
   DeviceContext& ctx = *session.context;
   if (job.resume) {
@@ -110,7 +110,7 @@ std::optional<ResumeReport> restore(ParallelTrainer& trainer, Session& session, 
   }
   if (job.init_weights) {
     // Every rank reads the same file: another shape (or a file cut short) fails every rank alike.
-    run_agreed(*session.world, ctx, [&] { load_llmc_weights(trainer.model(), ctx, *job.init_weights); });
+    run_agreed(*session.world, ctx, [&] { load_init_weights(trainer.model(), ctx, *job.init_weights); });
   } else {
     trainer.init(job.seed);
   }

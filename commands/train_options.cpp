@@ -10,6 +10,7 @@
 #include "launch/model_options.h"
 #include "launch/options.h"
 #include "launch/path_option.h"
+#include "models/hf/gpt2_hf.h"  // defines: is_hf_folder
 #include "perf/memory_model.h"
 #include "runtime/error.h"
 #include "train/metrics.h"
@@ -71,8 +72,10 @@ void add_run_options(po::options_description& desc) {
       ("log-every", po::value<int>()->default_value(10),
        "steps between progress lines (loss, tokens/s, MFU, ETA); the first and last steps are always shown")
       ("metrics", path_value(PathKind::WriteFile), "write one JSON line per step to this file")
-      ("init-weights", path_value(PathKind::ReadFile),
-       "start from this llm.c GPT-2 checkpoint (its shape must match the model options)")
+      ("init-weights", path_value(PathKind::ReadFileOrDir),
+       "start from these weights (their shape must match the model options): an llm.c GPT-2 file, or a Hugging "
+       "Face GPT-2 folder (config.json with model.safetensors, or shards and model.safetensors.index.json; F32, "
+       "BF16 or F16). Either is streamed tensor by tensor into each rank's shards")
       ("save-weights", path_value(PathKind::WriteFile), "write the trained weights as an llm.c checkpoint here")
       ("save-dtype", po::value<std::string>()->default_value("fp32"), "fp32 (llm.c version 3) or bf16 (version 5)")
       ("compute-dtype", po::value<std::string>()->default_value("fp32"),
@@ -294,6 +297,12 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
   const CheckpointPolicy checkpoints = read_checkpoint_policy(vm);
   if (vm.count("resume") && vm.count("init-weights"))
     throw UsageError("--resume and --init-weights exclude each other (a checkpoint holds the weights)");
+  if (vm.count("init-weights")) {
+    const std::filesystem::path weights = get<std::string>(vm, "init-weights");
+    if (std::filesystem::is_directory(weights) && !is_hf_folder(weights))
+      throw UsageError("--init-weights '" + weights.string() + "' is a directory, where a file is wanted (or a "
+                       "safetensors folder: config.json with model.safetensors or model.safetensors.index.json)");
+  }
   LayoutPlan plan = read_layout(vm, world_size, config, settings);
   const RuntimeOptions runtime = read_runtime_options(vm);
   check_memory_cap(runtime.device_memory_limit, config, compute, settings, plan, vm.count("save-weights") > 0);

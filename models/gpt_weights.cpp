@@ -1,5 +1,9 @@
 #include "models/gpt_weights.h"
 
+#include <functional>
+#include <string>
+
+#include "models/hf/gpt2_hf.h"
 #include "models/llmc/llmc_weights.h"
 
 namespace mt {
@@ -22,14 +26,12 @@ void copy_shard(Gpt& model, DeviceContext& ctx, std::size_t i, const float* tens
   param.copy_from_host(scratch.data(), scratch.size() * sizeof(float), ctx.stream());
 }
 
-}  // namespace
-
-void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& path) {
-  // Tensor by tensor into this rank's shards: the whole file was held twice over before (per-tensor
-  // vectors and a concatenated copy: 124M parameters peaked 0.86 GB above the steady state).
+// Copies each streamed tensor into this rank's shards of it; `source` names the file in errors.
+void load_streamed(Gpt& model, DeviceContext& ctx, const std::string& source,
+                   const std::function<void(const HfParamVisitor&)>& stream) {
   std::vector<float> scratch;
   std::vector<bool> loaded(model.shards().size(), false);
-  read_llmc_tensors(path, model.config(), [&](const ParamSpec& spec, std::span<const float> values) {
+  stream([&](const ParamSpec& spec, std::span<const float> values) {
     for (std::size_t i = 0; i < model.shards().size(); ++i) {
       if (model.shards()[i].full.name != spec.name) continue;
       MT_CHECK(values.size() == static_cast<std::size_t>(model.shards()[i].full.numel()), spec.name, ": ",
@@ -41,7 +43,29 @@ void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::pa
     }
   });
   for (std::size_t i = 0; i < loaded.size(); ++i)
-    MT_CHECK(loaded[i], "llm.c weights file ", path.string(), " holds no ", model.shards()[i].full.name);
+    MT_CHECK(loaded[i], source, " holds no ", model.shards()[i].full.name);
+}
+
+}  // namespace
+
+void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& path) {
+  // Tensor by tensor into this rank's shards: the whole file was held twice over before (per-tensor
+  // vectors and a concatenated copy: 124M parameters peaked 0.86 GB above the steady state).
+  load_streamed(model, ctx, "llm.c weights file " + path.string(),
+                [&](const HfParamVisitor& visit) { read_llmc_tensors(path, model.config(), visit); });
+}
+
+void load_safetensors_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& dir) {
+  load_streamed(model, ctx, "safetensors folder " + dir.string(),
+                [&](const HfParamVisitor& visit) { read_gpt2_safetensors(dir, model.config(), visit); });
+}
+
+void load_init_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& path) {
+  if (std::filesystem::is_directory(path)) {
+    load_safetensors_weights(model, ctx, path);
+  } else {
+    load_llmc_weights(model, ctx, path);
+  }
 }
 
 void load_full_parameters(Gpt& model, DeviceContext& ctx, std::span<const float> full) {

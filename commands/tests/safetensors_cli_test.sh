@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Hugging Face safetensors folders end to end: llm.c weights -> safetensors -> llm.c weights byte for
+# byte (fp32 and bf16, one file and sharded), a checkpoint through safetensors, training started
+# from a safetensors folder with the same loss bits as from the llm.c file (1 rank and tp 2), and
+# bad folders as one line from rank 0. Tiny model, bytes tokenizer, generated text. About 20 s.
+# Usage: safetensors_cli_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
+set -u
+meshtrain=$1
+mpiexec=$2
+compare=$3
+. "$(dirname "$0")/cli_test_lib.sh"
+
+prepare_corpus 5
+base=("$meshtrain" train --device cpu --tokenizer bytes --data "$dir/data" --model tiny --seq-len 32 --global-batch 4
+      --micro-batch 2 --lr 3e-3 --warmup 1 --log-every 1 --eval-batches 1 --cpu-threads 1)
+expect_ok "train 2 steps, save llm.c weights and a checkpoint" \
+  "${base[@]}" --steps 2 --save-weights "$dir/w.bin" --checkpoint-dir "$dir/ckpt" --save-every 2
+
+same_file() {  # same_file NAME A B
+  cmp -s "$2" "$3" && echo "ok   $1" || fail "$1: $2 and $3 differ"
+}
+
+# --- llm.c -> safetensors -> llm.c, byte for byte.
+expect_ok "llm.c -> safetensors (fp32)" "$meshtrain" convert --from "$dir/w.bin" --to "$dir/st" --to-format safetensors
+[ -f "$dir/st/model.safetensors" ] && [ -f "$dir/st/config.json" ] && echo "ok   model.safetensors and config.json" ||
+  fail "no model.safetensors or config.json in $dir/st"
+grep -q '"model_type": "gpt2"' "$dir/st/config.json" || fail "config.json lacks model_type gpt2"
+expect_ok "safetensors -> llm.c" "$meshtrain" convert --from "$dir/st" --to "$dir/w2.bin"
+same_file "llm.c -> safetensors -> llm.c: byte-identical" "$dir/w.bin" "$dir/w2.bin"
+
+expect_ok "llm.c -> sharded safetensors" \
+  "$meshtrain" convert --from "$dir/w.bin" --to "$dir/st-sharded" --to-format safetensors --shard-size 200K
+[ -f "$dir/st-sharded/model.safetensors.index.json" ] && [ -f "$dir/st-sharded/model-00002-of-00005.safetensors" ] &&
+  echo "ok   five shards and the index" || { fail "no shards/index"; ls "$dir/st-sharded"; }
+expect_ok "sharded safetensors -> llm.c" "$meshtrain" convert --from "$dir/st-sharded" --to "$dir/w3.bin"
+same_file "llm.c -> sharded safetensors -> llm.c: byte-identical" "$dir/w.bin" "$dir/w3.bin"
+
+expect_ok "llm.c -> bf16 llm.c" "$meshtrain" convert --from "$dir/w.bin" --to "$dir/wb.bin" --dtype bf16
+expect_ok "llm.c -> bf16 safetensors" "$meshtrain" convert --from "$dir/w.bin" --to "$dir/st-bf16" --to-format safetensors --dtype bf16
+expect_ok "bf16 safetensors -> bf16 llm.c" "$meshtrain" convert --from "$dir/st-bf16" --to "$dir/wb2.bin" --dtype bf16
+same_file "bf16 the same either way" "$dir/wb.bin" "$dir/wb2.bin"
+
+# --- a checkpoint through safetensors, and safetensors into a tp 2 checkpoint.
+expect_ok "checkpoint -> safetensors" "$meshtrain" convert --from "$dir/ckpt" --to "$dir/st-ckpt" --to-format safetensors
+expect_ok "safetensors -> llm.c (from the checkpoint)" "$meshtrain" convert --from "$dir/st-ckpt" --to "$dir/w4.bin"
+same_file "checkpoint -> safetensors -> llm.c equals the saved llm.c weights" "$dir/w.bin" "$dir/w4.bin"
+expect_ok "safetensors -> checkpoint for tp 2" "$meshtrain" convert --from "$dir/st" --to "$dir/ckpt-tp2" --tp 2
+expect_ok "checkpoint for tp 2 -> llm.c" "$meshtrain" convert --from "$dir/ckpt-tp2" --to "$dir/w5.bin"
+same_file "safetensors -> tp 2 checkpoint -> llm.c: byte-identical" "$dir/w.bin" "$dir/w5.bin"
+
+# --- --init-weights: the same loss bits from the folder as from the llm.c file.
+expect_ok "train from the llm.c file" "${base[@]}" --steps 2 --init-weights "$dir/w.bin" --metrics "$dir/m-llmc.jsonl"
+expect_ok "train from the safetensors folder" "${base[@]}" --steps 2 --init-weights "$dir/st" --metrics "$dir/m-st.jsonl"
+same_losses "safetensors or llm.c start: losses bit for bit" "$dir/m-llmc.jsonl" "$dir/m-st.jsonl" 1 2 0
+expect_ok "tp 2 from the llm.c file" np 2 "${base[@]}" --tp 2 --steps 2 --init-weights "$dir/w.bin" --metrics "$dir/m2-llmc.jsonl"
+expect_ok "tp 2 from the sharded folder" np 2 "${base[@]}" --tp 2 --steps 2 --init-weights "$dir/st-sharded" \
+  --metrics "$dir/m2-st.jsonl"
+same_losses "tp 2: safetensors or llm.c start: losses bit for bit" "$dir/m2-llmc.jsonl" "$dir/m2-st.jsonl" 1 2 0
+
+# --- bad folders and options: one line, from rank 0.
+cp -r "$dir/st" "$dir/cut"
+truncate -s -100 "$dir/cut/model.safetensors"
+expect_rank0_error "--init-weights: a safetensors file cut short" "model.safetensors: .*run past the end of its data" \
+  2 "${base[@]}" --dp 2 --steps 1 --init-weights "$dir/cut"
+cp -r "$dir/st" "$dir/other"
+sed -i 's/"n_layer": [0-9]*/"n_layer": 1/' "$dir/other/config.json"
+expect_rank0_error "--init-weights: config.json of another shape" "has layers=1, the model wants layers=" \
+  2 "${base[@]}" --dp 2 --steps 1 --init-weights "$dir/other"
+mkdir "$dir/noconfig" && cp "$dir/st/model.safetensors" "$dir/noconfig/"
+expect_rank0_error "--init-weights: a folder without config.json" \
+  "--init-weights '$dir/noconfig' is a directory, where a file is wanted \(or a safetensors folder: config.json with" \
+  2 "${base[@]}" --dp 2 --steps 1 --init-weights "$dir/noconfig"
+expect_error "convert: config.json of another shape than the weights" "lacks|holds tensor 'transformer.h.1" \
+  "$meshtrain" convert --from "$dir/other" --to "$dir/x.bin"
+sed -i 's/"gelu_new"/"relu"/' "$dir/cut/config.json"
+expect_error "convert: an activation meshtrain lacks" "activation_function \"relu\"" \
+  "$meshtrain" convert --from "$dir/cut" --to "$dir/x.bin"
+rm "$dir/st-sharded/model-00003-of-00005.safetensors"
+expect_error "convert: an index naming a missing file" "names model-00003-of-00005.safetensors .*missing" \
+  "$meshtrain" convert --from "$dir/st-sharded" --to "$dir/x.bin"
+expect_error "convert: fp16 llm.c" "unknown --dtype 'fp16'.*fp16 for safetensors" \
+  "$meshtrain" convert --from "$dir/w.bin" --to "$dir/x.bin" --dtype fp16
+expect_error "convert: an unknown --to-format" "unknown --to-format 'hf'" \
+  "$meshtrain" convert --from "$dir/w.bin" --to "$dir/x" --to-format hf
+[ ! -e "$dir/x.bin" ] && echo "ok   nothing written by the failed conversions" || fail "$dir/x.bin was written"
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
