@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "io/atomic_file.h"
 #include "runtime/error.h"
 
 namespace mt {
@@ -231,74 +232,6 @@ Header read_header(int fd, const fs::path& path) {
   return out;
 }
 
-// A new file next to `final_path`, renamed over it by commit(); removed if never committed.
-class TempFile {
- public:
-  explicit TempFile(const fs::path& final_path) : final_(final_path) {
-    if (final_path.filename().empty()) MT_FAIL("cannot write llm.c weights file ", quoted(final_path), ": names no file");
-    const fs::path dir = final_path.has_parent_path() ? final_path.parent_path() : fs::path(".");
-    static std::atomic<unsigned> counter{0};
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      path_ = dir / ("." + final_path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                     std::to_string(counter.fetch_add(1)));
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ >= 0) return;
-      const int err = errno;
-      if (err != EEXIST) {
-        MT_FAIL("cannot write llm.c weights file ", quoted(final_path), ": creating ", quoted(path_), " failed: ",
-                std::strerror(err));
-      }
-    }
-    MT_FAIL("cannot write llm.c weights file ", quoted(final_path), ": no free temporary name in ", quoted(dir));
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-
-  void write(const unsigned char* src, std::size_t n) {
-    while (n > 0) {
-      const ssize_t put = ::write(fd_, src, n);
-      if (put < 0) {
-        const int err = errno;
-        if (err == EINTR) continue;
-        fail("writing", err);
-      }
-      src += put;
-      n -= static_cast<std::size_t>(put);
-    }
-  }
-
-  // Flushes the data to disk, closes and renames into place; then flushes the directory entry.
-  void commit() {
-    if (::fsync(fd_) != 0) fail("flushing", errno);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("closing", errno);
-    if (::rename(path_.c_str(), final_.c_str()) != 0) fail("renaming into place", errno);
-    committed_ = true;
-    // Make the rename itself durable; best effort, the file is complete and in place either way.
-    const fs::path dir = final_.has_parent_path() ? final_.parent_path() : fs::path(".");
-    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd >= 0) {
-      ::fsync(dir_fd);
-      ::close(dir_fd);
-    }
-  }
-
- private:
-  [[noreturn]] void fail(const char* what, int err) const {
-    MT_FAIL(what, " llm.c weights file ", quoted(final_), " (temporary ", quoted(path_), ") failed: ",
-            std::strerror(err));
-  }
-
-  fs::path final_;
-  fs::path path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 }  // namespace
 
@@ -402,7 +335,7 @@ void write_llmc_weights(const fs::path& path, const GptConfig& config,
                                  config.vocab_rows()};
   for (std::size_t i = 0; i < std::size(fields); ++i) store_le32(header + 4 * i, static_cast<std::uint32_t>(fields[i]));
 
-  TempFile out(path);
+  AtomicFile out(path, "llm.c weights file");
   out.write(header, kHeaderBytes);
   std::int64_t written = kHeaderBytes;
 
