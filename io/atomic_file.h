@@ -1,6 +1,6 @@
 // A file written whole or not at all: bytes go to a temporary beside the target, commit() fsyncs
 // it, renames it over the target and fsyncs the directory; destroyed uncommitted, the temporary is
-// removed and the target left as it was. How checkpoints and llm.c weights are written too.
+// removed and the target left as it was. safetensors, config.json and llm.c weights are written so.
 // defines: AtomicFile
 #pragma once
 
