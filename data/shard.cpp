@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <system_error>
 #include <tuple>
 #include <utility>
@@ -166,13 +167,14 @@ ShardFile ShardFile::open(const fs::path& file) {
   const std::uint64_t width = shard.wide_ ? sizeof(std::uint32_t) : sizeof(std::uint16_t);
   const std::uint64_t want = static_cast<std::uint64_t>(count) * width;
   const std::uint64_t have = bytes - kShardHeaderBytes;
-  const std::string kind = "version " + std::to_string(shard.version_) + (shard.wide_ ? ", uint32" : ", uint16") + " tokens";
+  // Version 1's messages stay as they were; a wide shard says what its sizes count.
+  const std::string kind = shard.wide_ ? " (version " + std::to_string(shard.version_) + ", uint32 tokens)" : "";
   if (have < want) {
-    MT_FAIL("token shard ", file, " (", kind, ") is truncated: its header says ", count, " tokens (", want,
+    MT_FAIL("token shard ", file, kind, " is truncated: its header says ", count, " tokens (", want,
             " bytes after the header) but the file holds ", have, " bytes after the header");
   }
   if (have > want) {
-    MT_FAIL("token shard ", file, " (", kind, ") has ", have - want, " trailing bytes after the ", count,
+    MT_FAIL("token shard ", file, kind, " has ", have - want, " trailing bytes after the ", count,
             " tokens its header announces");
   }
   shard.count_ = count;
@@ -253,17 +255,17 @@ std::int64_t ShardFile::first_outside_vocab(std::int64_t offset, std::int64_t co
 std::string ShardFile::outside_vocab_message(std::int64_t position, int vocab_size) const {
   const std::int64_t id = wide_ ? std::int64_t{tokens32()[static_cast<std::size_t>(position)]}
                                 : std::int64_t{tokens()[static_cast<std::size_t>(position)]};
-  std::string message = "token shard " + path_.string() + " holds token id " + std::to_string(id) + " at position " +
-                        std::to_string(position) + ", outside the vocabulary of " + std::to_string(vocab_size) +
-                        " tokens";
+  std::ostringstream message;  // the path quoted, as every other shard error gives it
+  message << "token shard " << path_ << " holds token id " << id << " at position " << position
+          << ", outside the vocabulary of " << vocab_size << " tokens";
   if (written_vocab_ > 0) {
-    message += " (the shard was written by a tokenizer of " + std::to_string(written_vocab_) + " tokens";
+    message << " (the shard was written by a tokenizer of " << written_vocab_ << " tokens";
     for (const std::string& name : tokenizer_names()) {
-      if (known_vocab_size(name) == written_vocab_) message += ": --tokenizer " + name;
+      if (known_vocab_size(name) == written_vocab_) message << ": --tokenizer " << name;
     }
-    message += ")";
+    message << ")";
   }
-  return message;
+  return message.str();
 }
 
 void ShardFile::check_vocab(int vocab_size) const {

@@ -33,7 +33,7 @@ size=$(stat -c %s "$shard")
 first=$(od -An -v -tu4 -j1024 -N4 "$shard" | tr -d ' ')
 [ "$first" = 100257 ] && echo "ok   first id is cl100k's <|endoftext|>" || fail "first id $first"
 
-line="token shard $shard holds token id 100257 at position 0, outside the vocabulary of 50257 tokens \(the shard was written by a tokenizer of 100277 tokens: --tokenizer cl100k\)"
+line="token shard \"$shard\" holds token id 100257 at position 0, outside the vocabulary of 50257 tokens \(the shard was written by a tokenizer of 100277 tokens: --tokenizer cl100k\)"
 expect_error "gpt preset (vocab 50257) on cl100k shards" "^meshtrain: error: $line\$" \
   "$meshtrain" train --device cpu --data "$data" --model tiny --steps 1 --cpu-threads 1
 expect_rank0_error "the same under mpirun -np 2" "$line" 2 \

@@ -128,7 +128,7 @@ TEST(ShardTest, Version2HoldsUint32IdsAndTheWritersVocabulary) {
   EXPECT_TRUE(contains(error_of([&] { shard.tokens(); }), "uint32"));
   // The vocabulary check names the id, the position, the vocabulary and what the shard was written for.
   const std::string msg = error_of([&] { shard.check_vocab(50257); });
-  EXPECT_TRUE(contains(msg, "cl_train_000000.bin holds token id 100257 at position 0, outside the vocabulary of "
+  EXPECT_TRUE(contains(msg, "cl_train_000000.bin\" holds token id 100257 at position 0, outside the vocabulary of "
                             "50257 tokens (the shard was written by a tokenizer of 100277 tokens: --tokenizer cl100k)")) << msg;
   EXPECT_TRUE(contains(error_of([&] { read_shard_ids(file, 100277); }), "token id 2147483647 at position 5"));
   // Version 1 stays what it was: read_shard_ids reads it too.
