@@ -1,4 +1,4 @@
-// `meshtrain prepare`: text files -> GPT-2 (or byte) tokens -> llm.c train/validation shards.
+// `meshtrain prepare`: text files -> GPT-2, cl100k, o200k (or byte) tokens -> llm.c train/validation shards.
 #include "commands/prepare_command.h"
 
 #include <chrono>
@@ -26,9 +26,13 @@ constexpr const char* kSummary =
     "  - CRLF and lone CR line ends become LF;\n"
     "  - backspace overstriking (\"_\\bX\", \"X\\bX\") becomes the character shown;\n"
     "  - other control characters except tab and newline are dropped.\n"
-    "So gpt2's token parity with OpenAI's encoder (Encoder.js) holds for the cleaned text of each\n"
-    "document, not for the file; with --keep-bytes it holds for the file's own bytes. Files holding a\n"
-    "NUL byte are refused as binary either way.";
+    "So gpt2's token parity with OpenAI's encoder (Encoder.js), and cl100k's and o200k's with tiktoken,\n"
+    "hold for the cleaned text of each document, not for the file; with --keep-bytes they hold for the\n"
+    "file's own bytes. Files holding a NUL byte are refused as binary either way.\n"
+    "\n"
+    "gpt2 and bytes write shards of version 1 (uint16 ids, llm.c's format); cl100k and o200k, whose ids\n"
+    "pass 65535, write version 2 (uint32 ids: twice the bytes per token). Train on them with the same\n"
+    "--tokenizer: it sets the model's vocabulary.";
 
 // Rank 0 alone reads and writes. The others wait for its outcome, sleeping rather than spinning in
 // MPI, so every rank ends alike: a user's mistake is one line (from rank 0) and exit 2 on every

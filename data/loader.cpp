@@ -153,22 +153,15 @@ void DataLoader::read(std::int64_t first_sequence, int count, std::span<std::int
     const std::int64_t sequence = first_sequence + k;
     const Location at = locate(window_of(sequence));
     const ShardFile& shard = shards_[at.shard];
-    const std::uint16_t* src = shard.tokens().data() + at.offset;
     if (vocab > 0) {
-      std::uint16_t top = 0;
-      for (std::int64_t j = 0; j <= T; ++j) top = std::max(top, src[j]);
-      if (static_cast<int>(top) >= vocab) {
-        const std::int64_t j = std::find_if(src, src + T + 1, [&](std::uint16_t t) { return t >= vocab; }) - src;
-        MT_FAIL("token shard ", shard.path(), " holds token id ", src[j], " at position ", at.offset + j,
-                ", outside the vocabulary of ", vocab, " tokens (reading sequence ", sequence, ")");
-      }
+      const std::int64_t bad = shard.first_outside_vocab(at.offset, T + 1, vocab);
+      if (bad >= 0) MT_FAIL(shard.outside_vocab_message(bad, vocab), " (reading sequence ", sequence, ")");
     }
+    // The window's T + 1 ids: inputs are its first T, targets its last T.
     std::int32_t* in = inputs.data() + k * T;
     std::int32_t* out = targets.data() + k * T;
-    for (std::int64_t j = 0; j < T; ++j) {
-      in[j] = src[j];
-      out[j] = src[j + 1];
-    }
+    shard.copy(at.offset, T, in);
+    shard.copy(at.offset + 1, T, out);
   }
 }
 

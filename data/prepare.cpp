@@ -181,16 +181,19 @@ class SplitRule {
 // Accumulates one split's tokens and writes a shard each time shard_tokens are buffered.
 class SplitWriter {
  public:
-  SplitWriter(fs::path dir, std::string prefix, std::string split, std::int64_t shard_tokens, const PrepareLog& log)
+  // Shards of the version that holds vocab_size ids (shard_version_for): 1 (uint16) up to 65536.
+  SplitWriter(fs::path dir, std::string prefix, std::string split, std::int64_t shard_tokens, int vocab_size,
+              const PrepareLog& log)
       : dir_(std::move(dir)), prefix_(std::move(prefix)), split_(std::move(split)), shard_tokens_(shard_tokens),
-        log_(log) {}
+        vocab_size_(vocab_size), version_(shard_version_for(vocab_size)), log_(log) {}
 
   void append(std::span<const std::int32_t> tokens, std::int64_t document) {
     for (std::int32_t t : tokens) {
-      if (t < 0 || t > kMaxShardToken) {
-        MT_FAIL("document ", document, " encodes to token id ", t, ", which an llm.c shard (uint16) cannot hold");
+      if (t < 0 || t >= vocab_size_) {
+        MT_FAIL("document ", document, " encodes to token id ", t, ", outside the tokenizer's vocabulary of ",
+                vocab_size_);
       }
-      buffer_.push_back(static_cast<std::uint16_t>(t));
+      buffer_.push_back(t);
       if (static_cast<std::int64_t>(buffer_.size()) == shard_tokens_) flush();
     }
   }
@@ -206,7 +209,7 @@ class SplitWriter {
     // write_shard fails only on the file system (the count is bounded by shard_tokens): the disk's
     // or the directory's trouble, named with the file, not a bug.
     try {
-      write_shard(file, std::span<const std::uint16_t>(buffer_));
+      write_shard(file, std::span<const std::int32_t>(buffer_), version_, vocab_size_);
     } catch (const PrepareError&) {
       throw;
     } catch (const Error& e) {
@@ -221,8 +224,10 @@ class SplitWriter {
   fs::path dir_;
   std::string prefix_, split_;
   std::int64_t shard_tokens_;
+  int vocab_size_;
+  std::int32_t version_;
   const PrepareLog& log_;
-  std::vector<std::uint16_t> buffer_;
+  std::vector<std::int32_t> buffer_;
   std::vector<fs::path> shards_;
   std::int64_t tokens_ = 0;
 };
@@ -342,10 +347,6 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
   }
   if (options.inputs.empty()) MT_FAIL_AS(PrepareError, "no input files to prepare");
   if (options.output_dir.empty()) MT_FAIL_AS(PrepareError, "no output directory given");
-  if (tokenizer.vocab_size() > kMaxShardToken + 1) {
-    MT_FAIL("tokenizer ", tokenizer.name(), " has ", tokenizer.vocab_size(),
-            " tokens; llm.c shards store ids as uint16 and hold at most 65536");
-  }
   const std::string prefix = options.prefix.empty() ? default_prefix(options.output_dir) : options.prefix;
   if (prefix.find('/') != std::string::npos) {
     MT_FAIL_AS(PrepareError, "shard name prefix (--name) \"", prefix, "\" must not hold '/'");
@@ -377,8 +378,8 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
   summary.vocab_size = tokenizer.vocab_size();
   summary.documents = documents;
   const SplitRule rule(documents, options.val_fraction, options.split_seed);
-  SplitWriter train(options.output_dir, prefix, "train", options.shard_tokens, log);
-  SplitWriter val(options.output_dir, prefix, "val", options.shard_tokens, log);
+  SplitWriter train(options.output_dir, prefix, "train", options.shard_tokens, tokenizer.vocab_size(), log);
+  SplitWriter val(options.output_dir, prefix, "val", options.shard_tokens, tokenizer.vocab_size(), log);
   const std::int32_t eot = tokenizer.eot_token();
 
   std::int64_t index = 0;

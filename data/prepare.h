@@ -22,8 +22,10 @@
 // keeps at least one; a single document always goes to train. Each document contributes
 // [eot] + encode(text) to its split; splits are written as <prefix>_val_000000.bin and
 // <prefix>_train_000000.bin, _000001, ..., each shard holding shard_tokens tokens except the last
-// (documents continue across shard boundaries, as llm.c's fineweb.py does). Shards of earlier runs
-// with the same prefix and a higher number are removed, so find_shards never mixes runs.
+// (documents continue across shard boundaries, as llm.c's fineweb.py does): shard version 1
+// (uint16 ids) for vocabularies up to 65536 such as gpt2's, version 2 (uint32 ids) beyond, as
+// cl100k's and o200k's need. Shards of earlier runs with the same prefix and a higher number are
+// removed, so find_shards never mixes runs.
 //
 // Errors. What the caller gave that cannot be used (an option's value, an input file, the output
 // directory, the tokenizer's files) throws PrepareError, whose message() is complete for a user;
@@ -58,8 +60,8 @@ enum class TextHandling {
 };
 
 struct PrepareOptions {
-  std::string tokenizer = "gpt2";        // "gpt2" or "bytes" (make_tokenizer)
-  std::filesystem::path tokenizer_dir;   // empty: default_tokenizer_dir()
+  std::string tokenizer = "gpt2";        // "gpt2", "cl100k", "o200k" or "bytes" (make_tokenizer)
+  std::filesystem::path tokenizer_dir;   // empty: default_tokenizer_dir(tokenizer)
   std::vector<std::filesystem::path> inputs;  // text files, read in this order
   std::filesystem::path output_dir;      // created when missing
   double val_fraction = 0.1;             // in [0, 1)
@@ -92,7 +94,7 @@ using PrepareLog = std::function<void(const std::string& line)>;
 // PrepareError for: missing or malformed tokenizer files, no inputs, a missing, unreadable or
 // binary input file, an empty corpus (no documents), an output directory that cannot be created or
 // a shard that cannot be written, val_fraction outside [0, 1), shard_tokens < 1 or > 2^31-1, a
-// prefix holding '/'; Error for a tokenizer whose ids do not fit uint16.
+// prefix holding '/'; Error for a token id outside the tokenizer's vocabulary (a tokenizer's bug).
 PrepareSummary prepare_corpus(const PrepareOptions& options, const PrepareLog& log = {});
 // The same with a tokenizer already made (options.tokenizer and tokenizer_dir are ignored).
 PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& tokenizer, const PrepareLog& log = {});

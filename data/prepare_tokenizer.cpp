@@ -8,7 +8,7 @@
 namespace mt::data {
 
 PrepareSummary prepare_corpus(const PrepareOptions& options, const PrepareLog& log) {
-  const std::filesystem::path dir = options.tokenizer_dir.empty() ? default_tokenizer_dir() : options.tokenizer_dir;
+  const std::filesystem::path dir = options.tokenizer_dir.empty() ? default_tokenizer_dir(options.tokenizer) : options.tokenizer_dir;
   // make_tokenizer fails only on what it was given (the name, the files in dir): the user's to fix.
   std::unique_ptr<Tokenizer> tokenizer;
   try {

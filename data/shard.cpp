@@ -12,10 +12,12 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <system_error>
 #include <tuple>
 #include <utility>
 
+#include "data/tokenizer/tokenizer.h"  // defines: tokenizer_names, known_vocab_size
 #include "runtime/error.h"
 #include "runtime/unique_fd.h"
 
@@ -50,13 +52,17 @@ void sync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
-void write_shard_bytes(const fs::path& file, std::int64_t count, const std::uint16_t* tokens) {
+// Header + `count` ids at `tokens`: uint16 for version 1, uint32 (int32 >= 0) for version 2.
+void write_shard_bytes(const fs::path& file, std::int64_t count, const void* tokens, std::int32_t version,
+                       std::int32_t vocab_size) {
   MT_CHECK(count <= std::numeric_limits<std::int32_t>::max(), "token shard ", file, " would hold ", count,
            " tokens; the llm.c header counts at most 2^31-1");
+  const std::size_t width = version == kShardVersionUint32 ? sizeof(std::uint32_t) : sizeof(std::uint16_t);
   std::array<std::int32_t, kShardHeaderInts> header{};
   header[0] = kShardMagic;
-  header[1] = kShardVersion;
+  header[1] = version;
   header[2] = static_cast<std::int32_t>(count);
+  if (version == kShardVersionUint32) header[3] = vocab_size;
 
   static std::atomic<unsigned> counter{0};
   fs::path tmp = file;
@@ -65,7 +71,7 @@ void write_shard_bytes(const fs::path& file, std::int64_t count, const std::uint
   if (fd.get() < 0) MT_FAIL("cannot create token shard ", file, " (temporary ", tmp, "): ", errno_text(errno));
   try {
     write_all(fd.get(), header.data(), kShardHeaderBytes, file);
-    write_all(fd.get(), tokens, static_cast<std::size_t>(count) * sizeof(std::uint16_t), file);
+    write_all(fd.get(), tokens, static_cast<std::size_t>(count) * width, file);
     if (::fsync(fd.get()) != 0) MT_FAIL("cannot flush token shard ", file, ": ", errno_text(errno));
     if (::close(fd.release()) != 0) MT_FAIL("cannot close token shard ", file, ": ", errno_text(errno));
     if (::rename(tmp.c_str(), file.c_str()) != 0) {
@@ -81,17 +87,31 @@ void write_shard_bytes(const fs::path& file, std::int64_t count, const std::uint
 
 }  // namespace
 
-void write_shard(const fs::path& file, std::span<const std::uint16_t> tokens) {
-  write_shard_bytes(file, static_cast<std::int64_t>(tokens.size()), tokens.data());
+std::int32_t shard_version_for(std::int64_t vocab_size) {
+  return vocab_size <= kMaxShardToken + 1 ? kShardVersion : kShardVersionUint32;
 }
 
-void write_shard(const fs::path& file, std::span<const std::int32_t> tokens) {
+void write_shard(const fs::path& file, std::span<const std::uint16_t> tokens) {
+  write_shard_bytes(file, static_cast<std::int64_t>(tokens.size()), tokens.data(), kShardVersion, 0);
+}
+
+void write_shard(const fs::path& file, std::span<const std::int32_t> tokens, std::int32_t version,
+                 std::int32_t vocab_size) {
+  MT_CHECK(version == kShardVersion || version == kShardVersionUint32, "shard version ", version,
+           " cannot be written (1: uint16 ids, 2: uint32 ids)");
+  if (version == kShardVersionUint32) {
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0) MT_FAIL("cannot write token shard ", file, ": token ", i, " is ", tokens[i], ", a negative id");
+    }
+    write_shard_bytes(file, static_cast<std::int64_t>(tokens.size()), tokens.data(), version, vocab_size);
+    return;
+  }
   std::vector<std::uint16_t> narrow(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     std::int32_t t = tokens[i];
     if (t < 0 || t > kMaxShardToken) {
       MT_FAIL("cannot write token shard ", file, ": token ", i, " is ", t,
-              ", outside [0, 65535] (llm.c shards store ids as uint16)");
+              ", outside [0, 65535] (llm.c shards of version 1 store ids as uint16; version 2 stores uint32)");
     }
     narrow[i] = static_cast<std::uint16_t>(t);
   }
@@ -127,27 +147,38 @@ ShardFile ShardFile::open(const fs::path& file) {
 
   std::array<std::int32_t, kShardHeaderInts> header{};
   std::memcpy(header.data(), map, kShardHeaderBytes);
+  if (header[0] == kLlmcLlama3Magic && header[1] == kLlmcLlama3Version) {
+    header[0] = kShardMagic;  // llm.c's uint32 layout is version 2's, without the vocabulary
+    header[1] = kShardVersionUint32;
+    header[3] = 0;
+  }
   if (header[0] != kShardMagic) {
     MT_FAIL(file, " is not an llm.c token shard: it starts with ", header[0], ", not the magic number ", kShardMagic);
   }
-  if (header[1] != kShardVersion) {
-    MT_FAIL("token shard ", file, " has version ", header[1], "; this reader supports llm.c shard version ",
-            kShardVersion, " (uint16 tokens) only");
+  if (header[1] != kShardVersion && header[1] != kShardVersionUint32) {
+    MT_FAIL("token shard ", file, " has version ", header[1], "; this reader supports llm.c shard versions ",
+            kShardVersion, " (uint16 tokens) and ", kShardVersionUint32, " (uint32 tokens)");
   }
+  shard.version_ = header[1];
+  shard.wide_ = header[1] == kShardVersionUint32;
+  shard.written_vocab_ = shard.wide_ ? std::max(header[3], 0) : 0;
   const std::int64_t count = header[2];
   if (count < 0) MT_FAIL("token shard ", file, " is corrupt: its header gives a negative token count ", count);
-  const std::uint64_t want = static_cast<std::uint64_t>(count) * sizeof(std::uint16_t);
+  const std::uint64_t width = shard.wide_ ? sizeof(std::uint32_t) : sizeof(std::uint16_t);
+  const std::uint64_t want = static_cast<std::uint64_t>(count) * width;
   const std::uint64_t have = bytes - kShardHeaderBytes;
+  // Version 1's messages stay as they were; a wide shard says what its sizes count.
+  const std::string kind = shard.wide_ ? " (version " + std::to_string(shard.version_) + ", uint32 tokens)" : "";
   if (have < want) {
-    MT_FAIL("token shard ", file, " is truncated: its header says ", count, " tokens (", want,
+    MT_FAIL("token shard ", file, kind, " is truncated: its header says ", count, " tokens (", want,
             " bytes after the header) but the file holds ", have, " bytes after the header");
   }
   if (have > want) {
-    MT_FAIL("token shard ", file, " has ", have - want, " trailing bytes after the ", count,
+    MT_FAIL("token shard ", file, kind, " has ", have - want, " trailing bytes after the ", count,
             " tokens its header announces");
   }
   shard.count_ = count;
-  shard.tokens_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
+  shard.tokens_ = static_cast<const char*>(map) + kShardHeaderBytes;
   return shard;
 }
 
@@ -156,7 +187,10 @@ ShardFile::ShardFile(ShardFile&& other) noexcept
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)),
-      count_(std::exchange(other.count_, 0)) {}
+      count_(std::exchange(other.count_, 0)),
+      version_(std::exchange(other.version_, 0)),
+      wide_(std::exchange(other.wide_, false)),
+      written_vocab_(std::exchange(other.written_vocab_, 0)) {}
 
 ShardFile& ShardFile::operator=(ShardFile&& other) noexcept {
   if (this != &other) {
@@ -166,6 +200,9 @@ ShardFile& ShardFile::operator=(ShardFile&& other) noexcept {
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
     count_ = std::exchange(other.count_, 0);
+    version_ = std::exchange(other.version_, 0);
+    wide_ = std::exchange(other.wide_, false);
+    written_vocab_ = std::exchange(other.written_vocab_, 0);
   }
   return *this;
 }
@@ -174,16 +211,67 @@ ShardFile::~ShardFile() {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
 }
 
+std::span<const std::uint16_t> ShardFile::tokens() const {
+  MT_CHECK(!wide_, "token shard ", path_, " holds uint32 ids (version ", version_, "): read them with tokens32()");
+  return {static_cast<const std::uint16_t*>(tokens_), static_cast<std::size_t>(count_)};
+}
+
+std::span<const std::uint32_t> ShardFile::tokens32() const {
+  MT_CHECK(wide_, "token shard ", path_, " holds uint16 ids (version ", version_, "): read them with tokens()");
+  return {static_cast<const std::uint32_t*>(tokens_), static_cast<std::size_t>(count_)};
+}
+
+void ShardFile::copy(std::int64_t offset, std::int64_t count, std::int32_t* out) const {
+  if (wide_) {
+    const std::uint32_t* src = static_cast<const std::uint32_t*>(tokens_) + offset;
+    for (std::int64_t j = 0; j < count; ++j) out[j] = static_cast<std::int32_t>(src[j]);
+  } else {
+    const std::uint16_t* src = static_cast<const std::uint16_t*>(tokens_) + offset;
+    for (std::int64_t j = 0; j < count; ++j) out[j] = src[j];
+  }
+}
+
+namespace {
+
+// The index of the first id >= vocab_size in `ids` (a vectorizing pass for the maximum first), or -1.
+template <typename T>
+std::int64_t first_outside(std::span<const T> ids, std::int64_t vocab_size) {
+  T top = 0;
+  for (T t : ids) top = std::max(top, t);
+  if (static_cast<std::int64_t>(top) < vocab_size) return -1;
+  return std::find_if(ids.begin(), ids.end(), [&](T t) { return static_cast<std::int64_t>(t) >= vocab_size; }) -
+         ids.begin();
+}
+
+}  // namespace
+
+std::int64_t ShardFile::first_outside_vocab(std::int64_t offset, std::int64_t count, int vocab_size) const {
+  const auto at = static_cast<std::size_t>(offset), n = static_cast<std::size_t>(count);
+  const std::int64_t bad = wide_ ? first_outside(tokens32().subspan(at, n), vocab_size)
+                                 : first_outside(tokens().subspan(at, n), vocab_size);
+  return bad < 0 ? -1 : offset + bad;
+}
+
+std::string ShardFile::outside_vocab_message(std::int64_t position, int vocab_size) const {
+  const std::int64_t id = wide_ ? std::int64_t{tokens32()[static_cast<std::size_t>(position)]}
+                                : std::int64_t{tokens()[static_cast<std::size_t>(position)]};
+  std::ostringstream message;  // the path quoted, as every other shard error gives it
+  message << "token shard " << path_ << " holds token id " << id << " at position " << position
+          << ", outside the vocabulary of " << vocab_size << " tokens";
+  if (written_vocab_ > 0) {
+    message << " (the shard was written by a tokenizer of " << written_vocab_ << " tokens";
+    for (const std::string& name : tokenizer_names()) {
+      if (known_vocab_size(name) == written_vocab_) message << ": --tokenizer " << name;
+    }
+    message << ")";
+  }
+  return message.str();
+}
+
 void ShardFile::check_vocab(int vocab_size) const {
   MT_CHECK(vocab_size > 0, "vocabulary size must be positive, got ", vocab_size);
-  auto ids = tokens();
-  // Fast pass (vectorizes): the maximum; the slow search only when something is out of range.
-  std::uint16_t top = 0;
-  for (std::uint16_t t : ids) top = std::max(top, t);
-  if (static_cast<int>(top) < vocab_size) return;
-  auto bad = std::find_if(ids.begin(), ids.end(), [&](std::uint16_t t) { return static_cast<int>(t) >= vocab_size; });
-  MT_FAIL("token shard ", path_, " holds token id ", *bad, " at position ", bad - ids.begin(),
-          ", outside the vocabulary of ", vocab_size, " tokens");
+  const std::int64_t bad = first_outside_vocab(0, count_, vocab_size);
+  if (bad >= 0) MT_FAIL(outside_vocab_message(bad, vocab_size));
 }
 
 std::vector<std::uint16_t> read_shard(const fs::path& file, int vocab_size) {
@@ -191,6 +279,14 @@ std::vector<std::uint16_t> read_shard(const fs::path& file, int vocab_size) {
   if (vocab_size > 0) shard.check_vocab(vocab_size);
   auto ids = shard.tokens();
   return {ids.begin(), ids.end()};
+}
+
+std::vector<std::int32_t> read_shard_ids(const fs::path& file, int vocab_size) {
+  ShardFile shard = ShardFile::open(file);
+  if (vocab_size > 0) shard.check_vocab(vocab_size);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(shard.size()));
+  shard.copy(0, shard.size(), ids.data());
+  return ids;
 }
 
 // --- finding shards ----------------------------------------------------------------------------

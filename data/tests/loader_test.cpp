@@ -280,6 +280,27 @@ TEST(LoaderTest, MillionsOfWindowsCostNothingUpFront) {
   EXPECT_GE(window_permutation(n - 1, n, 7, 1'000'000), 0);
 }
 
+TEST(LoaderTest, ReadsVersion2ShardsAndChecksTheirIds) {
+  ScratchDir dir;
+  std::vector<std::int32_t> t(41);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = 100000 + static_cast<std::int32_t>(i);
+  t[35] = 100277;  // beyond cl100k's vocabulary, in the last window
+  write_shard(dir / "cl_train_000000.bin", std::span<const std::int32_t>(t), kShardVersionUint32, 100277);
+  LoaderOptions o = opts(0, false);
+  o.vocab_size = 100277;
+  const DataLoader loader({dir / "cl_train_000000.bin"}, o);
+  ASSERT_EQ(loader.sequences_per_epoch(), 4);
+  std::vector<std::int32_t> in(2 * kT), tg(2 * kT);
+  loader.read(0, 2, in, tg);
+  EXPECT_EQ(in[0], 100000);
+  EXPECT_EQ(tg[0], 100001);
+  EXPECT_EQ(in[kT], 100000 + kT);
+  EXPECT_EQ(tg[2 * kT - 1], 100000 + 2 * kT);
+  const std::string msg = error_of([&] { loader.read(3, 1, std::span(in).first(kT), std::span(tg).first(kT)); });
+  EXPECT_TRUE(contains(msg, "holds token id 100277 at position 35, outside the vocabulary of 100277 tokens")) << msg;
+  EXPECT_TRUE(contains(msg, "(reading sequence 3)")) << msg;
+}
+
 TEST(LoaderTest, ReadingABatchOf4x1024TakesMicroseconds) {
   ScratchDir dir;
   std::vector<std::uint16_t> t(1 << 20);

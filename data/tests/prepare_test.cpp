@@ -415,6 +415,78 @@ TEST(PrepareTest, WithGpt2TokensDecodeToTheDocuments) {
   EXPECT_EQ(kept.invalid_utf8_files, 1);
 }
 
+// A tokenizer beyond uint16: each byte b is id 65536 + b, eot is 0, vocabulary 65536 + 256.
+class FakeWideTokenizer final : public Tokenizer {
+ public:
+  std::string name() const override { return "fake-wide"; }
+  int vocab_size() const override { return 65536 + 256; }
+  std::int32_t eot_token() const override { return 0; }
+  std::vector<std::int32_t> encode(std::string_view text) const override {
+    std::vector<std::int32_t> ids;
+    for (char c : text) ids.push_back(65536 + static_cast<unsigned char>(c));
+    return ids;
+  }
+  std::string decode(std::span<const std::int32_t> tokens) const override {
+    std::string text;
+    for (std::int32_t t : tokens) text += static_cast<char>(t - 65536);
+    return text;
+  }
+};
+
+TEST(PrepareTest, AVocabularyBeyond65536WritesVersion2Shards) {
+  ScratchDir dir;
+  const Corpus corpus = make_corpus(dir.path());
+  const FakeWideTokenizer wide;
+  const PrepareSummary s = prepare_corpus(options_for(corpus, dir / "wide"), wide);
+  EXPECT_EQ(s.vocab_size, 65536 + 256);
+  ASSERT_FALSE(s.train_shards.empty());
+  const ShardFile shard = ShardFile::open(s.train_shards[0]);
+  EXPECT_EQ(shard.version(), 2);
+  EXPECT_EQ(shard.written_vocab(), 65536 + 256);
+  const std::vector<std::int32_t> ids = read_shard_ids(s.train_shards[0], wide.vocab_size());
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[1], 65536 + 'F');  // "Fortune number 0." or another document: each starts with a letter
+  // The bytes tokenizer still writes version 1, as llm.c does.
+  const PrepareSummary narrow = prepare_corpus(options_for(corpus, dir / "narrow"), FakeByteTokenizer());
+  EXPECT_EQ(ShardFile::open(narrow.train_shards[0]).version(), 1);
+}
+
+TEST(PrepareTest, WithCl100kTokensDecodeToTheDocuments) {
+  const fs::path ranks = default_tokenizer_dir("cl100k");
+  if (!fs::exists(ranks / "cl100k_base.tiktoken")) {
+    GTEST_SKIP() << "no cl100k_base.tiktoken in " << ranks << " (scripts/fetch_tiktoken.sh)";
+  }
+  ScratchDir dir;
+  const Corpus corpus = make_corpus(dir.path());
+  PrepareOptions o = options_for(corpus, dir / "cl100k");
+  o.tokenizer = "cl100k";
+  o.tokenizer_dir = ranks;
+  const PrepareSummary s = prepare_corpus(o);
+  EXPECT_EQ(s.vocab_size, 100277);
+  const auto cl100k = make_tokenizer("cl100k", ranks);
+  std::vector<std::string> docs;
+  for (const auto* shards : {&s.train_shards, &s.val_shards}) {
+    for (const fs::path& file : *shards) {
+      EXPECT_EQ(ShardFile::open(file).version(), 2);
+      const std::vector<std::int32_t> ids = read_shard_ids(file, cl100k->vocab_size());
+      ASSERT_FALSE(ids.empty());
+      EXPECT_EQ(ids[0], 100257);
+      std::size_t begin = 1;
+      for (std::size_t i = 1; i <= ids.size(); ++i) {
+        if (i == ids.size() || ids[i] == 100257) {
+          docs.push_back(cl100k->decode(std::span<const std::int32_t>(ids.data() + begin, i - begin)));
+          begin = i + 1;
+        }
+      }
+    }
+  }
+  std::vector<std::string> expect = corpus.documents;
+  std::sort(docs.begin(), docs.end());
+  std::sort(expect.begin(), expect.end());
+  EXPECT_EQ(docs, expect);
+}
+
 TEST(PrepareTest, DefaultCorpusListsFortuneTextFilesOnly) {
   ScratchDir dir;
   write_bytes(dir / "zen", "a\n%\n");

@@ -93,11 +93,75 @@ TEST(ShardTest, WrongMagicSaysWhatWasFound) {
 }
 
 TEST(ShardTest, UnsupportedVersion) {
+  // Version 2 (uint32 ids) is supported now: 3 is the first version this reader does not know.
   ScratchDir dir;
-  write_bytes(dir / "v.bin", raw_shard(kShardMagic, 2, 2, {1, 2}));
+  write_bytes(dir / "v.bin", raw_shard(kShardMagic, 3, 2, {1, 2}));
   const std::string msg = error_of([&] { ShardFile::open(dir / "v.bin"); });
   EXPECT_TRUE(contains(msg, "v.bin")) << msg;
-  EXPECT_TRUE(contains(msg, "version 2")) << msg;
+  EXPECT_TRUE(contains(msg, "version 3")) << msg;
+}
+
+TEST(ShardTest, Version2HoldsUint32IdsAndTheWritersVocabulary) {
+  ScratchDir dir;
+  const std::vector<std::int32_t> ids = {100257, 0, 65535, 65536, 100276, 2147483647};
+  const fs::path file = dir / "cl_train_000000.bin";
+  write_shard(file, std::span<const std::int32_t>(ids), kShardVersionUint32, 100277);
+  EXPECT_EQ(fs::file_size(file), kShardHeaderBytes + 4 * ids.size());
+  const std::string bytes = testing::read_bytes(file);
+  std::int32_t header[5];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 2);
+  EXPECT_EQ(header[2], 6);
+  EXPECT_EQ(header[3], 100277);
+  EXPECT_EQ(header[4], 0);
+  EXPECT_EQ(read_shard_ids(file), ids);
+
+  ShardFile shard = ShardFile::open(file);
+  EXPECT_EQ(shard.version(), 2);
+  EXPECT_TRUE(shard.wide());
+  EXPECT_EQ(shard.written_vocab(), 100277);
+  EXPECT_EQ(shard.tokens32()[3], 65536u);
+  std::vector<std::int32_t> window(3);
+  shard.copy(2, 3, window.data());
+  EXPECT_EQ(window, (std::vector<std::int32_t>{65535, 65536, 100276}));
+  EXPECT_TRUE(contains(error_of([&] { shard.tokens(); }), "uint32"));
+  // The vocabulary check names the id, the position, the vocabulary and what the shard was written for.
+  const std::string msg = error_of([&] { shard.check_vocab(50257); });
+  EXPECT_TRUE(contains(msg, "cl_train_000000.bin\" holds token id 100257 at position 0, outside the vocabulary of "
+                            "50257 tokens (the shard was written by a tokenizer of 100277 tokens: --tokenizer cl100k)")) << msg;
+  EXPECT_TRUE(contains(error_of([&] { read_shard_ids(file, 100277); }), "token id 2147483647 at position 5"));
+  // Version 1 stays what it was: read_shard_ids reads it too.
+  write_shard(dir / "v1.bin", std::span<const std::int32_t>(std::vector<std::int32_t>{7, 65535}));
+  EXPECT_EQ(ShardFile::open(dir / "v1.bin").version(), 1);
+  EXPECT_EQ(read_shard_ids(dir / "v1.bin"), (std::vector<std::int32_t>{7, 65535}));
+  EXPECT_TRUE(contains(error_of([&] {
+    write_shard(dir / "neg.bin", std::span<const std::int32_t>(std::vector<std::int32_t>{-5}), kShardVersionUint32);
+  }), "-5"));
+  EXPECT_EQ(shard_version_for(256), 1);
+  EXPECT_EQ(shard_version_for(65536), 1);
+  EXPECT_EQ(shard_version_for(65537), 2);
+}
+
+TEST(ShardTest, Version2SizesAreCheckedInUint32s) {
+  ScratchDir dir;
+  // 2 uint16 payload values are 4 bytes: one uint32 token, not the 2 the header announces.
+  write_bytes(dir / "v2.bin", raw_shard(kShardMagic, 2, 2, {1, 2}));
+  const std::string msg = error_of([&] { ShardFile::open(dir / "v2.bin"); });
+  EXPECT_TRUE(contains(msg, "(version 2, uint32 tokens) is truncated")) << msg;
+  EXPECT_TRUE(contains(msg, "8 bytes after the header")) << msg;
+  write_bytes(dir / "v2t.bin", raw_shard(kShardMagic, 2, 1, {1, 2, 3}));
+  EXPECT_TRUE(contains(error_of([&] { ShardFile::open(dir / "v2t.bin"); }), "2 trailing bytes"));
+}
+
+TEST(ShardTest, ReadsLlmcsOwnUint32Shards) {
+  // llm.c's Llama 3 shards: magic 20240801, version 7, uint32 ids (dev/data/data_common.py).
+  ScratchDir dir;
+  write_bytes(dir / "l3.bin", raw_shard(20240801, 7, 2, {0x0001, 0x0002, 0x86A1, 0x0001}));
+  const ShardFile shard = ShardFile::open(dir / "l3.bin");
+  EXPECT_TRUE(shard.wide());
+  EXPECT_EQ(shard.written_vocab(), 0);
+  EXPECT_EQ(read_shard_ids(dir / "l3.bin"), (std::vector<std::int32_t>{0x00020001, 0x000186A1}));
 }
 
 TEST(ShardTest, TruncatedPayload) {

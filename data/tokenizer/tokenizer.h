@@ -18,10 +18,11 @@ namespace mt::data {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string name() const = 0;   // "gpt2" or "bytes"
-  virtual int vocab_size() const = 0;     // 50257 or 256
-  virtual std::int32_t eot_token() const = 0;  // separates documents: <|endoftext|> (50256), or 0 for bytes
-  // Any bytes in. gpt2 reads invalid UTF-8 as U+FFFD per maximal subpart, as JavaScript does
+  virtual std::string name() const = 0;   // "gpt2", "cl100k", "o200k" or "bytes"
+  virtual int vocab_size() const = 0;     // 50257, 100277, 200019 or 256 (the largest id + 1)
+  // Separates documents: <|endoftext|> (50256, 100257, 199999), or 0 for bytes.
+  virtual std::int32_t eot_token() const = 0;
+  // Any bytes in. gpt2, cl100k and o200k read invalid UTF-8 as U+FFFD per maximal subpart, as JavaScript does
   // (fs.readFileSync(f, 'utf8'), TextDecoder), so decode(encode(s)) == s only for valid UTF-8; bytes
   // keeps every byte. A literal "<|endoftext|>" in the text is ordinary text, not eot_token().
   virtual std::vector<std::int32_t> encode(std::string_view text) const = 0;
@@ -30,12 +31,20 @@ class Tokenizer {
   virtual std::string decode(std::span<const std::int32_t> tokens) const = 0;
 };
 
-// "gpt2" (files encoder.json and vocab.bpe in `dir`) or "bytes" (no files). Unknown names, missing
-// or malformed files throw Error naming the file and what is wrong.
+// "gpt2" (files encoder.json and vocab.bpe in `dir`), "cl100k" (cl100k_base.tiktoken), "o200k"
+// (o200k_base.tiktoken) or "bytes" (no files). Unknown names, missing or malformed files throw Error
+// naming the file and what is wrong.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::filesystem::path& dir);
 
-// $MESHTRAIN_TOKENIZER_DIR if set, else the directory scripts/fetch_tokenizer.sh fills
-// (<source>/assets/gpt2, compiled in).
+// GPT-2's files: $MESHTRAIN_TOKENIZER_DIR if set, else the directory scripts/fetch_tokenizer.sh
+// fills (<source>/assets/gpt2, compiled in).
 std::filesystem::path default_tokenizer_dir();
+// The files of tokenizer `name`: default_tokenizer_dir() for gpt2; <source>/assets/cl100k or
+// assets/o200k (scripts/fetch_tiktoken.sh) for those; empty for bytes.
+std::filesystem::path default_tokenizer_dir(const std::string& name);
+
+std::vector<std::string> tokenizer_names();  // {"gpt2", "cl100k", "o200k", "bytes"}
+// The vocab_size() of tokenizer `name` without reading any file; 0 for an unknown name.
+int known_vocab_size(const std::string& name);
 
 }  // namespace mt::data
