@@ -49,7 +49,7 @@ Timing run_steps(DeviceContext& ctx, Gpt& model, AdamW& opt, int B, int T, int w
   for (int s = 0; s < warmup + steps; ++s) {
     watch.restart();
     model.parameters().zero_grads(ctx);
-    model.forward(inputs, targets, B, T);
+    model.forward(inputs, targets, B, T, 1.0f);
     ctx.synchronize();
     const double f = watch.seconds();
     watch.restart();
