@@ -100,7 +100,7 @@ TEST(Memory, ZeroBubbleCountsWhatBKeepsForW) {
   for (int stage : {0, 1}) {
     const MemoryBreakdown a = estimate_stage_memory(m, t, fused, Cluster{}, slots, stage);
     const MemoryBreakdown b = estimate_stage_memory(m, t, split, Cluster{}, slots, stage);
-    const double per_slot = 2 * (4 * NC + 3 * NC) + (stage == 1 ? NC : 0.0);  // stage 1 has the head
+    const double per_slot = 2 * (4 * NC + 3 * NC);  // the head's dlnf (stage 1) is the slot's already
     EXPECT_EQ(a.deferred_weight, 0.0);
     EXPECT_EQ(b.deferred_weight, slots[stage][0] * per_slot) << "stage " << stage;
     EXPECT_EQ(b.activations - a.activations, b.deferred_weight);
@@ -124,7 +124,7 @@ TEST(Memory, ZeroBubbleVPutsTheEmbeddingAndTheHeadOnStageZero) {
   const MemoryBreakdown s0 = estimate_stage_memory(m, t, plan, Cluster{}, slots, 0);
   const MemoryBreakdown s1 = estimate_stage_memory(m, t, plan, Cluster{}, slots, 1);
   const Layout& resolved = plan.layout();
-  EXPECT_EQ(s0.logits, slots[0][1] * logits_bytes(m, t, resolved));  // the head is stage 0's chunk 1
+  EXPECT_EQ(s0.logits, logits_bytes(m, t, resolved, true));  // the head is stage 0's chunk 1: one chunk
   EXPECT_EQ(s1.logits, 0.0);
   const double head = weight_inputs_bytes(m, t, resolved, 1, true), layer = weight_inputs_bytes(m, t, resolved, 1, false);
   EXPECT_EQ(s0.activations, slots[0][0] * (slot_bytes(m, t, resolved, 1, true, false) + layer) +
