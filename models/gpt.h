@@ -136,7 +136,9 @@ class Gpt {
   Tensor input_buffer(int chunk, int micro, int B, int T);
   // Runs the chunk. The embedding chunk reads `inputs`, the head chunk `targets` and returns the
   // mean loss (others return 0 and may pass empty spans); loss_weight as for forward() (the head
-  // chunk makes its gradients with it; the other chunks do nothing with it).
+  // chunk makes its gradients with it; the other chunks do nothing with it). The head's gradient is
+  // in the parameters' from here on, released or not: a second training forward of the same slot
+  // before its backward is an error.
   float forward_chunk(int chunk, int micro, int B, int T, std::span<const std::int32_t> inputs,
                       std::span<const std::int32_t> targets, std::optional<float> loss_weight);
   Tensor output(int chunk, int micro) const;             // the activation for the next stage
