@@ -134,12 +134,12 @@ class BucketedBackward {
 
   void forward() {
     model_.parameters().zero_grads(ctx_);
-    model_.forward(inputs_, targets_, batch_, seq_len_);
+    model_.forward(inputs_, targets_, batch_, seq_len_, 1.0f);
     ctx_.synchronize();
   }
   void backward(GradReducer* reducer = nullptr) {
     if (reducer != nullptr) {
-      model_.backward(1.0f, [reducer](std::size_t p) { reducer->mark_ready(static_cast<int>(p)); });
+      model_.backward([reducer](std::size_t p) { reducer->mark_ready(static_cast<int>(p)); });
     } else {
       model_.backward();
     }

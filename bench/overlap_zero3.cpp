@@ -32,7 +32,7 @@ class Zero3Model {
   void step(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T) {
     shards_.zero_owned_grads();
     shards_.start_round(0);
-    model_.forward(inputs, targets, B, T);
+    model_.forward(inputs, targets, B, T, 1.0f);
     model_.backward();
     shards_.finish_round();
     ctx_.synchronize();

@@ -17,6 +17,7 @@
 #include "launch/path_option.h"
 #include "launch/table.h"
 #include "models/gpt.h"
+#include "models/head_chunks.h"
 #include "runtime/gemm_rate.h"
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
@@ -49,7 +50,7 @@ Timing run_steps(DeviceContext& ctx, Gpt& model, AdamW& opt, int B, int T, int w
   for (int s = 0; s < warmup + steps; ++s) {
     watch.restart();
     model.parameters().zero_grads(ctx);
-    model.forward(inputs, targets, B, T);
+    model.forward(inputs, targets, B, T, 1.0f);
     ctx.synchronize();
     const double f = watch.seconds();
     watch.restart();
@@ -149,7 +150,7 @@ struct ModelRun {
   // The allocator's peak over the steps less what it held before them (parameters, gradients,
   // AdamW's moments): activations, scratch and a step's temporary buffers, as allocated.
   double activation_peak = 0;
-  double logits = 0;  // of it: the head's [B T, Vp] logits, which no recompute mode drops
+  double logits = 0;  // of it: the head's one chunk of logits [R, Vp] (models/head_chunks.h), which no recompute mode drops
 };
 
 // One preset: its model and optimizer built, its steps timed, on a fresh device context (so that
@@ -170,8 +171,10 @@ ModelRun run_model(const TrainOptions& o, const std::string& name, Recompute rec
   const double held = static_cast<double>(ctx.allocator().stats().in_use);
   run.time = run_steps(ctx, model, opt, o.batch, o.seq_len, o.warmup, o.steps);
   run.activation_peak = static_cast<double>(ctx.allocator().stats().peak) - held;
-  run.logits = static_cast<double>(o.batch) * o.seq_len * static_cast<double>(run.config.vocab_rows()) *
-               static_cast<double>(dtype_size(o.compute));
+  const std::int64_t rows = static_cast<std::int64_t>(o.batch) * o.seq_len;
+  const auto elem = static_cast<std::int64_t>(dtype_size(o.compute));
+  run.logits = static_cast<double>(head_chunk_rows(rows, run.config.vocab_rows(), elem, ctx.device().is_cuda())) *
+               static_cast<double>(run.config.vocab_rows()) * static_cast<double>(elem);
   run.tokens = static_cast<double>(o.batch) * o.seq_len;
   run.flops = run.tokens * run.config.training_flops_per_token(o.seq_len) / run.time.total();
   run.peak_rss = peak_rss_bytes();
@@ -191,7 +194,7 @@ std::vector<std::string> table_cells(const ModelRun& r, const ModelRun& first, d
           format_cell("%.1f MiB", (r.activation_peak - r.logits) / MiB),
           format_cell("x%.2f time", t.total() / first.time.total()) +
               format_cell(", /%.2f act", first.activation_peak / r.activation_peak) +
-              format_cell(", /%.2f w/o logits", (first.activation_peak - first.logits) / (r.activation_peak - r.logits)),
+              format_cell(", /%.2f w/o head chunk", (first.activation_peak - first.logits) / (r.activation_peak - r.logits)),
           format_cell("%.2f GiB", r.peak_rss / (1024.0 * 1024 * 1024))};
 }
 
@@ -203,7 +206,7 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
   row["model"] = r.name;
   row["recompute"] = recompute_name(r.recompute);
   row["activation_peak_bytes"] = r.activation_peak;
-  row["logits_bytes"] = r.logits;
+  row["head_chunk_bytes"] = r.logits;
   row["params"] = r.config.real_parameter_count();
   row["tokens_per_step"] = r.tokens;
   row["step_s"] = r.time.total();
@@ -239,7 +242,7 @@ int train_bench(const std::vector<std::string>& args) {
               sgemm / 1e9);
 
   TextTable table({"model", "recompute", "params", "tokens", "step ms", "fwd ms", "bwd ms", "opt ms", "tokens/s",
-                   "GFLOP/s", "MFU", "act peak", "w/o logits", "vs first mode", "peak RSS"});
+                   "GFLOP/s", "MFU", "act peak", "w/o head chunk", "vs first mode", "peak RSS"});
   for (const std::string& name : o.models) {
     std::vector<ModelRun> runs;
     for (Recompute mode : o.recompute) {
@@ -250,7 +253,8 @@ int train_bench(const std::vector<std::string>& args) {
   }
   std::printf("%s", table.render().c_str());
   std::printf("act peak = the allocator's peak over the steps less what parameters, gradients and AdamW held "
-              "before them;\n  w/o logits: less the head's [B T, Vp] logits (a slot keeps them whatever --recompute says)\n");
+              "before them;\n  w/o head chunk: less the LM head's one row chunk of logits [R, Vp] (its scratch, "
+              "whatever --recompute says; no slot keeps the logits)\n");
   std::printf("MFU = model FLOPs (6 x matmul parameters x tokens + attention) / step time / fp32 GEMM rate%s\n",
               o.compute == DType::BF16 ? " (bf16 products can beat it: MFU > 1 is possible)" : "");
   return 0;

@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "models/head_chunks.h"
 #include "models/init.h"
 #include "runtime/gemm.h"
 #include "runtime/kernels.h"
@@ -78,11 +79,16 @@ struct Gpt::Slot {
   Tensor tokens, targets;
   std::vector<Tensor> residual;
   std::vector<LayerActs> blocks;  // what recompute drops stays undefined
-  Tensor lnf, lnf_mean, lnf_rstd, logits, losses, lse;  // the head chunk only
+  // The head chunk only: lnf's statistics, the per-row losses and log-sum-exps; dlnf, the gradient
+  // at lnf's output a training forward leaves ([N, C], this rank's part: dlogits wte over its
+  // vocabulary slice), summed over tp by the backward (in place; with sequence parallelism
+  // reduce-scattered into the scratch, or by a split backward's B into dlnf_local for W).
+  Tensor lnf_mean, lnf_rstd, losses, lse, dlnf;
+  Tensor logits;  // [N, Vp/tp]: forward_logits (sampling) only, allocated by its first call
   // The gradient flowing through the chunk: received from the next stage (or started by the head),
   // and after backward the gradient of the chunk's input, to send back.
   Tensor dres;
-  bool have_targets = false;
+  bool head_gradient = false;  // dlnf holds a training forward's gradient no backward has used yet
   // Where the backward stands: not run; B done and W pending (split); done (fused, or B and W).
   enum class Backward { NotRun, WeightsPending, Done };
   Backward backward = Backward::NotRun;
@@ -90,7 +96,7 @@ struct Gpt::Slot {
   // per block the residual gradient at the MLP's and the attention's output, the layernorms'
   // upstream gradients, dqkv. Allocated at the slot's first B and kept in the pool with it.
   std::vector<LayerGrads> grads;  // empty with recompute: WeightInputs holds them
-  Tensor dlnf;  // the head chunk only
+  Tensor dlnf_local;  // the head chunk with sequence parallelism only: B's dlnf, this rank's rows
   Tensor demb;  // the embedding chunk with sequence parallelism only: dres gathered ([B*T, C])
   std::int64_t bytes = 0;
   // With recompute, what a split backward's B recomputes for its W (taken at B, given back at W).
@@ -111,6 +117,8 @@ struct Gpt::Scratch {
   int B = 0, T = 0;
   Tensor branch, dln, datty, dqkv, dfch;
   Tensor row_max, sum_exp, target_logit;  // vocab-parallel loss statistics
+  // The head's logits of one chunk of rows, [R, Vp/tp], then their gradient (models/head_chunks.h).
+  Tensor head_logits;
   // With recompute, one layer's worth of what the slots do not keep, shared by every layer: the
   // forward writes it and moves on, backward recomputes into it.
   LayerActs layer;
@@ -302,6 +310,7 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
     w->sum_exp = make({N}, DType::F32);
     w->target_logit = make({N}, DType::F32);
   }
+  if (partition_.head) w->head_logits = make({head_rows_per_chunk(N), partition_.vocab_rows_local(config_)}, act);
   scratch_ = std::move(w);
   return *scratch_;
 }
@@ -348,16 +357,15 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     for (int l = 0; l < info.layers.size(); ++l)
       a.blocks.push_back(new_layer(slot_fields(options_.recompute), B, T, a.bytes));
     if (info.head) {
-      a.lnf = act({N, C});  // gathered with sequence parallelism: the LM head's GEMMs read every row
       a.lnf_mean = f32({R});
       a.lnf_rstd = f32({R});
-      a.logits = act({N, partition_.vocab_rows_local(config_)});
       a.losses = f32({N});
       a.lse = f32({N});
+      a.dlnf = act({N, C});  // every row: this rank's part of the sum over the vocabulary slices
     }
     a.dres = act({R, C});
   }
-  slot->have_targets = false;
+  slot->head_gradient = false;
   slot->backward = Slot::Backward::NotRun;
   Slot& s = *slot;
   live_[key] = std::move(slot);
@@ -554,42 +562,81 @@ void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) 
   }
 }
 
-void Gpt::head_logits(Slot& s) {
-  const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::Forward);
-  const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Forward);
-  if (!options_.sequence_parallel) {
-    lnf_.forward(ctx_, s.residual.back(), s.lnf, s.lnf_mean, s.lnf_rstd);
-  } else {
-    Scratch& w = scratch(s.B, s.T);
-    lnf_.forward(ctx_, s.residual.back(), w.branch_local, s.lnf_mean, s.lnf_rstd);
-    tp_.sequence_gather_forward(ctx_, w.branch_local, s.lnf);
-  }
-  // logits = lnf wte^T over this rank's vocabulary rows (padding columns are ignored by the loss).
-  matmul(ctx_, s.lnf, false, store_.compute_param(static_cast<std::size_t>(wte_)), true, s.logits);
+std::int64_t Gpt::head_rows_per_chunk(std::int64_t rows) const {
+  return head_chunk_rows(rows, partition_.vocab_rows_local(config_), static_cast<std::int64_t>(dtype_size(compute_dtype())),
+                         ctx_.device().is_cuda(), options_.head_chunk_rows);
 }
 
-float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets) {
+const Tensor& Gpt::head_input(Slot& s, Scratch& w) {
+  const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Forward);
+  if (!options_.sequence_parallel) {
+    lnf_.forward(ctx_, s.residual.back(), w.branch, s.lnf_mean, s.lnf_rstd);
+    return w.branch;
+  }
+  // The LM head's GEMMs read every row: gathered.
+  lnf_.forward(ctx_, s.residual.back(), w.branch_local, s.lnf_mean, s.lnf_rstd);
+  tp_.sequence_gather_forward(ctx_, w.branch_local, w.full);
+  return w.full;
+}
+
+// The losses and log-sum-exps of one chunk of rows, starting at row first_row.
+void Gpt::chunk_loss(Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse, Scratch& w,
+                     std::int64_t first_row) {
+  if (!tp_.active()) {
+    nn::cross_entropy_forward(ctx_, logits, targets, config_.vocab_size, losses, lse);
+    return;
+  }
+  // The softmax over the whole vocabulary from per-slice statistics: a max, a sum of exponentials
+  // and the target's logit, each one allreduce of the chunk's floats; the logits never leave the rank.
+  const std::int64_t rows = logits.shape()[0];
+  Tensor row_max = w.row_max.narrow(first_row, rows), sum_exp = w.sum_exp.narrow(first_row, rows);
+  Tensor target_logit = w.target_logit.narrow(first_row, rows);
+  const std::int64_t begin = partition_.vocab_begin(config_);
+  nn::vocab_parallel_max(ctx_, logits, begin, config_.vocab_size, row_max);
+  tp_.allreduce(row_max, ReduceOp::Max);
+  nn::vocab_parallel_sum_exp(ctx_, logits, begin, config_.vocab_size, row_max, sum_exp);
+  tp_.allreduce(sum_exp, ReduceOp::Sum);
+  nn::vocab_parallel_target_logit(ctx_, logits, targets, begin, target_logit);
+  tp_.allreduce(target_logit, ReduceOp::Sum);
+  nn::vocab_parallel_loss(ctx_, row_max, sum_exp, target_logit, losses, lse);
+}
+
+float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::optional<float> loss_weight) {
   MT_CHECK(static_cast<std::int64_t>(targets.size()) == static_cast<std::int64_t>(s.B) * s.T, "forward: ",
            targets.size(), " targets for a batch of ", s.B, " x ", s.T);
   check_tokens(targets, "target");
   s.targets = Tensor::from_host(targets, {static_cast<std::int64_t>(targets.size())}, ctx_);
-  head_logits(s);
-  if (!tp_.active()) {
-    nn::cross_entropy_forward(ctx_, s.logits, s.targets, config_.vocab_size, s.losses, s.lse);
-  } else {
-    // The softmax over the whole vocabulary from per-slice statistics: a max, a sum of exponentials
-    // and the target's logit, each one allreduce of N floats; the logits never leave the rank.
-    Scratch& w = scratch(s.B, s.T);
-    const std::int64_t begin = partition_.vocab_begin(config_);
-    nn::vocab_parallel_max(ctx_, s.logits, begin, config_.vocab_size, w.row_max);
-    tp_.allreduce(w.row_max, ReduceOp::Max);
-    nn::vocab_parallel_sum_exp(ctx_, s.logits, begin, config_.vocab_size, w.row_max, w.sum_exp);
-    tp_.allreduce(w.sum_exp, ReduceOp::Sum);
-    nn::vocab_parallel_target_logit(ctx_, s.logits, s.targets, begin, w.target_logit);
-    tp_.allreduce(w.target_logit, ReduceOp::Sum);
-    nn::vocab_parallel_loss(ctx_, w.row_max, w.sum_exp, w.target_logit, s.losses, s.lse);
+  Scratch& w = scratch(s.B, s.T);
+  const Tensor& lnf = head_input(s, w);
+  const bool training = loss_weight.has_value();
+  // The tied embedding: read for the logits, and in training its gradient made here (ZeRO-2/3
+  // reduce what this use wrote when it ends).
+  const UnitUse use_wte(hooks_, embedding_unit_, training ? ParamUse::ForwardWithGradient : ParamUse::Forward);
+  const Tensor& wte = store_.compute_param(static_cast<std::size_t>(wte_));
+  const std::int64_t N = s.losses.numel(), R = w.head_logits.shape()[0];
+  const float dloss = training ? *loss_weight / static_cast<float>(N) : 0.0f;
+  for (std::int64_t first = 0; first < N; first += R) {
+    const std::int64_t rows = std::min(R, N - first);
+    Tensor logits = w.head_logits.narrow(0, rows);
+    const Tensor x = lnf.narrow(first, rows), targets_c = s.targets.narrow(first, rows);
+    Tensor losses = s.losses.narrow(first, rows), lse = s.lse.narrow(first, rows);
+    // logits = lnf wte^T over this rank's vocabulary rows (padding columns are ignored by the loss).
+    matmul(ctx_, x, false, wte, true, logits);
+    chunk_loss(logits, targets_c, losses, lse, w, first);
+    if (!training) continue;
+    // dlogits replaces the logits; then through the tied LM head: the embedding's gradient (fp32
+    // whatever the compute dtype), and this rank's part of lnf's output gradient.
+    if (!tp_.active()) {
+      nn::cross_entropy_backward(ctx_, logits, targets_c, lse, config_.vocab_size, dloss, logits);
+    } else {
+      nn::vocab_parallel_cross_entropy_backward(ctx_, logits, targets_c, lse, partition_.vocab_begin(config_),
+                                                config_.vocab_size, dloss, logits);
+    }
+    matmul(ctx_, logits, true, x, false, store_.grad(static_cast<std::size_t>(wte_)), 1.0f, 1.0f);
+    Tensor dlnf = s.dlnf.narrow(first, rows);
+    matmul(ctx_, logits, false, wte, false, dlnf);
   }
-  s.have_targets = true;
+  s.head_gradient = training;
   return static_cast<float>(kernels::reduce(ctx_, ReduceKind::Sum, s.losses) / static_cast<double>(s.losses.numel()));
 }
 
@@ -599,15 +646,17 @@ Tensor Gpt::input_buffer(int chunk, int micro, int B, int T) {
 }
 
 float Gpt::forward_chunk(int chunk, int micro, int B, int T, std::span<const std::int32_t> inputs,
-                         std::span<const std::int32_t> targets) {
+                         std::span<const std::int32_t> targets, std::optional<float> loss_weight) {
   Slot& s = acquire(chunk, micro, B, T);
+  // Its head gradient is in the parameters' already: a second one would add it twice.
+  MT_CHECK(!s.head_gradient, "a second forward of chunk ", chunk, " micro-batch ", micro, " before its backward");
   s.backward = Slot::Backward::NotRun;
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(B, T);
   store_.refresh_compute_params(ctx_);  // the bf16 copy of the master weights (nothing to do in fp32)
   if (c.embedding) embed(s, inputs);
   run_blocks_forward(c, s, w);
-  return c.head ? head_loss(s, targets) : 0.0f;
+  return c.head ? head_loss(s, targets, loss_weight) : 0.0f;
 }
 
 Tensor Gpt::output(int chunk, int micro) const {
@@ -625,28 +674,17 @@ Tensor Gpt::input_grad(int chunk, int micro) const {
   return live(chunk, micro).dres;
 }
 
-void Gpt::logits_to_dlogits(Slot& s, float loss_weight) {
-  MT_CHECK(s.have_targets, "backward() needs a forward() with targets first");
-  const float dloss = loss_weight / static_cast<float>(s.losses.numel());
-  if (!tp_.active()) {
-    nn::cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, config_.vocab_size, dloss, s.logits);
-  } else {
-    nn::vocab_parallel_cross_entropy_backward(ctx_, s.logits, s.targets, s.lse, partition_.vocab_begin(config_),
-                                              config_.vocab_size, dloss, s.logits);
-  }
-  s.have_targets = false;  // the logits are gone
+void Gpt::take_head_gradient(Slot& s) {
+  MT_CHECK(s.head_gradient, "backward() needs a forward() with targets and a loss weight first (a training forward)");
+  s.head_gradient = false;  // the backward sums dlnf over tp in place: used once
 }
 
-void Gpt::head_backward(Slot& s, Scratch& w, float loss_weight) {
-  // dlogits replaces the logits; then through the tied LM head.
-  logits_to_dlogits(s, loss_weight);
-  const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::Backward);
+void Gpt::head_backward(Slot& s, Scratch& w) {
+  take_head_gradient(s);
+  // The forward made dwte and this rank's part of dlnf; each rank's vocabulary slice contributed
+  // part of dlnf: their sum, then lnf.
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Backward);
-  Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));  // fp32 whatever the compute dtype
-  matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);
-  matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, w.dln);
-  // Each rank's slice of the vocabulary contributed part of dlnf.
-  const Tensor& dlnf = tp_enter_backward(w.dln, w.dln_local);
+  const Tensor& dlnf = tp_enter_backward(s.dlnf, w.dln_local);
   kernels::fill(ctx_, s.dres, 0.0);
   layernorm_backward(lnf_, dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres, w);
   ready(static_cast<std::size_t>(lnf_first_), 2);
@@ -676,14 +714,14 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
   }
 }
 
-void Gpt::backward_chunk(int chunk, int micro, float loss_weight, const GradReady& on_ready) {
+void Gpt::backward_chunk(int chunk, int micro, const GradReady& on_ready) {
   const ReadyScope scope(grad_ready_, on_ready);
   Slot& s = live(chunk, micro);
   MT_CHECK(s.backward != Slot::Backward::WeightsPending, "backward_chunk of chunk ", chunk, " micro-batch ", micro,
            " after its backward_chunk_input: its backward_chunk_weights is pending");
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(s.B, s.T);
-  if (c.head) head_backward(s, w, loss_weight);  // otherwise dres holds what the next stage sent
+  if (c.head) head_backward(s, w);  // otherwise dres holds what the next stage sent
   run_blocks_backward(c, s, w);
   s.backward = Slot::Backward::Done;
   if (c.embedding) embedding_backward(s);
@@ -718,9 +756,9 @@ void Gpt::embedding_backward(Slot& s, bool gathered_by_b) {
 
 void Gpt::keep_weight_inputs(Slot& s) {
   const ChunkInfo& info = chunks_[static_cast<std::size_t>(s.chunk)];
-  if (info.head && !s.dlnf.defined()) {
-    s.dlnf = Tensor::empty({local_rows(s.B, s.T), config_.channels}, compute_dtype(), ctx_);
-    s.bytes += static_cast<std::int64_t>(s.dlnf.nbytes());
+  if (info.head && options_.sequence_parallel && !s.dlnf_local.defined()) {
+    s.dlnf_local = Tensor::empty({local_rows(s.B, s.T), config_.channels}, compute_dtype(), ctx_);
+    s.bytes += static_cast<std::int64_t>(s.dlnf_local.nbytes());
   }
   if (info.embedding && options_.sequence_parallel && !s.demb.defined()) {
     s.demb = Tensor::empty({static_cast<std::int64_t>(s.B) * s.T, config_.channels}, compute_dtype(), ctx_);
@@ -752,28 +790,25 @@ std::vector<Gpt::LayerGrads> Gpt::new_layer_grads(int layers, int B, int T, std:
   return grads;
 }
 
-void Gpt::head_backward_input(Slot& s, float loss_weight) {
-  logits_to_dlogits(s, loss_weight);  // kept for W
-  const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::BackwardInput);
+const Tensor& Gpt::head_dlnf(Slot& s) const { return options_.sequence_parallel ? s.dlnf_local : s.dlnf; }
+
+// The forward made dwte: B sums dlnf over tp (the fused backward's collective) and runs lnf's input
+// gradient, W lnf's parameter gradients.
+void Gpt::head_backward_input(Slot& s) {
+  take_head_gradient(s);
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardInput);
   if (!options_.sequence_parallel) {
-    matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, s.dlnf);
     tp_.copy_backward(s.dlnf);
   } else {  // every row's partial gradient, then this rank's rows of the sum
-    Scratch& w = scratch(s.B, s.T);
-    matmul(ctx_, s.logits, false, store_.compute_param(static_cast<std::size_t>(wte_)), false, w.dln);
-    tp_.sequence_gather_backward(ctx_, w.dln, s.dlnf);
+    tp_.sequence_gather_backward(ctx_, s.dlnf, s.dlnf_local);
   }
   kernels::fill(ctx_, s.dres, 0.0);
-  lnf_.backward_input(ctx_, s.dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres);
+  lnf_.backward_input(ctx_, head_dlnf(s), s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres);
 }
 
 void Gpt::head_backward_weights(Slot& s) {
-  const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::BackwardWeights);
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardWeights);
-  Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
-  matmul(ctx_, s.logits, true, s.lnf, false, dwte, 1.0f, 1.0f);  // s.lnf is gathered with sequence parallelism
-  layernorm_backward_params(lnf_, s.dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, scratch(s.B, s.T));
+  layernorm_backward_params(lnf_, head_dlnf(s), s.residual.back(), s.lnf_mean, s.lnf_rstd, scratch(s.B, s.T));
   ready(static_cast<std::size_t>(lnf_first_), 2);
 }
 
@@ -837,7 +872,7 @@ void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w) {
   }
 }
 
-void Gpt::backward_chunk_input(int chunk, int micro, float loss_weight) {
+void Gpt::backward_chunk_input(int chunk, int micro) {
   Slot& s = live(chunk, micro);
   MT_CHECK(s.backward == Slot::Backward::NotRun, "backward_chunk_input of chunk ", chunk, " micro-batch ", micro,
            s.backward == Slot::Backward::WeightsPending ? " twice (its backward_chunk_weights is pending)"
@@ -845,7 +880,7 @@ void Gpt::backward_chunk_input(int chunk, int micro, float loss_weight) {
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(s.B, s.T);
   keep_weight_inputs(s);
-  if (c.head) head_backward_input(s, loss_weight);  // otherwise dres holds what the next stage sent
+  if (c.head) head_backward_input(s);  // otherwise dres holds what the next stage sent
   run_blocks_backward_input(c, s, w);
   // The fused backward's last collective: every position's input gradient, which the embedding's reads.
   if (c.embedding && options_.sequence_parallel) tp_.sequence_reduce_scatter_backward(ctx_, s.dres, s.demb);
@@ -892,12 +927,13 @@ void Gpt::give_back_weight_inputs(Slot& s) {
   if (s.recomputed) weight_input_pool_.push_back(std::move(s.recomputed));
 }
 
-float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T) {
+float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T,
+                   std::optional<float> loss_weight) {
   MT_CHECK(num_chunks() == 1 && chunk_has_embedding(0) && chunk_has_head(0),
            "forward() runs a whole model; a pipeline stage runs forward_chunk()");
   release(0, 0);
   try {
-    return forward_chunk(0, 0, B, T, inputs, targets);
+    return forward_chunk(0, 0, B, T, inputs, targets, loss_weight);
   } catch (...) {
     release(0, 0);  // a failed forward leaves nothing for backward to use
     throw;
@@ -912,21 +948,30 @@ void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
   try {
     store_.refresh_compute_params(ctx_);
     embed(s, inputs);
-    run_blocks_forward(chunks_[0], s, scratch(B, T));
-    head_logits(s);
+    Scratch& w = scratch(B, T);
+    run_blocks_forward(chunks_[0], s, w);
+    if (!s.logits.defined()) {
+      s.logits = Tensor::empty({static_cast<std::int64_t>(B) * T, partition_.vocab_rows_local(config_)}, compute_dtype(), ctx_);
+      s.bytes += static_cast<std::int64_t>(s.logits.nbytes());
+    }
+    const Tensor& lnf = head_input(s, w);
+    const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::Forward);
+    matmul(ctx_, lnf, false, store_.compute_param(static_cast<std::size_t>(wte_)), true, s.logits);
   } catch (...) {
     release(0, 0);
     throw;
   }
 }
 
-void Gpt::backward(float loss_weight, const GradReady& ready) {
-  MT_CHECK(live_.count({0, 0}) == 1 && live(0, 0).have_targets, "backward() needs a forward() with targets first");
-  backward_chunk(0, 0, loss_weight, ready);
+void Gpt::backward(const GradReady& ready) {
+  MT_CHECK(live_.count({0, 0}) == 1 && live(0, 0).head_gradient,
+           "backward() needs a forward() with targets and a loss weight first (a training forward)");
+  backward_chunk(0, 0, ready);
 }
 
 const Tensor& Gpt::logits() const {
-  MT_CHECK(live_.count({0, 0}) == 1, "no forward pass yet");
+  MT_CHECK(live_.count({0, 0}) == 1 && live(0, 0).logits.defined(),
+           "no logits: forward_logits() makes them (a forward with targets keeps none)");
   return live(0, 0).logits;
 }
 

@@ -13,6 +13,16 @@
 //   input_buffer(); the last computes the loss, the others hand output() to the next stage.
 // The single-rank calls (forward, backward) are that API on the only chunk and micro-batch 0.
 //
+// The LM head and the loss never keep the logits ([N, Vp/tp] per micro-batch, N = B x T: the
+// largest activation of a GPT-2 sized model). The head's forward makes them in chunks of rows
+// (models/head_chunks.h) in one scratch buffer shared by every slot: each chunk's logits, its
+// rows' losses (tp > 1: the vocab-parallel statistics allreduced per chunk) and, in a training
+// forward, at once their gradient dlogits (d(loss_weight x mean loss)/d logits, in place), the tied
+// embedding's gradient dwte += dlogits^T lnf and this rank's part of lnf's output gradient dlogits
+// wte. So the loss weight is a forward's argument, the head's weight gradient is added by the
+// forward, and the slot keeps [N, C] of gradient instead of the logits; the backward starts there
+// (its tensor-parallel sum, then lnf). Only forward_logits (sampling) makes the whole logits.
+//
 // Compute dtype: fp32 (the default, and what the CPU is for), or bf16 with fp32 master weights
 // (meant for CUDA; on the CPU it runs, slowly, so that it can be tested). With bf16:
 //   - the ParameterStore keeps the parameters and gradients in fp32; the optimizer, checkpoints and
@@ -32,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -55,6 +66,9 @@ struct GptOptions {
   // ZeRO-2/3: the store is built in these blocks (ParameterStore), none of them resident: their
   // owner (parallel/unit_shards.h) takes and frees their memory. Empty: flat buffers.
   std::vector<StoreBlock> store_blocks = {};
+  // Rows per chunk of the LM head's logits; 0: from the byte budget (models/head_chunks.h). Tests
+  // force several chunks on tiny models.
+  std::int64_t head_chunk_rows = 0;
 };
 
 // A stage's parameter units (see Gpt::param_units) from its store's specs, in store order: what
@@ -95,16 +109,22 @@ class Gpt {
   // Told around every use of a unit from now on (null: nobody). Must outlive the model's use of it.
   void set_param_hooks(ParamUseHooks* hooks) { hooks_ = hooks; }
 
+  // A forward's loss weight: training adds loss_weight x d(mean loss)/d(parameter) to every
+  // gradient (with gradient accumulation over k micro-batches, 1/k gives the gradient of the mean),
+  // the LM head's part in the forward itself, the rest in the backward. kEvaluation: the loss
+  // alone (validation): no gradient is made or touched, and no backward may follow.
+  static constexpr std::optional<float> kEvaluation{};
+
   // --- Whole model on this rank (no pipeline; tensor parallel allowed) ---
   // B sequences of T tokens (row-major host arrays). Returns the mean cross-entropy over B x T
   // positions; the activations are kept for backward().
-  float forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T);
+  float forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T,
+                std::optional<float> loss_weight);
   // Forward without a loss: logits() then holds [B*T, Vp/tp] (this rank's vocabulary slice).
   void forward_logits(std::span<const std::int32_t> inputs, int B, int T);
-  // Adds loss_weight x d(mean loss of the last forward)/d(parameter) to every gradient. With
-  // gradient accumulation over k micro-batches, loss_weight = 1/k gives the gradient of the mean.
-  void backward(float loss_weight = 1.0f, const GradReady& ready = {});
-  const Tensor& logits() const;
+  // Adds the rest of the last (training) forward's gradients.
+  void backward(const GradReady& ready = {});
+  const Tensor& logits() const;  // after forward_logits() only: a forward with targets keeps none
   // Per-position losses of the last forward with targets, [B*T] fp32 on the device.
   const Tensor& losses() const;
 
@@ -115,14 +135,18 @@ class Gpt {
   // Where the previous stage's activation [B*T, C] goes (chunks without the embedding).
   Tensor input_buffer(int chunk, int micro, int B, int T);
   // Runs the chunk. The embedding chunk reads `inputs`, the head chunk `targets` and returns the
-  // mean loss (others return 0 and may pass empty spans).
+  // mean loss (others return 0 and may pass empty spans); loss_weight as for forward() (the head
+  // chunk makes its gradients with it; the other chunks do nothing with it). The head's gradient is
+  // in the parameters' from here on, released or not: a second training forward of the same slot
+  // before its backward is an error.
   float forward_chunk(int chunk, int micro, int B, int T, std::span<const std::int32_t> inputs,
-                      std::span<const std::int32_t> targets);
+                      std::span<const std::int32_t> targets, std::optional<float> loss_weight);
   Tensor output(int chunk, int micro) const;             // the activation for the next stage
   Tensor output_grad_buffer(int chunk, int micro) const; // where the next stage's gradient goes
-  // Adds this micro-batch's gradients (loss_weight as in backward()). Afterwards input_grad()
-  // holds the gradient for the previous stage. `ready` is told each parameter as it completes.
-  void backward_chunk(int chunk, int micro, float loss_weight, const GradReady& ready = {});
+  // Adds the rest of this micro-batch's gradients (with its forward's loss weight). Afterwards
+  // input_grad() holds the gradient for the previous stage. `ready` is told each parameter as it
+  // completes.
+  void backward_chunk(int chunk, int micro, const GradReady& ready = {});
   // The same backward split in two, for zero-bubble schedules; B then W adds exactly the gradients
   // backward_chunk adds, bit for bit (runs of W for one chunk in micro-batch order, as the fused
   // backward runs them).
@@ -130,17 +154,17 @@ class Gpt {
   // tensor-parallel collectives of the backward but W's below. What W reads is kept in the slot: per layer the
   // gradients at the two row-parallel outputs, the two layernorms' upstream gradients and dqkv
   // (4 x [B*T, C] + [B*T, 3C/tp], compute dtype; dfch overwrites the forward's pre-GELU activation,
-  // which W no longer needs); the head's lnf gradient ([B*T, C]; dlogits replaces the logits as in
-  // the fused backward); the embedding's is the slot's input gradient. Allocated at the slot's
+  // which W no longer needs); the head's lnf gradient is the slot's (its weight gradient dwte was
+  // made in the forward: W adds lnf's); the embedding's is the slot's input gradient. Allocated at the slot's
   // first B, then pooled with it and counted in activation_bytes(). With recompute, B also
   // recomputes what W reads and the slot dropped; that and the layers' gradients above sit in a set
   // taken at B and given back at W (pooled by the model), so only slots between B and W hold one.
   // With sequence parallelism B makes the fused backward's sequence gathers and reduce-scatters in
   // its order, and keeps per layer the two row-parallel output gradients gathered ([B*T, C]), the
   // layernorms' upstream gradients as this rank's rows ([B*T/tp, C]), dqkv, and the two layernorm
-  // outputs gathered ([B*T, C], what the column-parallel weight gradients read); the head's dlnf is
-  // [B*T/tp, C], and the embedding chunk's input gradient is kept gathered ([B*T, C]).
-  void backward_chunk_input(int chunk, int micro, float loss_weight);
+  // outputs gathered ([B*T, C], what the column-parallel weight gradients read); the head's dlnf
+  // reduce-scattered into [B*T/tp, C], and the embedding chunk's input gradient kept gathered ([B*T, C]).
+  void backward_chunk_input(int chunk, int micro);
   // W: the parameter gradients of that B; `ready` as in backward_chunk, the same parameters in the
   // same order. It communicates nothing, except with sequence parallelism: each layernorm's [2C]
   // parameter gradients are allreduced over tp (as the fused backward does); every tp rank runs the
@@ -169,11 +193,16 @@ class Gpt {
   Slot& live(int chunk, int micro) const;
   Scratch& scratch(int B, int T);
   void embed(Slot& s, std::span<const std::int32_t> inputs);
-  float head_loss(Slot& s, std::span<const std::int32_t> targets);
-  void head_logits(Slot& s);
-  void logits_to_dlogits(Slot& s, float loss_weight);  // the loss's gradient replaces the logits
-  void head_backward(Slot& s, Scratch& w, float loss_weight);
-  void head_backward_input(Slot& s, float loss_weight);
+  // The head's forward: lnf into the scratch (gathered with sequence parallelism), then the chunks.
+  const Tensor& head_input(Slot& s, Scratch& w);
+  float head_loss(Slot& s, std::span<const std::int32_t> targets, std::optional<float> loss_weight);
+  void chunk_loss(Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse, Scratch& w,
+                  std::int64_t first_row);
+  std::int64_t head_rows_per_chunk(std::int64_t rows) const;
+  void take_head_gradient(Slot& s);  // a backward's start: the forward's dlnf, once
+  const Tensor& head_dlnf(Slot& s) const;  // summed over tp by B: where W reads it
+  void head_backward(Slot& s, Scratch& w);
+  void head_backward_input(Slot& s);
   void head_backward_weights(Slot& s);
   void run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w);
   void layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out);

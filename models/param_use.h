@@ -12,11 +12,15 @@ namespace mt {
 
 // Forward reads the parameters. Backward (fused) reads them (the input gradient) and adds to the
 // gradients; a split backward does the two apart: BackwardInput reads, BackwardWeights writes
-// (it reads activations only).
-enum class ParamUse { Forward, Backward, BackwardInput, BackwardWeights };
+// (it reads activations only). ForwardWithGradient reads them and adds to the gradients during a
+// training forward: the LM head makes its tied embedding's gradient with the loss, chunk by chunk,
+// so that the logits are never kept for the backward.
+enum class ParamUse { Forward, Backward, BackwardInput, BackwardWeights, ForwardWithGradient };
 
 constexpr bool reads_parameters(ParamUse use) { return use != ParamUse::BackwardWeights; }
-constexpr bool writes_gradients(ParamUse use) { return use == ParamUse::Backward || use == ParamUse::BackwardWeights; }
+constexpr bool writes_gradients(ParamUse use) {
+  return use == ParamUse::Backward || use == ParamUse::BackwardWeights || use == ParamUse::ForwardWithGradient;
+}
 
 struct ParamUnit {
   std::string name;            // "embedding", "h.3", "lnf"

@@ -14,14 +14,15 @@
 // bytes) x (dp-1)/dp per rank per step (ZeRO-1: once per step), plus one more reduce-scatter of the
 // embedding unit where the head's tied embedding and the embedding layer share a rank.
 // Bound on full gradient units alive at once: the unit being computed and the one being reduced,
-// 2 (3 for an instant at the head, whose backward writes the embedding and lnf units together).
+// 2 (the LM head writes its tied embedding's gradient in the forward, ParamUse::ForwardWithGradient,
+// and lnf's in the backward: one unit at a time).
 //
 // Parameters (stage 3): the full parameters of a unit are all-gathered from the owned shards before
 // a use that reads them (and, with bf16 compute, cast into the unit's own bf16 copy), kept while in
 // use, and released after its end(). The order of uses is learned in the first round of each kind
 // (a training step, an evaluation) and from then on the NEXT unit is prefetched one ahead, its
 // all-gather running on the communicator's engine while the current unit computes. Bound: the
-// units in use (2 nested at the head, else 1) plus the prefetched one.
+// unit in use plus the prefetched one (the head uses lnf, then its tied embedding).
 //
 // The store is built in these blocks from the start (ParameterStore's blocks, GptOptions::
 // store_blocks): each block's parameters, compute copy and gradients have buffers of their own,

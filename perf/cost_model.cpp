@@ -147,8 +147,10 @@ double recompute_flops(const Layout& layout, const ChunkWork& w) {
 }
 
 // One stage's seconds per micro-batch: forward and backward of all its chunks, split into parts.
+// The LM head's three GEMMs (logits, and the gradients of its tied embedding and of its input) all
+// run in the forward (models/gpt.h: the logits are never kept).
 // compute_w is the part of compute_b that computes weight gradients (W of the zero-bubble split):
-// the weight-gradient GEMMs, half of each linear layer's and the head's backward GEMMs. The rest of
+// the weight-gradient GEMMs, half of each linear layer's backward GEMMs. The rest of
 // the backward is B: the input-gradient GEMMs, attention's backward (scores and values have no
 // weights), recomputation's extra forward, and every tensor-parallel allreduce of the backward
 // (all on the input-gradient path). Layernorm and bias gradients are memory bound and not counted.
@@ -185,7 +187,8 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
     layers += plan.chunk_layers()[static_cast<std::size_t>(global_chunk_of(plan.placement(), layout.pp, s, c))];
   const ChunkWork layer = chunk_work(model, training, layout, 1, false, false);
   const ChunkWork head = chunk_work(model, training, layout, 0, false, true);
-  const double layer_f = layer.forward_flops / rate, head_f = head.forward_flops / rate;
+  // The head's three GEMMs run in its forward; its backward is lnf's alone (not counted).
+  const double layer_f = layer.forward_flops / rate, head_f = 3.0 * head.head_flops / rate;
   const double layer_b = (2.0 * layer.forward_flops + recompute_flops(layout, layer)) / rate;
   const auto gather = [&](std::int64_t numel) { return allgather_s(layout.dp, static_cast<double>(numel) * 4.0, dp_link); };
   // units: [embedding unit if held], layers..., [lnf if held]; the embedding unit of a head stage
@@ -202,10 +205,12 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   for (int l = 0; l < layers; ++l, ++i) forward.emplace_back(gather(units[i]), layer_f);
   if (head_stage) forward.emplace_back(gather(units[i]) + tied, head_f);
   std::vector<std::pair<double, double>> backward(forward.rbegin(), forward.rend());
-  for (auto& [g, c] : backward) c = c == layer_f ? layer_b : 2.0 * c;
+  for (auto& [g, c] : backward) c = c == layer_f ? layer_b : 0.0;
+  if (head_stage) backward.front().first -= tied;  // the head's backward reads lnf alone
   st.gather_f = exposed_gathers(forward);
   st.gather_b = exposed_gathers(backward);
-  for (const auto& [g, c] : forward) st.gather_total += 2.0 * g;
+  for (const auto& [g, c] : forward) st.gather_total += g;
+  for (const auto& [g, c] : backward) st.gather_total += g;
 }
 
 StageTimes stage_times(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
@@ -221,9 +226,9 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     const int g = global_chunk_of(plan.placement(), P, s, c);
     const ChunkWork w = chunk_work(model, training, layout, plan.chunk_layers()[static_cast<std::size_t>(g)], g == 0,
                                    g == P * v - 1);
-    st.compute_f += w.forward_flops / rate;
-    st.compute_b += (2.0 * w.forward_flops + recompute_flops(layout, w)) / rate;
-    st.compute_w += (w.forward_flops - w.attention_flops) / rate;
+    st.compute_f += (w.forward_flops + 2.0 * w.head_flops) / rate;
+    st.compute_b += (2.0 * (w.forward_flops - w.head_flops) + recompute_flops(layout, w)) / rate;
+    st.compute_w += (w.forward_flops - w.head_flops - w.attention_flops) / rate;
     // With sequence parallelism each allreduce becomes an all-gather and a reduce-scatter: on a
     // ring the same bytes and steps, so the same time.
     st.tp_f += w.tp_allreduces_forward * tp_big + w.tp_small_allreduces * tp_small;

@@ -1,5 +1,7 @@
 #include "perf/memory_model.h"
 
+#include "models/head_chunks.h"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -18,6 +20,10 @@ namespace {
 
 // runtime/allocator.cpp rounds every block up to 256 bytes.
 double block(double bytes) { return std::ceil(std::max(bytes, 1.0) / 256.0) * 256.0; }
+
+// The LM head's chunk budget is the device's (models/head_chunks.h): CPU clusters rate their peak in
+// fp32, GPUs in bf16.
+bool head_chunks_on_cuda(const Cluster& cluster) { return cluster.peak_dtype != "fp32"; }
 
 // A caching allocator may serve a request from a cached block up to twice its size (and counts
 // the whole block): what a step allocates and frees again is counted at that worst.
@@ -205,8 +211,9 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
   double bytes = (layers + 1) * block(Ns * C * a);
   if (layout.recompute != Recompute::Full) bytes += layers * layer_bytes(model, training, layout);
   if (embedding) bytes += block(N * 4.0);  // the int32 tokens
-  // lnf (gathered with sequence parallelism: the LM head's GEMMs read every row) and its statistics
-  // (split), the losses and log-sum-exps, the int32 targets.
+  // The gradient at lnf's output the head's forward leaves [N, C] (this rank's part, every row),
+  // lnf's statistics (split), the losses and log-sum-exps, the int32 targets. No logits: the head
+  // makes them a chunk of rows at a time in the scratch (logits_bytes).
   if (head) bytes += block(N * C * a) + 2.0 * block(Ns * f32) + 3.0 * block(N * f32);
   bytes += block(Ns * C * a);  // dres: the gradient flowing through the chunk
   return bytes;
@@ -219,11 +226,13 @@ double weight_inputs_bytes(const ModelShape& model, const TrainingShape& trainin
   // Per layer the residual gradients at the MLP's and the attention's output [N, C] (gathered with
   // sequence parallelism), the layernorms' upstream gradients [N, C] (sequence parallel: this rank's
   // [N/tp, C]), dqkv [N, 3C/tp], and with sequence parallelism the two gathered layernorm outputs
-  // [N, C] the column-parallel weight gradients read; the head's dlnf [N/tp, C]; the embedding nothing,
-  // but with sequence parallelism its input gradient gathered [N, C].
+  // [N, C] the column-parallel weight gradients read; the head nothing (its dlnf is the slot's since
+  // the forward) but with sequence parallelism dlnf's rows reduce-scattered [N/tp, C]; the embedding
+  // nothing, but with sequence parallelism its input gradient gathered [N, C].
   const double gathered = layout.sequence_parallel ? 2.0 * block(N * C * a) : 0.0;
+  const bool sp = layout.sequence_parallel;
   return layers * (2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + gathered + block(N * 3.0 * C / tp * a)) +
-         (head ? block(Ns * C * a) : 0.0) + (embedding && layout.sequence_parallel ? block(N * C * a) : 0.0);
+         (head && sp ? block(Ns * C * a) : 0.0) + (embedding && sp ? block(N * C * a) : 0.0);
 }
 
 double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
@@ -237,9 +246,11 @@ double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingSha
   return layers * (fields + weight_inputs_bytes(model, training, layout, 1, false));
 }
 
-double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
-  return block(static_cast<double>(layout.micro_batch) * training.seq_len * model.vocab_rows() / layout.tp *
-               training.act_bytes());
+double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, bool cuda) {
+  const std::int64_t N = static_cast<std::int64_t>(layout.micro_batch) * training.seq_len;
+  const std::int64_t cols = model.vocab_rows() / layout.tp;
+  const std::int64_t rows = head_chunk_rows(N, cols, training.act_bytes(), cuda);
+  return block(static_cast<double>(rows) * static_cast<double>(cols) * training.act_bytes());
 }
 
 namespace {
@@ -249,7 +260,6 @@ namespace {
 // to a multiple of dp.
 struct ZeroBlocks {
   std::vector<std::vector<double>> units;  // padded elements of each unit's blocks
-  bool head = false;                       // the first unit is the (tied) embedding, the last lnf
   int dp = 1;
 
   // A unit's full buffers, `bytes` per element.
@@ -284,17 +294,9 @@ struct ZeroBlocks {
     std::sort(each.begin(), each.end(), std::greater<>());
     return std::accumulate(each.begin(), each.begin() + static_cast<long>(std::min<std::size_t>(2, each.size())), 0.0);
   }
-  // The units in flight: two, or at the head three (its tied embedding and lnf, used together, and
-  // the one prefetched or still reducing from before).
-  double most_at_once(const std::function<double(std::size_t)>& f) const {
-    double most = two_largest(f);
-    if (head && units.size() >= 3) {
-      double rest = 0;
-      for (std::size_t u = 1; u + 1 < units.size(); ++u) rest = std::max(rest, f(u));
-      most = std::max(most, f(0) + f(units.size() - 1) + rest);
-    }
-    return most;
-  }
+  // The units in flight: two, the head's too (its lnf, then its tied embedding, one after the
+  // other; the embedding's gradient made in the forward, lnf's in the backward).
+  double most_at_once(const std::function<double(std::size_t)>& f) const { return two_largest(f); }
 };
 
 // peak_deferred_weight of the plan's training schedule, kept per schedule shape: the layout search
@@ -318,7 +320,6 @@ ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stag
   const double dp = layout.dp, wte = static_cast<double>(model.vocab_rows()) / layout.tp * model.channels;
   const auto padded = [dp](double numel) { return std::ceil(numel / dp) * dp; };
   ZeroBlocks z;
-  z.head = partition.head;
   z.dp = layout.dp;
   for (std::size_t u = 0; u < units.size(); ++u) {
     const auto numel = static_cast<double>(units[u]);
@@ -373,7 +374,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   } else {
     for (const std::int64_t t : tensors) m.optimizer += 2.0 * block(static_cast<double>(t) * 4.0);
   }
-  // The slots each chunk keeps; the head chunk's slots also hold the logits. With the backward split
+  // The slots each chunk keeps. With the backward split
   // (zero-bubble), a slot gains what B keeps for W at its first B and keeps it in the pool: counted
   // for every slot, an upper bound (the pool hands its slots round, so in a long run each runs a B).
   // With recomputation the layers' part of it is a set B takes and W gives back (models/gpt.cpp
@@ -396,7 +397,8 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     } else if (split) {
       m.deferred_weight += n * weight_inputs_bytes(model, training, layout, layers, head, embedding);
     }
-    if (head) m.logits = n * logits_bytes(model, training, layout);
+    // One chunk of the head's logits in the scratch, whatever the slots (models/head_chunks.h).
+    if (head) m.logits = logits_bytes(model, training, layout, head_chunks_on_cuda(cluster));
   }
   m.activations += m.deferred_weight;
   // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp;
@@ -441,6 +443,8 @@ MemoryBreakdown estimate_sampling_memory(const ModelShape& model, int window) {
   const LayoutPlan plan(Layout{}, layout_dims(model, window), 1, 1);  // one rank, micro-batch 1
   MemoryBreakdown m = estimate_stage_memory(model, training, plan, Cluster{}, {{1}}, 0);
   m.optimizer = 0;
+  // Sampling's forward_logits makes every position's logits [window, Vp] in the slot.
+  m.logits = block(static_cast<double>(window) * model.vocab_rows() * 4.0);
   // Softmax probabilities of the last position, [1, V] fp32, kept for the whole generation.
   m.workspace += block(4.0 * model.vocab_size);
   return m;

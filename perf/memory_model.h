@@ -10,7 +10,7 @@
 // layer in a slot and rebuilds one layer's worth in the scratch; sequence parallelism splits the
 // layernorm, residual and embedding-output rows over tp (the scratch gains gathered [N, C] buffers);
 // ZeRO-2 keeps this rank's 1/dp of the gradients plus the full gradients of the parameter units
-// (models/param_use.h) in flight (the one computed and the one reduced, three at the head), ZeRO-3
+// (models/param_use.h) in flight (the one computed and the one reduced), ZeRO-3
 // likewise for the parameters (the units in use and the one prefetched).
 // With the zero-bubble schedules (backward split into B and W), each slot also keeps what B leaves
 // for W (models/gpt.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it;
@@ -39,7 +39,8 @@ struct MemoryBreakdown {
   double activations = 0;  // what forward keeps for backward, in the slots the stage's chunks keep
   double deferred_weight = 0;  // of activations: what B keeps in those slots for W (zero-bubble schedules)
   int in_flight = 0;       // slots the stage's chunks keep (held_slots), summed over its chunks
-  double logits = 0;       // [b T, Vp/tp] logits of the head chunk's slots
+  double logits = 0;       // the head's logits: one row chunk [R, Vp/tp] in the scratch, whatever the
+                           // slots (models/head_chunks.h); sampling: every position's [T, Vp]
   double workspace = 0;    // scratch shared by every chunk
   double transient = 0;    // what a step allocates and frees again (attention backward's score gradient, ...)
   double reserved = 0;     // the cluster's memory_reserved
@@ -71,14 +72,16 @@ double layer_activation_bytes(const ModelShape& model, const TrainingShape& trai
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 // What recomputation rebuilds in the scratch, one layer at a time: the rest of layer_activation_bytes.
 double recompute_scratch_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
-// One slot's bytes (models/gpt.cpp Gpt::acquire) for a chunk of `layers` layers, without the logits.
+// One slot's bytes (models/gpt.cpp Gpt::acquire) for a chunk of `layers` layers (the head keeps no logits).
 double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                   bool embedding, bool head);
-double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
+// The head's one chunk of logits [R, Vp/tp], R = head_chunk_rows of a micro-batch's rows with the
+// budget of the device (cuda or the CPU).
+double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, bool cuda);
 // What B keeps in one slot for W (the zero-bubble schedules): per layer 4 [N, C] + [N, 3C/tp] of the
-// compute dtype, the head's [N, C]; the embedding nothing. With sequence parallelism the layernorms'
-// two and the head's gradients are [N/tp, C], two gathered layernorm outputs [N, C] more per layer,
-// and the embedding's input gradient gathered [N, C].
+// compute dtype; the head and the embedding nothing. With sequence parallelism the layernorms' two
+// gradients are [N/tp, C], two gathered layernorm outputs [N, C] more per layer, the head's dlnf
+// rows [N/tp, C], and the embedding's input gradient gathered [N, C].
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                            bool head, bool embedding = false);
 // With recomputation, what B keeps for W of `layers` layers in a set of its own (models/gpt.cpp
@@ -96,7 +99,7 @@ MemoryBreakdown estimate_memory(const ModelShape& model, const TrainingShape& tr
                                 const Cluster& cluster, const std::vector<std::vector<int>>& slots);
 
 // `meshtrain sample`: one whole model (fp32 parameters, and the gradient buffer its store keeps),
-// one slot of a single sequence of `window` tokens with its logits, the scratch, and the [1, V]
+// one slot of a single sequence of `window` tokens with its [window, Vp] logits, the scratch, and the [1, V]
 // probabilities; no optimizer. window: the longest context a forward sees.
 MemoryBreakdown estimate_sampling_memory(const ModelShape& model, int window);
 

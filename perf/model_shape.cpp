@@ -57,7 +57,8 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
   // (causal, counted in full as the kernels compute it); the LM head 2 C Vp.
   w.layer_flops = N * layers * (24.0 * C * C + 4.0 * T * C) / tp;
   w.attention_flops = N * layers * 4.0 * T * C / tp;
-  w.forward_flops = w.layer_flops + (head ? N * 2.0 * C * model.vocab_rows() / tp : 0.0);
+  w.head_flops = head ? N * 2.0 * C * model.vocab_rows() / tp : 0.0;
+  w.forward_flops = w.layer_flops + w.head_flops;
   if (layout.tp > 1) {
     // Two allreduces per layer each way (copy/reduce pairs); the vocab-parallel embedding sums its
     // lookups (forward); the head's copy sums its input gradient (backward); the loss combines

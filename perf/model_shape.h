@@ -44,6 +44,8 @@ struct ChunkWork {
   int layers = 0;
   bool embedding = false, head = false;
   double forward_flops = 0;       // matrix FLOPs (backward does twice as many)
+  double head_flops = 0;          // of which the LM head's logits GEMM: its two gradient GEMMs run in
+                                  // the forward too (models/gpt.h), so its backward has none
   double layer_flops = 0;         // of which in the transformer layers (what recomputation repeats)
   double attention_flops = 0;     // of which attention's scores and values: no weights, so all of their
                                   // backward computes input gradients (B in the zero-bubble split)

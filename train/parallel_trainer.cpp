@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <span>
 #include <sstream>
 
@@ -22,8 +23,9 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
   // The schedule says which backward completes a chunk's gradients: that one feeds the reducer.
   // The tied embedding waits for the end of the run (ParallelTrainer::step): its head and
   // embedding parts may come from two chunks whose last computations the schedule orders either way.
-  explicit Runner(ParallelTrainer& t)
-      : t_(t) {
+  // training: forwards make gradients (the head's in the forward itself); else validation's loss alone.
+  Runner(ParallelTrainer& t, bool training)
+      : t_(t), training_(training) {
     if (!t.reducer_) return;  // ZeRO 2/3 reduce from the parameter-use hooks
     to_reducer_ = [&reducer = *t.reducer_, wte = t.wte_index_](std::size_t param) {
       if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
@@ -38,18 +40,18 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
     const bool data = model.chunk_has_embedding(chunk) || model.chunk_has_head(chunk);
     const float loss = model.forward_chunk(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len,
                                            data ? std::span<const std::int32_t>(t_.inputs_[m]) : std::span<const std::int32_t>(),
-                                           data ? std::span<const std::int32_t>(t_.targets_[m]) : std::span<const std::int32_t>());
+                                           data ? std::span<const std::int32_t>(t_.targets_[m]) : std::span<const std::int32_t>(),
+                                           training_ ? std::optional<float>(loss_weight()) : Gpt::kEvaluation);
     if (model.chunk_has_head(chunk)) loss_sum += loss;
   }
   Tensor forward_output(int chunk, int micro) override { return t_.model_->output(chunk, micro); }
   Tensor output_grad_buffer(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
   void backward(int chunk, int micro, BackwardPart part, bool completes_chunk) override {
-    const float weight = 1.0f / static_cast<float>(t_.plan_.micro_batches() * t_.groups_.mesh.shape().dp);
     static const Gpt::GradReady kNobody;
     const Gpt::GradReady& on_ready = completes_chunk ? to_reducer_ : kNobody;
     switch (part) {
-      case BackwardPart::Full: t_.model_->backward_chunk(chunk, micro, weight, on_ready); break;
-      case BackwardPart::Input: t_.model_->backward_chunk_input(chunk, micro, weight); break;
+      case BackwardPart::Full: t_.model_->backward_chunk(chunk, micro, on_ready); break;
+      case BackwardPart::Input: t_.model_->backward_chunk_input(chunk, micro); break;
       case BackwardPart::Weight: t_.model_->backward_chunk_weights(chunk, micro, on_ready); break;
     }
   }
@@ -59,7 +61,13 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
   double loss_sum = 0.0;
 
  private:
+  // The gradient of the mean loss over the step's micro-batches on every dp rank.
+  float loss_weight() const {
+    return 1.0f / static_cast<float>(t_.plan_.micro_batches() * t_.groups_.mesh.shape().dp);
+  }
+
   ParallelTrainer& t_;
+  bool training_;
   Gpt::GradReady to_reducer_;
 };
 
@@ -255,7 +263,7 @@ StepRecord ParallelTrainer::step() {
   if (reads_data_) read_batch(train_, first, plan_.micro_batches());
   const double tp_wait_before = tp_stats_.wait_seconds;
 
-  Runner runner(*this);
+  Runner runner(*this, /*training=*/true);
   std::chrono::steady_clock::time_point reduce_start;
   double sumsq = 0.0;
   if (units_) {
@@ -335,7 +343,7 @@ double ParallelTrainer::evaluate() {
   // The first eval_batches x global_batch sequences, as Trainer::evaluate reads them: batch k's
   // share for dp rank r is the r-th slice of it.
   const std::int64_t local = settings_.global_batch / mesh.dp;
-  Runner runner(*this);
+  Runner runner(*this, /*training=*/false);
   if (units_) units_->start_round(1);
   for (int k = 0; k < settings_.eval_batches; ++k) {
     if (reads_data_)

@@ -98,7 +98,7 @@ struct Result {
 Result forward_backward(Gpt& model, DeviceContext& ctx, const Batch& b) {
   model.parameters().zero_grads(ctx);
   Result r;
-  r.loss = model.forward(b.inputs, b.targets, b.B, b.T);
+  r.loss = model.forward(b.inputs, b.targets, b.B, b.T, 1.0f);
   model.backward();
   r.grads = model.parameters().flat_grads().to_host<float>();
   return r;
@@ -215,16 +215,17 @@ TEST(GptBf16, MasterWeightsAndGradientsStayFp32AndTheCopyFollowsThem) {
     for (std::size_t j = 0; j < master.size(); ++j) differ += copy[j].bits != bf16::from_float(master[j]).bits;
     return differ;
   };
-  model.forward(batch.inputs, batch.targets, batch.B, batch.T);
+  model.forward(batch.inputs, batch.targets, batch.B, batch.T, Gpt::kEvaluation);
   EXPECT_EQ(copy_is_rounded_master(), 0u);
   Tensor master = model.parameters().flat_params();
   kernels::scale(ctx, master, 1.5);
   EXPECT_NE(copy_is_rounded_master(), 0u) << "the test should have changed the master";
-  model.forward(batch.inputs, batch.targets, batch.B, batch.T);
+  model.forward_logits(batch.inputs, batch.B, batch.T);
+  EXPECT_EQ(model.logits().dtype(), DType::BF16);
+  model.forward(batch.inputs, batch.targets, batch.B, batch.T, 1.0f);
   EXPECT_EQ(copy_is_rounded_master(), 0u);
 
   // Activations are bf16; the per-position losses fp32. Backward fills the fp32 gradients.
-  EXPECT_EQ(model.logits().dtype(), DType::BF16);
   EXPECT_EQ(model.losses().dtype(), DType::F32);
   model.backward();
   EXPECT_GT(std::sqrt(kernels::reduce(ctx, ReduceKind::SumSquares, store.flat_grads())), 0.0);
@@ -257,11 +258,11 @@ Curve adamw_curve(DType compute, int steps) {
   Curve c;
   for (int s = 0; s < steps; ++s) {
     store.zero_grads(ctx);
-    c.losses.push_back(model.forward(b.inputs, b.targets, b.B, b.T));
+    c.losses.push_back(model.forward(b.inputs, b.targets, b.B, b.T, 1.0f));
     model.backward();
     adamw.step(1e-3f);
   }
-  c.losses.push_back(model.forward(b.inputs, b.targets, b.B, b.T));
+  c.losses.push_back(model.forward(b.inputs, b.targets, b.B, b.T, Gpt::kEvaluation));
   c.params = bits(store.flat_params());
   return c;
 }
@@ -307,8 +308,9 @@ RunBits bf16_run(int threads) {
   const Batch b = make_batch(4, 64, 11);
   model.parameters().zero_grads(ctx);
   RunBits r;
-  r.loss = bits(model.forward(b.inputs, b.targets, b.B, b.T));
+  model.forward_logits(b.inputs, b.B, b.T);
   for (bf16 x : model.logits().to_host<bf16>()) r.logits.push_back(x.bits);
+  r.loss = bits(model.forward(b.inputs, b.targets, b.B, b.T, 1.0f));
   model.backward();
   r.grads = bits(model.parameters().flat_grads());
   return r;
@@ -342,6 +344,7 @@ TEST(GptBf16Cuda, MatchesTheCpuBf16Model) {
   const Batch batch = make_batch(4, 32, 77);
   const Result want = forward_backward(on_cpu, cpu, batch);
   const Result got = forward_backward(on_gpu, gpu, batch);
+  on_gpu.forward_logits(batch.inputs, batch.B, batch.T);
   EXPECT_EQ(on_gpu.logits().dtype(), DType::BF16);
   expect_close_to(on_gpu.parameters(), got, want, "bf16 on the GPU vs bf16 on the CPU");
 }

@@ -216,11 +216,11 @@ class GptGrad : public ::testing::Test {
   Gpt model;
   const Batch batch = make_batch(kB, kT, 77);
 
-  // zero_grads; forward; backward(w). Returns the loss.
+  // zero_grads; forward with loss weight w; backward. Returns the loss.
   float step(const Batch& b, float w = 1.0f) {
     model.parameters().zero_grads(ctx);
-    const float loss = model.forward(b.inputs, b.targets, b.B, b.T);
-    model.backward(w);
+    const float loss = model.forward(b.inputs, b.targets, b.B, b.T, w);
+    model.backward();
     return loss;
   }
   std::vector<float> flat_grads() { return floats(model.parameters().flat_grads()); }
@@ -229,8 +229,11 @@ class GptGrad : public ::testing::Test {
 // ---- (a) forward -------------------------------------------------------------------------------
 
 TEST_F(GptGrad, LogitsAndLossMatchTheReference) {
-  const float loss = model.forward(batch.inputs, batch.targets, kB, kT);
+  // The loss of an evaluation forward (a training forward keeps no logits), the logits of forward_logits.
+  const float loss = model.forward(batch.inputs, batch.targets, kB, kT, Gpt::kEvaluation);
+  const std::vector<float> losses_f = floats(model.losses());
   const Vec want_logits = ref::reference_gpt_logits(config, params(), batch.ref_inputs(), kB, kT);
+  model.forward_logits(batch.inputs, kB, kT);
   const std::vector<float> got_f = floats(model.logits());
   const Vec got(got_f.begin(), got_f.end());
   // All Vp columns: the padding columns are lnf(x) . (padding rows of wte), computed by both.
@@ -239,7 +242,6 @@ TEST_F(GptGrad, LogitsAndLossMatchTheReference) {
 
   const int N = kB * kT, Vp = config.vocab_rows();
   const Vec want_losses = ref::cross_entropy(want_logits, batch.ref_targets(), N, Vp, config.vocab_size);
-  const std::vector<float> losses_f = floats(model.losses());
   EXPECT_TRUE(
       within(Vec(losses_f.begin(), losses_f.end()), want_losses, max_abs(want_losses), kForwardTol, 0.0, &worst))
       << "per-position losses";
@@ -249,11 +251,6 @@ TEST_F(GptGrad, LogitsAndLossMatchTheReference) {
             << std::abs(loss - want_loss) / want_loss << "\n";
   // A random model is close to uniform over the 96 real tokens: a sanity check on the setup.
   EXPECT_NEAR(want_loss, std::log(96.0), 0.5);
-
-  // forward_logits gives the same logits, bit for bit.
-  const std::vector<std::uint32_t> with_targets = bits(model.logits());
-  model.forward_logits(batch.inputs, kB, kT);
-  EXPECT_EQ(bits(model.logits()), with_targets);
 }
 
 // ---- (b) gradients against central differences -----------------------------------------------
@@ -373,8 +370,9 @@ TEST_F(GptGrad, EveryTensorsGradientMatchesCentralDifferences) {
 // The reference agrees: moving a padding row does not move the loss at all.
 TEST_F(GptGrad, PaddingRowsOfTheEmbeddingGetExactlyZeroGradient) {
   model.parameters().zero_grads(ctx);
-  model.forward(batch.inputs, batch.targets, kB, kT);
-  const std::vector<float> logits = floats(model.logits());  // backward() overwrites them
+  model.forward_logits(batch.inputs, kB, kT);
+  const std::vector<float> logits = floats(model.logits());  // a forward with targets keeps none
+  model.forward(batch.inputs, batch.targets, kB, kT, 1.0f);
   model.backward();
   const ParameterStore& store = model.parameters();
   const Vec dwte = grad_of(store, store.index_of("wte")), dwpe = grad_of(store, store.index_of("wpe"));
@@ -449,7 +447,7 @@ TEST_F(GptGrad, BackwardAccumulatesAndHalfBatchesGiveTheFullBatchGradient) {
   const ParameterStore& store = model.parameters();
 
   // Two backward passes of the same batch, without zero_grads: twice the gradient.
-  model.forward(batch.inputs, batch.targets, kB, kT);
+  model.forward(batch.inputs, batch.targets, kB, kT, 1.0f);
   model.backward();
   const std::vector<float> twice = flat_grads();
   std::size_t not_bitwise = 0;
@@ -486,10 +484,10 @@ TEST_F(GptGrad, BackwardAccumulatesAndHalfBatchesGiveTheFullBatchGradient) {
   // Gradient accumulation: each sequence as a micro-batch of its own with loss_weight 1/2.
   model.parameters().zero_grads(ctx);
   const Batch first = batch.rows(0, 1), second = batch.rows(1, 1);
-  const float l0 = model.forward(first.inputs, first.targets, 1, kT);
-  model.backward(0.5f);
-  const float l1 = model.forward(second.inputs, second.targets, 1, kT);
-  model.backward(0.5f);
+  const float l0 = model.forward(first.inputs, first.targets, 1, kT, 0.5f);
+  model.backward();
+  const float l1 = model.forward(second.inputs, second.targets, 1, kT, 0.5f);
+  model.backward();
   EXPECT_NEAR(0.5 * (l0 + l1), full_loss, kLossRelTol * full_loss);
   const std::vector<float> accumulated = flat_grads();
   for (std::size_t i = 0; i < store.size(); ++i) {
@@ -508,8 +506,9 @@ TEST_F(GptGrad, BackwardAccumulatesAndHalfBatchesGiveTheFullBatchGradient) {
 
 TEST_F(GptGrad, ForwardAndBackwardRepeatBitForBit) {
   model.parameters().zero_grads(ctx);
-  const float loss1 = model.forward(batch.inputs, batch.targets, kB, kT);
-  const std::vector<std::uint32_t> logits1 = bits(model.logits());  // backward() overwrites them
+  model.forward_logits(batch.inputs, kB, kT);
+  const std::vector<std::uint32_t> logits1 = bits(model.logits());  // a forward with targets keeps none
+  const float loss1 = model.forward(batch.inputs, batch.targets, kB, kT, 1.0f);
   model.backward();
   const std::vector<std::uint32_t> grads1 = bits(model.parameters().flat_grads());
   // Another shape in between, so the second run starts from reallocated activations.
@@ -538,8 +537,9 @@ RunBits run_at(int threads) {
   const Batch b = make_batch(4, 64, 11);
   model.parameters().zero_grads(ctx);
   RunBits r;
-  r.loss = bits(model.forward(b.inputs, b.targets, b.B, b.T));
+  model.forward_logits(b.inputs, b.B, b.T);
   r.logits = bits(model.logits());
+  r.loss = bits(model.forward(b.inputs, b.targets, b.B, b.T, 1.0f));
   model.backward();
   r.grads = bits(model.parameters().flat_grads());
   return r;
@@ -578,7 +578,7 @@ Curve sgd_curve(int steps, float lr) {
   Curve c;
   for (int s = 0; s < steps; ++s) {
     store.zero_grads(ctx);
-    c.losses.push_back(model.forward(b.inputs, b.targets, b.B, b.T));
+    c.losses.push_back(model.forward(b.inputs, b.targets, b.B, b.T, 1.0f));
     model.backward();
     Tensor p = store.flat_params(), g = store.flat_grads();  // handles sharing the store's buffers
     kernels::scale(ctx, g, lr);
@@ -606,53 +606,55 @@ TEST(GptCurve, SgdLossFallsAndRepeatsBitForBit) {
 TEST_F(GptGrad, RejectsTokensOutsideTheVocabulary) {
   Batch bad = batch;
   bad.inputs[5] = config.vocab_size;  // a padding row: the embedding kernel alone would accept it
-  EXPECT_TRUE(contains(error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT); }), "outside the vocabulary"));
+  EXPECT_TRUE(contains(error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT, 1.0f); }), "outside the vocabulary"));
   bad.inputs[5] = -1;
-  EXPECT_TRUE(contains(error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT); }), "outside the vocabulary"));
+  EXPECT_TRUE(contains(error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT, 1.0f); }), "outside the vocabulary"));
   EXPECT_TRUE(contains(error_of([&] { model.forward_logits(bad.inputs, kB, kT); }), "outside the vocabulary"));
   bad = batch;
   bad.targets[7] = config.vocab_size;  // a padding column is never a target
-  EXPECT_TRUE(contains(error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT); }),
+  EXPECT_TRUE(contains(error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT, 1.0f); }),
                        "target token 96 is outside the vocabulary"));
   bad.targets[7] = -3;
-  EXPECT_TRUE(contains(error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT); }),
+  EXPECT_TRUE(contains(error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT, 1.0f); }),
                        "target token -3 is outside the vocabulary"));
 }
 
 TEST_F(GptGrad, RejectsSequencesLongerThanTheContextAndMismatchedSizes) {
   const int maxT = config.max_seq_len;
   const Batch longer = make_batch(1, maxT + 1, 9);
-  EXPECT_TRUE(contains(error_of([&] { model.forward(longer.inputs, longer.targets, 1, maxT + 1); }),
+  EXPECT_TRUE(contains(error_of([&] { model.forward(longer.inputs, longer.targets, 1, maxT + 1, 1.0f); }),
                        "exceeds the model's context"));
   const Batch exact = make_batch(1, maxT, 9);
-  EXPECT_NO_THROW(model.forward(exact.inputs, exact.targets, 1, maxT));
-  EXPECT_TRUE(contains(error_of([&] { model.forward(batch.inputs, batch.targets, kB, kT + 1); }), "input tokens"));
+  EXPECT_NO_THROW(model.forward(exact.inputs, exact.targets, 1, maxT, 1.0f));
+  EXPECT_TRUE(contains(error_of([&] { model.forward(batch.inputs, batch.targets, kB, kT + 1, 1.0f); }), "input tokens"));
   std::vector<std::int32_t> short_targets(batch.targets.begin(), batch.targets.end() - 1);
-  EXPECT_TRUE(contains(error_of([&] { model.forward(batch.inputs, short_targets, kB, kT); }), "targets"));
+  EXPECT_TRUE(contains(error_of([&] { model.forward(batch.inputs, short_targets, kB, kT, 1.0f); }), "targets"));
 }
 
 TEST_F(GptGrad, BackwardNeedsAForwardWithTargets) {
   EXPECT_TRUE(contains(error_of([&] { model.backward(); }), "needs a forward()"));
   model.forward_logits(batch.inputs, kB, kT);
   EXPECT_TRUE(contains(error_of([&] { model.backward(); }), "needs a forward()"));
-  model.forward(batch.inputs, batch.targets, kB, kT);
+  model.forward(batch.inputs, batch.targets, kB, kT, Gpt::kEvaluation);  // validation: no gradient
+  EXPECT_TRUE(contains(error_of([&] { model.backward(); }), "needs a forward()"));
+  model.forward(batch.inputs, batch.targets, kB, kT, 1.0f);
   EXPECT_NO_THROW(model.backward());
-  // backward() overwrote the logits with their gradient: a second one needs a new forward.
+  // backward() used the forward's head gradient (summed it over tp in place): a second one needs a new forward.
   EXPECT_TRUE(contains(error_of([&] { model.backward(); }), "needs a forward()"));
 }
 
 // A forward that fails must not leave the previous batch's targets for backward() to pair with
 // whatever the failed forward left in the activations.
 TEST_F(GptGrad, BackwardAfterAFailedForwardThrows) {
-  model.forward(batch.inputs, batch.targets, kB, kT);
+  model.forward(batch.inputs, batch.targets, kB, kT, 1.0f);
   std::vector<std::int32_t> short_targets(batch.targets.begin(), batch.targets.end() - 1);
-  error_of([&] { model.forward(batch.inputs, short_targets, kB, kT); });  // fails after running the blocks
+  error_of([&] { model.forward(batch.inputs, short_targets, kB, kT, 1.0f); });  // fails after running the blocks
   EXPECT_TRUE(contains(error_of([&] { model.backward(); }), "needs a forward()"));
 
-  model.forward(batch.inputs, batch.targets, kB, kT);
+  model.forward(batch.inputs, batch.targets, kB, kT, 1.0f);
   Batch bad = batch;
   bad.targets[0] = config.vocab_size;
-  error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT); });
+  error_of([&] { model.forward(bad.inputs, bad.targets, kB, kT, 1.0f); });
   EXPECT_TRUE(contains(error_of([&] { model.backward(); }), "needs a forward()"));
 }
 

@@ -70,7 +70,7 @@ std::int64_t activation_bytes(DeviceContext& ctx, const GptConfig& config, Recom
     inputs.push_back(token(rng));
     targets.push_back(token(rng));
   }
-  model.forward(inputs, targets, B, T);
+  model.forward(inputs, targets, B, T, 1.0f);
   model.backward();
   return model.activation_bytes();
 }
@@ -104,9 +104,9 @@ TEST(GptRecomputeMemory, WhatBRecomputesForWIsHeldUntilW) {
     Gpt model(ctx, config, DType::F32, {}, {}, 1, GptOptions{r});
     model.init(3);
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(kB * kT), 1);
-    model.forward_chunk(0, 0, kB, kT, tokens, tokens);
+    model.forward_chunk(0, 0, kB, kT, tokens, tokens, 1.0f);
     const std::int64_t after_forward = model.activation_bytes();
-    model.backward_chunk_input(0, 0, 1.0f);
+    model.backward_chunk_input(0, 0);
     const std::int64_t between = model.activation_bytes();
     EXPECT_GT(between, after_forward);
     model.backward_chunk_weights(0, 0);
@@ -114,8 +114,8 @@ TEST(GptRecomputeMemory, WhatBRecomputesForWIsHeldUntilW) {
     EXPECT_LT(after_w, between);
     // A second micro-batch reuses the pooled set: the bytes between its B and W are the first's.
     model.release(0, 0);
-    model.forward_chunk(0, 1, kB, kT, tokens, tokens);
-    model.backward_chunk_input(0, 1, 1.0f);
+    model.forward_chunk(0, 1, kB, kT, tokens, tokens, 1.0f);
+    model.backward_chunk_input(0, 1);
     EXPECT_EQ(model.activation_bytes(), between);
     model.backward_chunk_weights(0, 1);
     model.release(0, 1);

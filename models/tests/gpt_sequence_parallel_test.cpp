@@ -77,18 +77,18 @@ Outcome run(bool sequence_parallel, bool pipeline) {
   for (int micro = 0; micro < 2; ++micro) {
     const auto in = tokens(static_cast<unsigned>(micro)), target = tokens(static_cast<unsigned>(micro) + 7);
     if (!pipeline) {
-      out.losses.push_back(stages[0]->forward(in, target, kB, kT));
+      out.losses.push_back(stages[0]->forward(in, target, kB, kT, 0.5f));
       if (micro == 0) out.activation_bytes = stages[0]->activation_bytes();
-      stages[0]->backward(0.5f);
+      stages[0]->backward();
       continue;
     }
-    stages[0]->forward_chunk(0, micro, kB, kT, in, {});
+    stages[0]->forward_chunk(0, micro, kB, kT, in, {}, 0.5f);
     Tensor handed = stages[1]->input_buffer(0, micro, kB, kT);
     handed.copy_from(stages[0]->output(0, micro), ctx.stream());
-    out.losses.push_back(stages[1]->forward_chunk(0, micro, kB, kT, {}, target));
-    stages[1]->backward_chunk(0, micro, 0.5f);
+    out.losses.push_back(stages[1]->forward_chunk(0, micro, kB, kT, {}, target, 0.5f));
+    stages[1]->backward_chunk(0, micro);
     stages[0]->output_grad_buffer(0, micro).copy_from(stages[1]->input_grad(0, micro), ctx.stream());
-    stages[0]->backward_chunk(0, micro, 0.5f);
+    stages[0]->backward_chunk(0, micro);
     for (auto& s : stages) s->release(0, micro);
   }
   for (auto& s : stages) out.grads.push_back(s->parameters().flat_grads().to_host<float>());
@@ -137,7 +137,7 @@ TEST(SequenceParallel, PositionsNotDividedByTpAreRefused) {
   model.init(1);
   const std::uint64_t issued = world.collectives_issued();
   std::vector<std::int32_t> in(2 * 15, 1);
-  EXPECT_THROW(model.forward(in, in, 2, 15), Error);
+  EXPECT_THROW(model.forward(in, in, 2, 15, 1.0f), Error);
   EXPECT_EQ(world.collectives_issued(), issued);
   world.barrier();
 }

@@ -88,25 +88,26 @@ TEST_P(SplitBackward, WeightsReportEveryParameterOnceInTheFusedOrder) {
   }
 }
 
-// B keeps, per layer, 4 x [B*T, C] + [B*T, 3C] activations and [B*T, C] for the head; the slot
-// keeps them in the pool, so the next micro-batch's slot brings them along.
+// B keeps, per layer, 4 x [B*T, C] + [B*T, 3C] activations (the head's lnf gradient is the slot's
+// since the forward: nothing more); the slot keeps them in the pool, so the next micro-batch's slot
+// brings them along.
 TEST_P(SplitBackward, WhatBKeepsForWIsCountedAndPooled) {
   const GptConfig config = testing::split_test_config();
   Gpt model(ctx_, config, GetParam());
   model.init(5);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(kB * kT), 3);
-  model.forward_chunk(0, 0, kB, kT, tokens, tokens);
+  model.forward_chunk(0, 0, kB, kT, tokens, tokens, 1.0f);
   const std::int64_t before = model.activation_bytes();
-  model.backward_chunk_input(0, 0, 1.0f);
+  model.backward_chunk_input(0, 0);
   const std::int64_t N = kB * kT, C = config.channels, L = config.layers;
-  const std::int64_t elements = L * (4 * N * C + 3 * N * C) + N * C;
+  const std::int64_t elements = L * (4 * N * C + 3 * N * C);
   EXPECT_EQ(model.activation_bytes() - before, elements * static_cast<std::int64_t>(dtype_size(GetParam())));
   const std::int64_t with_grads = model.activation_bytes();
   model.backward_chunk_weights(0, 0);
   model.release(0, 0);
-  model.forward_chunk(0, 1, kB, kT, tokens, tokens);  // the pooled slot, W's buffers included
+  model.forward_chunk(0, 1, kB, kT, tokens, tokens, 1.0f);  // the pooled slot, W's buffers included
   EXPECT_EQ(model.activation_bytes(), with_grads);
-  model.backward_chunk(0, 1, 1.0f);  // the fused backward after the slot held a split one
+  model.backward_chunk(0, 1);  // the fused backward after the slot held a split one
   model.release(0, 1);
 }
 
@@ -115,22 +116,22 @@ TEST_P(SplitBackward, MisuseIsAnInternalError) {
   Gpt model(ctx_, config, GetParam());
   model.init(5);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(kB * kT), 3);
-  model.forward_chunk(0, 0, kB, kT, tokens, tokens);
+  model.forward_chunk(0, 0, kB, kT, tokens, tokens, 1.0f);
   EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk_weights(0, 0); }),
                        "without its backward_chunk_input"));
-  model.backward_chunk_input(0, 0, 1.0f);
-  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk_input(0, 0, 1.0f); }), "twice"));
-  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk(0, 0, 1.0f); }),
+  model.backward_chunk_input(0, 0);
+  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk_input(0, 0); }), "twice"));
+  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk(0, 0); }),
                        "after its backward_chunk_input"));
   EXPECT_TRUE(contains(error_of<InternalError>([&] { model.release(0, 0); }),
                        "between its backward_chunk_input and backward_chunk_weights"));
-  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.forward_chunk(0, 0, kB, kT, tokens, tokens); }),
+  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.forward_chunk(0, 0, kB, kT, tokens, tokens, 1.0f); }),
                        "between its backward_chunk_input and backward_chunk_weights"));
-  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.forward(tokens, tokens, kB, kT); }),
+  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.forward(tokens, tokens, kB, kT, 1.0f); }),
                        "between its backward_chunk_input and backward_chunk_weights"));
   model.backward_chunk_weights(0, 0);
   EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk_weights(0, 0); }), "twice"));
-  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk_input(0, 0, 1.0f); }),
+  EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk_input(0, 0); }),
                        "after its backward already ran"));
   model.release(0, 0);
   EXPECT_TRUE(contains(error_of<InternalError>([&] { model.backward_chunk_weights(0, 0); }), "in flight"));

@@ -124,17 +124,17 @@ inline PipelineOutcome run_pipeline(DeviceContext& ctx, const GptConfig& config,
   auto local = [&](int g) { return layout.chunks[static_cast<std::size_t>(g)].second; };
 
   PipelineOutcome out;
+  const float weight = 1.0f / static_cast<float>(micros);
   for (int m = 0; m < micros; ++m) {
     float loss = 0.0f;
     for (int g = 0; g < G; ++g) {
       if (g > 0) model(g).input_buffer(local(g), m, B, T).copy_from(model(g - 1).output(local(g - 1), m), ctx.stream());
       loss = model(g).forward_chunk(local(g), m, B, T, inputs[static_cast<std::size_t>(m)],
-                                    targets[static_cast<std::size_t>(m)]);
+                                    targets[static_cast<std::size_t>(m)], weight);
     }
     out.losses.push_back(loss);
   }
 
-  const float weight = 1.0f / static_cast<float>(micros);
   auto recorder = [&](int g, int m) {
     return [&out, g, m](std::size_t i) { out.ready[{g, m}].push_back(i); };
   };
@@ -148,14 +148,14 @@ inline PipelineOutcome run_pipeline(DeviceContext& ctx, const GptConfig& config,
   auto fused = [&](int m) {
     for (int g = G - 1; g >= 0; --g) {
       receive(g, m);
-      model(g).backward_chunk(local(g), m, weight, recorder(g, m));
+      model(g).backward_chunk(local(g), m, recorder(g, m));
       sent(g, m);
     }
   };
   auto input = [&](int m) {
     for (int g = G - 1; g >= 0; --g) {
       receive(g, m);
-      model(g).backward_chunk_input(local(g), m, weight);
+      model(g).backward_chunk_input(local(g), m);
       sent(g, m);
     }
   };

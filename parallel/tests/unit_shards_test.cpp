@@ -187,5 +187,46 @@ TEST(UnitShards, ZeroThreeGathersPrefetchesAndReleasesParameters) {
   EXPECT_LE(shards.stats().max_full_param_units, 2);
 }
 
+// The LM head's use of its tied embedding in a training forward (ParamUse::ForwardWithGradient):
+// ZeRO-3 gathers the parameters for it, like a forward, and ZeRO-2/3 reduce-scatter the gradient it
+// wrote when it ends, like a backward; the full gradient and parameters are freed after.
+TEST(UnitShards, AForwardWithGradientGathersAndReduceScatters) {
+  Communicator& world = test_world();
+  DeviceContext& ctx = test_context();
+  const int n = world.size();
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("zero " + std::to_string(stage));
+    ParameterStore store = placed_store(ctx);
+    UnitShards shards(ctx, world, store, units(), kAlone, stage);
+    shards.materialize(/*gather=*/false);
+    std::vector<float> wte(5);
+    for (std::size_t e = 0; e < wte.size(); ++e) wte[e] = static_cast<float>(e) + 0.5f;
+    store.param(0).copy_from_host(wte.data(), wte.size() * sizeof(float), ctx.stream());
+    shards.keep_owned();
+    shards.zero_owned_grads();
+    const std::size_t idle = settled_in_use();
+    shards.start_round(0);
+    shards.begin(0, ParamUse::ForwardWithGradient);
+    EXPECT_TRUE(shards.params_resident(0));
+    EXPECT_EQ(store.param(0).to_host<float>(), wte);
+    EXPECT_EQ(store.grad(0).to_host<float>(), std::vector<float>(5, 0.0f));  // zeroed at begin
+    std::vector<float> g(5);
+    for (std::size_t e = 0; e < g.size(); ++e) g[e] = grad_value(world.rank(), 0, static_cast<std::int64_t>(e));
+    store.grad(0).copy_from_host(g.data(), g.size() * sizeof(float), ctx.stream());
+    shards.end(0, ParamUse::ForwardWithGradient);
+    shards.finish_round();
+    EXPECT_EQ(shards.stats().reductions, 1);
+    EXPECT_EQ(settled_in_use(), idle) << "full gradients or parameters left after the round";
+    // Block 0 is wte alone: its owned piece holds the sum over ranks.
+    const std::vector<float> owned = shards.owned_grads(0).to_host<float>();
+    for (std::size_t i = 0; i < owned.size(); ++i) {
+      const std::int64_t e = shards.owned_begin(0) + static_cast<std::int64_t>(i);
+      float sum = 0;
+      for (int r = 0; r < n; ++r) sum += e < 5 ? grad_value(r, 0, e) : 0.0f;
+      EXPECT_EQ(owned[i], sum) << "element " << e;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mt

@@ -5,6 +5,11 @@
 
 #include "perf/memory_model.h"
 
+#include <cmath>
+
+#include "models/head_chunks.h"
+#include "perf/cluster.h"
+
 namespace mt::perf {
 namespace {
 
@@ -100,7 +105,7 @@ TEST(Memory, ZeroBubbleCountsWhatBKeepsForW) {
   for (int stage : {0, 1}) {
     const MemoryBreakdown a = estimate_stage_memory(m, t, fused, Cluster{}, slots, stage);
     const MemoryBreakdown b = estimate_stage_memory(m, t, split, Cluster{}, slots, stage);
-    const double per_slot = 2 * (4 * NC + 3 * NC) + (stage == 1 ? NC : 0.0);  // stage 1 has the head
+    const double per_slot = 2 * (4 * NC + 3 * NC);  // the head's dlnf (stage 1) is the slot's already
     EXPECT_EQ(a.deferred_weight, 0.0);
     EXPECT_EQ(b.deferred_weight, slots[stage][0] * per_slot) << "stage " << stage;
     EXPECT_EQ(b.activations - a.activations, b.deferred_weight);
@@ -124,7 +129,7 @@ TEST(Memory, ZeroBubbleVPutsTheEmbeddingAndTheHeadOnStageZero) {
   const MemoryBreakdown s0 = estimate_stage_memory(m, t, plan, Cluster{}, slots, 0);
   const MemoryBreakdown s1 = estimate_stage_memory(m, t, plan, Cluster{}, slots, 1);
   const Layout& resolved = plan.layout();
-  EXPECT_EQ(s0.logits, slots[0][1] * logits_bytes(m, t, resolved));  // the head is stage 0's chunk 1
+  EXPECT_EQ(s0.logits, logits_bytes(m, t, resolved, true));  // the head is stage 0's chunk 1: one chunk
   EXPECT_EQ(s1.logits, 0.0);
   const double head = weight_inputs_bytes(m, t, resolved, 1, true), layer = weight_inputs_bytes(m, t, resolved, 1, false);
   EXPECT_EQ(s0.activations, slots[0][0] * (slot_bytes(m, t, resolved, 1, true, false) + layer) +
@@ -154,6 +159,36 @@ TEST(Memory, ValidationRunAheadIsBoundedByTheStages) {
   EXPECT_EQ(with.in_flight, 2);
   EXPECT_DOUBLE_EQ(with.activations, without.activations);
   EXPECT_EQ(with.parameters, without.parameters);
+}
+
+}  // namespace
+}  // namespace mt::perf
+
+namespace mt::perf {
+namespace {
+
+// The head keeps one row chunk of logits whatever the slots (models/head_chunks.h): GPT-2 at
+// T = 1024, 4 sequences a micro-batch, 1F1B over 2 stages (the last keeps one slot, the first two),
+// fp32: at most 8 MiB on a CPU (41 rows), 128 MiB on a GPU (7 chunks of 586 rows), never the
+// 786 MiB of [4096, 50304].
+TEST(Memory, TheHeadKeepsOneChunkOfLogits) {
+  const ModelShape m = gpt_preset("gpt2");
+  TrainingShape t;
+  t.seq_len = 1024;
+  t.global_batch = 8;
+  Layout l;
+  l.pp = 2;
+  l.micro_batch = 4;
+  const LayoutPlan plan(l, layout_dims(m, t.seq_len), l.world_size(), t.global_batch);
+  const auto slots = held_slots(plan, false);
+  const double row = 50304 * 4.0;
+  const MemoryBreakdown cpu = estimate_stage_memory(m, t, plan, cluster_preset("cpu-2core"), slots, 1);
+  const MemoryBreakdown gpu = estimate_stage_memory(m, t, plan, cluster_preset("dgx-a100"), slots, 1);
+  EXPECT_EQ(cpu.logits, std::ceil(head_chunk_rows(4096, 50304, 4, false) * row / 256) * 256);
+  EXPECT_LE(cpu.logits, 8.0 * 1024 * 1024);
+  EXPECT_EQ(gpu.logits, std::ceil(head_chunk_rows(4096, 50304, 4, true) * row / 256) * 256);  // 586 rows
+  EXPECT_LE(gpu.logits, 128.0 * 1024 * 1024);
+  EXPECT_EQ(estimate_stage_memory(m, t, plan, cluster_preset("cpu-2core"), slots, 0).logits, 0.0);
 }
 
 }  // namespace

@@ -152,11 +152,12 @@ TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
   EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 2 * 4 * layer + 2 * 391 * 256.0);
 }
 
-// At the head three units are in flight at once: the tied embedding and lnf, used together, and
-// the unit reduced (ZeRO-2) or prefetched (ZeRO-3) beside them. It shows where the embedding
-// outweighs a layer: vocabulary 4096, wte 262144 elements (its own block), wpe 4096, layers 49984,
-// lnf 128 (512 bytes); dp 2, every piece even. The reductions in flight stay two.
-TEST(MemoryOptions, ZeroCountsTheHeadsTwoUnitsAndTheOneBesideThem) {
+// The head uses lnf and then its tied embedding, one after the other (the embedding's gradient is
+// made in the forward, lnf's in the backward): two units in flight at most there too, the largest
+// two here the embedding and a layer (not lnf beside them). The embedding outweighs a layer:
+// vocabulary 4096, wte 262144 elements (its own block), wpe 4096, layers 49984, lnf 128 (512
+// bytes); dp 2, every piece even. The reductions in flight stay two.
+TEST(MemoryOptions, ZeroCountsTwoUnitsInFlightAtTheHeadToo) {
   ModelShape m = tiny();
   m.vocab_size = 4096;
   const double wte = 4096 * 64, wpe = 64 * 64, layer = 49984, lnf = 128;
@@ -172,12 +173,13 @@ TEST(MemoryOptions, ZeroCountsTheHeadsTwoUnitsAndTheOneBesideThem) {
   const auto block = [](double bytes) { return std::ceil(bytes / 256) * 256; };
   const double embedding = 4 * wte + 4 * wpe, pieces = 2 * wte + 2 * wpe + block(2 * layer);
   const MemoryBreakdown z2 = at(2), z3 = at(3);
-  EXPECT_EQ(z2.gradients, 4 * params / 2 + embedding + 4 * lnf + 4 * layer + pieces);
-  EXPECT_EQ(z3.parameters, 4 * params / 2 + embedding + 4 * lnf + 4 * layer);
+  EXPECT_EQ(z2.gradients, 4 * params / 2 + embedding + 4 * layer + pieces);
+  EXPECT_EQ(z3.parameters, 4 * params / 2 + embedding + 4 * layer);
 }
 
 // Recomputation with the backward split (zero-bubble): B recomputes what W reads into a set of its
-// own, held from B to W only. A slot keeps the head's dlnf [N, C]; the sets are as many as the
+// own, held from B to W only. A slot keeps nothing more for the head (its dlnf is the slot's since
+// the forward); the sets are as many as the
 // schedule defers W's at once, each per layer the W gradients (4 [N, C] + dqkv [N, 3C]) and what
 // the slot dropped that W reads: selective the GELU output, full all but qkv and the probabilities.
 TEST(MemoryOptions, RecomputeWithASplitBackwardKeepsTheWInputsOfTheDeferredSlotsOnly) {
@@ -201,10 +203,10 @@ TEST(MemoryOptions, RecomputeWithASplitBackwardKeepsTheWInputsOfTheDeferredSlots
   const int slots = full.memory.in_flight;
   ASSERT_GT(slots, deferred);  // the case where the two differ
   const double grads = 4 * NC + 3 * NC;
-  EXPECT_EQ(none.memory.deferred_weight, slots * (2 * grads + NC));
+  EXPECT_EQ(none.memory.deferred_weight, slots * 2 * grads);
   // full: ln1, atty, res2, ln2 [N, C]; fch, fch_gelu [N, 4C]; 4 statistics [N].
-  EXPECT_EQ(full.memory.deferred_weight, slots * NC + deferred * 2 * (grads + 4 * NC + 8 * NC + 4 * 256.0));
-  EXPECT_EQ(selective.memory.deferred_weight, slots * NC + deferred * 2 * (grads + kGelu));
+  EXPECT_EQ(full.memory.deferred_weight, deferred * 2 * (grads + 4 * NC + 8 * NC + 4 * 256.0));
+  EXPECT_EQ(selective.memory.deferred_weight, deferred * 2 * (grads + kGelu));
 }
 
 // ZeRO-2 reduce-scatters every micro-batch's gradients (M = 2 here) and all-gathers the parameters
@@ -225,7 +227,8 @@ TEST(MemoryOptions, ZeroTwoReduceScattersEveryMicroBatch) {
 
 // ZeRO-3 gathers each unit before its use, the next one prefetched: exposed are the first gather and
 // what of each later one the previous unit's compute does not cover; backward goes the other way
-// with twice the compute. On a link slow enough that the gathers show:
+// with twice the layers' compute (the head's GEMMs all ran in its forward). On a link slow enough
+// that the gathers show:
 TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
   const ModelShape m = tiny();
   const TrainingShape t = fp32_shape(8);
@@ -238,12 +241,11 @@ TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
   const Prediction p = predict_step(m, t, l, c);
   const double rate = c.peak_flops * c.achieved_fraction;
   const double lf = chunk_work(m, t, l, 1, false, false).forward_flops / rate;
-  const double hf = chunk_work(m, t, l, 0, false, true).forward_flops / rate;
   const auto g = [&](double numel) { return allgather_s(2, 4 * numel, c.intra); };
   const double ge = g(20480), gl = g(49984), gn = g(128);
   const auto pos = [](double x) { return std::max(0.0, x); };
   const double forward = ge + gl + 3 * pos(gl - lf) + pos(gn - lf);
-  const double backward = gn + pos(gl - 2 * hf) + 3 * pos(gl - 2 * lf) + pos(ge - 2 * lf);
+  const double backward = gn + gl + 3 * pos(gl - 2 * lf) + pos(ge - 2 * lf);
   ASSERT_GT(gl, 2 * lf);  // the case where the gathers show
   EXPECT_NEAR(p.time.zero_gather, p.micro_batches * (forward + backward), 1e-12);
   // All of it is data-parallel traffic: twice each unit per micro-batch, plus the reduce-scatters.

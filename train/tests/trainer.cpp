@@ -34,8 +34,9 @@ StepRecord Trainer::step() {
   double loss_sum = 0.0;
   for (int m = 0; m < micro_steps; ++m) {
     train_.next(settings_.micro_batch, inputs_, targets_);
-    loss_sum += model_.forward(inputs_, targets_, settings_.micro_batch, settings_.seq_len);
-    model_.backward(1.0f / static_cast<float>(micro_steps));
+    loss_sum += model_.forward(inputs_, targets_, settings_.micro_batch, settings_.seq_len,
+                               1.0f / static_cast<float>(micro_steps));
+    model_.backward();
   }
   StepRecord r;
   r.step = steps_done_ + 1;
@@ -60,7 +61,7 @@ double Trainer::evaluate() {
   double sum = 0.0;
   for (int b = 0; b < micro_batches; ++b) {
     val_->read(static_cast<std::int64_t>(b) * settings_.micro_batch, settings_.micro_batch, inputs_, targets_);
-    sum += model_.forward(inputs_, targets_, settings_.micro_batch, settings_.seq_len);
+    sum += model_.forward(inputs_, targets_, settings_.micro_batch, settings_.seq_len, Gpt::kEvaluation);
   }
   return sum / micro_batches;
 }
