@@ -10,12 +10,16 @@
 
 namespace mt {
 
-// The byte budget of one chunk's logits. The CPU: 8 MiB, a few dozen rows of a 50k vocabulary,
-// already hundreds of MFLOP per GEMM (OpenBLAS is at its rate there) and small next to the layers'
-// activations. CUDA: 128 MiB, so the GEMMs stay large enough to fill the GPU (hundreds of rows
-// of a 50k vocabulary in bf16) while still far below the N x Vp logits of a GPT-sized micro-batch.
-inline constexpr std::int64_t kHeadChunkBytesCpu = std::int64_t{8} << 20;
-inline constexpr std::int64_t kHeadChunkBytesCuda = std::int64_t{128} << 20;
+// The byte budget of one chunk's logits. Each chunk adds its rank-R update into the embedding's
+// gradient, which reads and writes all of dwte [Vp/tp, C]: that traffic, not the GEMMs' FLOPs,
+// is what small chunks cost. Per chunk it is about 8 (peak FLOP/s) / (6 R memory bytes/s) of the
+// chunk's head GEMMs, whatever V and C are, so a budget must keep R in the hundreds on a CPU and in
+// the thousands on a GPU. Measured (small, T 256, B 4, one 2-core CPU, fp32): 8 MiB (41 rows)
+// made the step 18% slower than keeping the logits, 32 MiB 4%, 64 MiB within noise. CUDA:
+// 1 GiB (about 4K rows of a 128K vocabulary, 10K of a 50K one, in bf16), where an H100's
+// FLOP/byte ratio makes 512-row chunks cost about half the head's GEMM time again.
+inline constexpr std::int64_t kHeadChunkBytesCpu = std::int64_t{64} << 20;
+inline constexpr std::int64_t kHeadChunkBytesCuda = std::int64_t{1} << 30;
 
 // Rows per chunk for `rows` rows of `vocab_cols` columns of `elem_bytes` each: as many as fit the
 // budget (at least 1, at most `rows`), then evened out so that every chunk has about as many rows

@@ -43,9 +43,10 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
 TEST(HeadChunks, RowsFollowTheBudgetAndAreEvenedOut) {
   EXPECT_EQ(head_chunk_rows(32, 128, 4, false), 32);             // all fit
   EXPECT_EQ(head_chunk_rows(32, 128, 4, false, 5), 5);           // forced: 7 chunks of 5, 5, ..., 2
-  EXPECT_EQ(head_chunk_rows(1024, 50304, 4, false), 41);         // 8 MiB of 201216-byte rows: 41 (25 chunks)
-  EXPECT_EQ(head_chunk_rows(1000, 50304, 4, false), 40);         // 25 chunks of 40
-  EXPECT_EQ(head_chunk_rows(8192, 50304, 2, true), 1171);        // 128 MiB of bf16 rows: 1334, evened: 7 chunks
+  EXPECT_EQ(head_chunk_rows(1024, 50304, 4, false), 256);        // 64 MiB of 201216-byte rows: 333, evened: 4 chunks
+  EXPECT_EQ(head_chunk_rows(1000, 50304, 4, false), 250);        // 4 chunks of 250
+  EXPECT_EQ(head_chunk_rows(8192, 50304, 2, true), 8192);        // 1 GiB of bf16 rows: 10672, all fit
+  EXPECT_EQ(head_chunk_rows(32768, 50304, 2, true), 8192);       // 4 chunks of 8192
   EXPECT_EQ(head_chunk_rows(4, std::int64_t{1} << 30, 4, false), 1);  // a row beyond the budget: one row at a time
 }
 

@@ -168,26 +168,26 @@ namespace mt::perf {
 namespace {
 
 // The head keeps one row chunk of logits whatever the slots (models/head_chunks.h): GPT-2 at
-// T = 1024, 4 sequences a micro-batch, 1F1B over 2 stages (the last keeps one slot, the first two),
-// fp32: at most 8 MiB on a CPU (41 rows), 128 MiB on a GPU (7 chunks of 586 rows), never the
-// 786 MiB of [4096, 50304].
+// T = 1024, 8 sequences a micro-batch, 1F1B over 2 stages (the last keeps one slot, the first two),
+// fp32: at most 64 MiB on a CPU (25 chunks of 328 rows), 1 GiB on a GPU (2 chunks of 4096 rows),
+// never the 1.5 GiB of [8192, 50304].
 TEST(Memory, TheHeadKeepsOneChunkOfLogits) {
   const ModelShape m = gpt_preset("gpt2");
   TrainingShape t;
   t.seq_len = 1024;
-  t.global_batch = 8;
+  t.global_batch = 16;
   Layout l;
   l.pp = 2;
-  l.micro_batch = 4;
+  l.micro_batch = 8;
   const LayoutPlan plan(l, layout_dims(m, t.seq_len), l.world_size(), t.global_batch);
   const auto slots = held_slots(plan, false);
   const double row = 50304 * 4.0;
   const MemoryBreakdown cpu = estimate_stage_memory(m, t, plan, cluster_preset("cpu-2core"), slots, 1);
   const MemoryBreakdown gpu = estimate_stage_memory(m, t, plan, cluster_preset("dgx-a100"), slots, 1);
-  EXPECT_EQ(cpu.logits, std::ceil(head_chunk_rows(4096, 50304, 4, false) * row / 256) * 256);
-  EXPECT_LE(cpu.logits, 8.0 * 1024 * 1024);
-  EXPECT_EQ(gpu.logits, std::ceil(head_chunk_rows(4096, 50304, 4, true) * row / 256) * 256);  // 586 rows
-  EXPECT_LE(gpu.logits, 128.0 * 1024 * 1024);
+  EXPECT_EQ(cpu.logits, std::ceil(head_chunk_rows(8192, 50304, 4, false) * row / 256) * 256);
+  EXPECT_LE(cpu.logits, static_cast<double>(kHeadChunkBytesCpu));
+  EXPECT_EQ(gpu.logits, std::ceil(head_chunk_rows(8192, 50304, 4, true) * row / 256) * 256);
+  EXPECT_LE(gpu.logits, static_cast<double>(kHeadChunkBytesCuda));
   EXPECT_EQ(estimate_stage_memory(m, t, plan, cluster_preset("cpu-2core"), slots, 0).logits, 0.0);
 }
 
