@@ -162,24 +162,30 @@ void print_layout(const TrainJob& job, const ParallelTrainer& trainer) {
 // The estimate of a rank's memory (perf/memory_model.h: an upper bound on the allocator's peak) for
 // the stage needing the most, split as the options change it: "memory per rank (estimate, stage 1 of
 // 2): parameters 861.5 KiB, gradients ..., optimizer state ..., activations ... in 2 slots, workspace
-// ...; total ...". Validation's slots count where the data has a val split.
-perf::MemoryBreakdown estimated_memory(const TrainJob& job, bool validation) {
+// ...; total ...". Validation's slots count where the data has a val split. The device's kind picks
+// the LM head's chunk budget (models/head_chunks.h), which the memory model reads off the cluster's
+// peak dtype: fp32 for a CPU.
+perf::MemoryBreakdown estimated_memory(const TrainJob& job, const DeviceContext& ctx, bool validation) {
   perf::TrainingShape training;
   training.seq_len = job.settings.seq_len;
   training.global_batch = job.settings.global_batch;
   training.precision = job.compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
-  return perf::estimate_memory(job.config, training, job.plan, perf::Cluster{}, perf::held_slots(job.plan, validation));
+  perf::Cluster device;
+  if (ctx.device().is_cpu()) device.peak_dtype = "fp32";
+  return perf::estimate_memory(job.config, training, job.plan, device, perf::held_slots(job.plan, validation));
 }
 
-std::string memory_split(const TrainJob& job, bool validation) {
-  const perf::MemoryBreakdown m = estimated_memory(job, validation);
+std::string memory_split(const TrainJob& job, const DeviceContext& ctx, bool validation) {
+  const perf::MemoryBreakdown m = estimated_memory(job, ctx, validation);
   const auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
   const int stages = job.plan.mesh().pp;
   const std::string where = stages > 1 ? ", stage " + std::to_string(m.stage) + " of " + std::to_string(stages) : "";
+  // The head's one chunk of logits is the same whatever the slots: workspace, not activations.
+  const std::string head = m.logits > 0 ? " (the LM head's logits chunk " + bytes(m.logits) + ")" : "";
   return "memory per rank (estimate" + where + "): parameters " + bytes(m.parameters) + ", gradients " +
-         bytes(m.gradients) + ", optimizer state " + bytes(m.optimizer) + ", activations " +
-         bytes(m.activations + m.logits) + " in " + std::to_string(m.in_flight) + " slot(s), workspace " +
-         bytes(m.workspace + m.transient) + "; total " + bytes(m.total());
+         bytes(m.gradients) + ", optimizer state " + bytes(m.optimizer) + ", activations " + bytes(m.activations) +
+         " in " + std::to_string(m.in_flight) + " slot(s), workspace " + bytes(m.workspace + m.transient + m.logits) +
+         head + "; total " + bytes(m.total());
 }
 
 // What rank 0 prints before the first step: model, data, batches, device, layout, every rank's place.
@@ -199,7 +205,7 @@ void print_start(const TrainJob& job, const ParallelTrainer& trainer, const Trai
   std::printf("  device %s, %s compute, %d CPU thread(s)%s\n", ctx.device().str().c_str(), dtype_name(job.compute),
               ctx.cpu_threads(), peak > 0 ? (", MFU against " + format_count(peak) + "FLOP/s per rank").c_str() : "");
   print_layout(job, trainer);
-  std::printf("  %s\n", memory_split(job, data.val != nullptr).c_str());
+  std::printf("  %s\n", memory_split(job, ctx, data.val != nullptr).c_str());
   for (const std::string& place : places) std::printf("  %s\n", place.c_str());
   if (resumed) {
     std::printf("  resumed from %s: step %d, %s sequences consumed (saved on %s)%s\n", resumed->dir.c_str(),
@@ -252,7 +258,7 @@ void report_peak_memory(Session& session, const TrainJob& job, bool validation) 
   }
   std::printf("peak memory per rank (the allocator's): %s on rank %d, lowest %s; estimate %s\n",
               format_bytes(high).c_str(), high_rank, format_bytes(low).c_str(),
-              format_bytes(static_cast<std::size_t>(estimated_memory(job, validation).total())).c_str());
+              format_bytes(static_cast<std::size_t>(estimated_memory(job, ctx, validation).total())).c_str());
 }
 
 void finish(ParallelTrainer& trainer, const TrainJob& job, bool root, const StepRecord& last) {

@@ -65,7 +65,7 @@ if expect_ok "train 20 steps" "$meshtrain" train --device cpu --tokenizer bytes 
   grep -q -E '^step 20/20 \| loss [0-9.]+ \| val [0-9.]+ \|' "$out" || { fail "train: no val loss on the last step"; show; }
   grep -q -E '^final validation loss [0-9.]+$' "$out" || { fail "train: no final validation loss"; show; }
   # The memory split at start: tiny's 220,544 fp32 parameters, as many gradients, AdamW's two moments.
-  grep -q -E '^  memory per rank \(estimate\): parameters 861.5 KiB, gradients 861.5 KiB, optimizer state 1.7 MiB, activations [0-9.]+ [KM]iB in [0-9]+ slot\(s\), workspace [0-9.]+ [KM]iB; total [0-9.]+ [KM]iB$' "$out" \
+  grep -q -E '^  memory per rank \(estimate\): parameters 861.5 KiB, gradients 861.5 KiB, optimizer state 1.7 MiB, activations [0-9.]+ [KM]iB in [0-9]+ slot\(s\), workspace [0-9.]+ [KM]iB \(the LM head'"'"'s logits chunk [0-9.]+ [KM]iB\); total [0-9.]+ [KM]iB$' "$out" \
     || { fail "train: no memory split line at start"; show; }
   # Only notices may reach stderr (a CUDA build on a machine without a GPU says so, once).
   grep -v '^meshtrain: notice: ' "$err" | grep -q . && { fail "train: wrote to stderr"; show; }
