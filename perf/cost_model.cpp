@@ -17,19 +17,20 @@ namespace mt::perf {
 namespace {
 
 // The schedule's own simulation, with forward cost 1 and the backward's B (input gradients) and W
-// (weight gradients) relative to it, each rounded to 1/16: times scale with the forward cost, so
-// one run serves every layout with the same shape. The fused schedules' Backward costs B + W
+// (weight gradients) relative to it, on a grid of 1/16: times scale with the forward cost, so
+// one run serves every layout with the same shape (makespan() interpolates between grid points). The fused schedules' Backward costs B + W
 // whatever the split, so their key holds the sum alone; the zero-bubble ones run B and W apart
 // and key on both. The layout search asks for the same shapes thousands of times; schedules with
 // P = 64 and M = 1536 take milliseconds to build.
 // The slots do not depend on the costs: they are kept per schedule shape alone, so the memory
 // options (which change B and W) do not simulate the executor again.
 struct ScheduleFacts {
-  double makespan = 0;  // in forward costs
+  double makespan = 0;  // in forward costs, at the grid point
   std::vector<std::vector<int>> held_slots, held_slots_with_validation;  // perf/memory_model.h
 };
 
-const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double f, double backward, double weight) {
+// The facts at grid point (b, w), in sixteenths of a forward.
+const ScheduleFacts& schedule_facts(const LayoutPlan& plan, long b, long w) {
   using Shape = std::tuple<int, int, int, int>;
   struct Slots {
     std::vector<std::vector<int>> train, with_validation;
@@ -38,9 +39,6 @@ const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double f, double bac
   static std::map<std::tuple<int, int, int, int, long, long>, ScheduleFacts> cache;
   static std::map<Shape, Slots> slots_cache;
   const Layout& l = plan.layout();
-  const bool split = splits_backward(l.schedule);
-  const long b = std::lround((split ? backward - weight : backward) / f * 16.0);
-  const long w = split ? std::lround(weight / f * 16.0) : 0;
   const Shape shape{static_cast<int>(l.schedule), l.pp, plan.micro_batches(), l.virtual_stages};
   const auto key = std::tuple_cat(shape, std::make_tuple(b, w));
   std::lock_guard<std::mutex> lock(mutex);
@@ -58,6 +56,27 @@ const ScheduleFacts& schedule_facts(const LayoutPlan& plan, double f, double bac
   facts.held_slots = slots->second.train;
   facts.held_slots_with_validation = slots->second.with_validation;
   return cache.emplace(key, std::move(facts)).first->second;
+}
+
+// The schedule at the layout's own B and W: the facts of the grid point below them, and the makespan
+// in forward costs. The makespan is piecewise linear in B and W, so it is interpolated between the
+// grid points around them: rounding to the grid alone hid changes of up to 1/32 of a forward per
+// micro-batch (selective recomputation's rerun is 3% of GPT-3's).
+struct SimulatedSchedule {
+  const ScheduleFacts& grid;
+  double makespan;
+};
+SimulatedSchedule simulate_schedule(const LayoutPlan& plan, double f, double backward, double weight) {
+  const bool split = splits_backward(plan.layout().schedule);
+  const double b = (split ? backward - weight : backward) / f * 16.0;
+  const double w = split ? weight / f * 16.0 : 0.0;
+  const auto b0 = static_cast<long>(std::floor(b)), w0 = static_cast<long>(std::floor(w));
+  const double tb = b - static_cast<double>(b0), tw = w - static_cast<double>(w0);
+  const auto at = [&](long db, long dw, double weight_of) {
+    return weight_of > 0 ? weight_of * schedule_facts(plan, b0 + db, w0 + dw).makespan : 0.0;
+  };
+  return {schedule_facts(plan, b0, w0),
+          at(0, 0, (1 - tb) * (1 - tw)) + at(1, 0, tb * (1 - tw)) + at(0, 1, (1 - tb) * tw) + at(1, 1, tb * tw)};
 }
 
 bool any_group_crosses(const std::vector<std::vector<int>>& groups, int devices_per_node) {
@@ -249,11 +268,11 @@ const StageTimes& slowest(const std::vector<StageTimes>& stages) {
 // The pipeline: the schedule's makespan with the slowest stage's per-chunk costs, what of it is
 // compute and tensor-parallel communication, the rest bubble; and the messages between stages.
 // Returns the makespan.
-double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, const ScheduleFacts& facts, double f, double message,
-                    Prediction& p) {
+double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, double makespan_in_forwards, double f,
+                    double message, Prediction& p) {
   const Layout& layout = plan.layout();
   const int M = plan.micro_batches(), P = layout.pp, v = layout.virtual_stages;
-  const double makespan = facts.makespan * f;
+  const double makespan = makespan_in_forwards * f;
   p.time.compute = M * (slow.compute_f + slow.compute_b);
   p.time.tp_comm = M * (slow.tp_f + slow.tp_b);
   p.time.zero_gather = M * (slow.gather_f + slow.gather_b);
@@ -372,12 +391,12 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
   const int v = layout.virtual_stages;
   const double f = (slow.compute_f + slow.tp_f + slow.gather_f) / v;  // per chunk
   const double b = (slow.compute_b + slow.tp_b + slow.gather_b) / v;
-  const ScheduleFacts& facts = schedule_facts(plan, f, b, slow.compute_w / v);
+  const SimulatedSchedule schedule = simulate_schedule(plan, f, b, slow.compute_w / v);
   // Sequence parallelism sends each stage's output split over tp: 1/tp of the bytes per rank.
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len / (layout.sequence_parallel ? layout.tp : 1);
   const double message =
       layout.pp > 1 ? p2p_s(N * model.channels * training.act_bytes(), link_for(p.pp_crosses_nodes, cluster)) : 0.0;
-  const double makespan = add_pipeline(plan, slow, facts, f, message, p);
+  const double makespan = add_pipeline(plan, slow, schedule.makespan, f, message, p);
 
   const double params = std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
                           return x.params < y.params;
@@ -393,7 +412,7 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
     p.step_s = dedicated + p.time.core_wait;
   }
   add_throughput(model, training, layout, cluster, p);
-  add_memory(model, training, plan, cluster, facts, p);
+  add_memory(model, training, plan, cluster, schedule.grid, p);
   return p;
 }
 

@@ -220,10 +220,15 @@ TEST(Pipeline, ZeroBubbleSimulatesTheBackwardSplitIntoInputAndWeight) {
         }
         if (f + b + w > slow_f + slow_b + slow_w) slow_f = f, slow_b = b, slow_w = w;
       }
-      const auto sixteenths = [](double x) { return static_cast<double>(std::lround(x * 16.0)) / 16.0; };
-      const double units =
-          simulate(plan.train_schedule(), ComputeCosts{1.0, sixteenths(slow_b / slow_f), sixteenths(slow_w / slow_f)})
-              .makespan;
+      // The schedule simulated on a grid of sixteenths of a forward, interpolated between the four
+      // grid points around B and W.
+      const double bq = slow_b / slow_f * 16.0, wq = slow_w / slow_f * 16.0;
+      const double b0 = std::floor(bq), w0 = std::floor(wq), tb = bq - b0, tw = wq - w0;
+      const auto at = [&](double b, double w) {
+        return simulate(plan.train_schedule(), ComputeCosts{1.0, b / 16.0, w / 16.0}).makespan;
+      };
+      const double units = (1 - tb) * (1 - tw) * at(b0, w0) + tb * (1 - tw) * at(b0 + 1, w0) +
+                           (1 - tb) * tw * at(b0, w0 + 1) + tb * tw * at(b0 + 1, w0 + 1);
       const double work = t.global_batch * (slow_f + slow_b + slow_w);
       SCOPED_TRACE(std::string(schedule_kind_name(kind)) + (recompute ? " recompute" : ""));
       EXPECT_NEAR(p.time.bubble / p.time.compute, (units * slow_f / v - work) / work, 1e-9);
