@@ -12,6 +12,7 @@
 #include "launch/path_option.h"
 #include "models/hf/gpt2_hf.h"  // defines: is_hf_folder
 #include "perf/memory_model.h"
+#include "runtime/device.h"  // defines: discover_devices
 #include "runtime/error.h"
 #include "train/metrics.h"
 
@@ -237,15 +238,20 @@ namespace {
 // what the model, the optimizer, the pipeline executor's slots (validation's included: it is
 // counted whether or not the data has a val split) and a step's temporary buffers hold. A cap at
 // the estimate runs; one below it is a usage error, said once. save_weights: --save-weights gathers
-// the whole model's fp32 parameters into one buffer on every rank after the last step.
+// the whole model's fp32 parameters into one buffer on every rank after the last step. The device's
+// kind sets the LM head's chunk budget (models/head_chunks.h): a run that will fall back to the CPU
+// is estimated as one.
 void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, const TrainSettings& settings,
-                      const LayoutPlan& plan, bool save_weights) {
+                      const LayoutPlan& plan, bool save_weights, DeviceRequest device) {
   if (cap == 0) return;
+  perf::Cluster kind;
+  const bool gpu = device == DeviceRequest::Cuda || (device == DeviceRequest::Auto && !discover_devices().gpus.empty());
+  if (!gpu) kind.peak_dtype = "fp32";
   perf::TrainingShape training;
   training.seq_len = settings.seq_len;
   training.global_batch = settings.global_batch;
   training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
-  perf::MemoryBreakdown m = perf::estimate_memory(config, training, plan, perf::Cluster{}, perf::held_slots(plan, true));
+  perf::MemoryBreakdown m = perf::estimate_memory(config, training, plan, kind, perf::held_slots(plan, true));
   if (save_weights) m.transient = std::max(m.transient, 4.0 * static_cast<double>(config.parameter_count()) + 256.0);
   const auto need = m.total();
   if (need <= static_cast<double>(cap)) return;
@@ -254,9 +260,9 @@ void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, c
   throw UsageError("--device-memory-limit " + bytes(static_cast<double>(cap)) + " is too small for this model: " + who +
                    " needs up to " + bytes(need) + ", " + bytes(need - static_cast<double>(cap)) +
                    " more (parameters " + bytes(m.parameters) + ", gradients " + bytes(m.gradients) +
-                   ", AdamW moments " + bytes(m.optimizer) + ", activations " + bytes(m.activations + m.logits) +
-                   " in " + std::to_string(m.in_flight) + " micro-batch slot(s), workspace " +
-                   bytes(m.workspace + m.transient) +
+                   ", AdamW moments " + bytes(m.optimizer) + ", activations " + bytes(m.activations) + " in " +
+                   std::to_string(m.in_flight) + " micro-batch slot(s), workspace " +
+                   bytes(m.workspace + m.transient + m.logits) +
                    "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp");
 }
 
@@ -305,7 +311,8 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
   }
   LayoutPlan plan = read_layout(vm, world_size, config, settings);
   const RuntimeOptions runtime = read_runtime_options(vm);
-  check_memory_cap(runtime.device_memory_limit, config, compute, settings, plan, vm.count("save-weights") > 0);
+  check_memory_cap(runtime.device_memory_limit, config, compute, settings, plan, vm.count("save-weights") > 0,
+                   runtime.device);
   return TrainJob{.tokenizer = tokenizer,
                   .config = config,
                   .settings = settings,

@@ -139,6 +139,12 @@ if expect_ok "train --config" "$meshtrain" train --device cpu --config "$dir/run
   grep -q -E 'max_lr 0.001,' "$out" || { fail "config: lr = 0.001 from the file not used"; show; }
 fi
 
+# A memory cap at the CPU's estimate runs: GPT-2's vocabulary over 512 rows makes the LM head two
+# chunks on a CPU (a GPU's budget would count all 512 rows, 49 MiB more: 153 MiB, refused).
+expect_ok "a cap just above the CPU's estimate (104.2 MiB)" "$meshtrain" train --device cpu --tokenizer gpt2 \
+  --data "$data" --layers 1 --seq-len 64 --global-batch 8 --micro-batch 8 --steps 1 --cpu-threads 1 \
+  --device-memory-limit 110M
+
 # --- errors: non-zero exit, one clear message, no hang.
 expect_error "unknown --model preset" "unknown model preset 'huge' \(known: tiny," \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --model huge --steps 1 --cpu-threads 1
