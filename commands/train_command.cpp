@@ -159,20 +159,12 @@ void print_layout(const TrainJob& job, const ParallelTrainer& trainer) {
               memory_options.c_str(), layout.bucket_mb, layout.overlap ? "" : ", no overlap");
 }
 
-// The estimate of a rank's memory (perf/memory_model.h: an upper bound on the allocator's peak) for
-// the stage needing the most, split as the options change it: "memory per rank (estimate, stage 1 of
+// The estimate of a rank's memory (commands/train_options.h estimate_run_memory) for the stage
+// needing the most, split as the options change it: "memory per rank (estimate, stage 1 of
 // 2): parameters 861.5 KiB, gradients ..., optimizer state ..., activations ... in 2 slots, workspace
-// ...; total ...". Validation's slots count where the data has a val split. The device's kind picks
-// the LM head's chunk budget (models/head_chunks.h), which the memory model reads off the cluster's
-// peak dtype: fp32 for a CPU.
+// ...; total ...". Validation's slots count where the data has a val split.
 perf::MemoryBreakdown estimated_memory(const TrainJob& job, const DeviceContext& ctx, bool validation) {
-  perf::TrainingShape training;
-  training.seq_len = job.settings.seq_len;
-  training.global_batch = job.settings.global_batch;
-  training.precision = job.compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
-  perf::Cluster device;
-  if (ctx.device().is_cpu()) device.peak_dtype = "fp32";
-  return perf::estimate_memory(job.config, training, job.plan, device, perf::held_slots(job.plan, validation));
+  return estimate_run_memory(job.config, job.compute, job.settings, job.plan, ctx.device().is_cpu(), validation);
 }
 
 std::string memory_split(const TrainJob& job, const DeviceContext& ctx, bool validation) {

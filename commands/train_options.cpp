@@ -229,6 +229,17 @@ LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptCon
   return plan;
 }
 
+perf::MemoryBreakdown estimate_run_memory(const GptConfig& config, DType compute, const TrainSettings& settings,
+                                          const LayoutPlan& plan, bool on_cpu, bool validation) {
+  perf::TrainingShape training;
+  training.seq_len = settings.seq_len;
+  training.global_batch = settings.global_batch;
+  training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
+  perf::Cluster device;
+  if (on_cpu) device.peak_dtype = "fp32";
+  return perf::estimate_memory(config, training, plan, device, perf::held_slots(plan, validation));
+}
+
 namespace {
 
 // A cap below what the model needs would fail at the first allocation over it, on some ranks and deep
@@ -244,14 +255,8 @@ namespace {
 void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, const TrainSettings& settings,
                       const LayoutPlan& plan, bool save_weights, DeviceRequest device) {
   if (cap == 0) return;
-  perf::Cluster kind;
   const bool gpu = device == DeviceRequest::Cuda || (device == DeviceRequest::Auto && !discover_devices().gpus.empty());
-  if (!gpu) kind.peak_dtype = "fp32";
-  perf::TrainingShape training;
-  training.seq_len = settings.seq_len;
-  training.global_batch = settings.global_batch;
-  training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
-  perf::MemoryBreakdown m = perf::estimate_memory(config, training, plan, kind, perf::held_slots(plan, true));
+  perf::MemoryBreakdown m = estimate_run_memory(config, compute, settings, plan, /*on_cpu=*/!gpu, /*validation=*/true);
   if (save_weights) m.transient = std::max(m.transient, 4.0 * static_cast<double>(config.parameter_count()) + 256.0);
   const auto need = m.total();
   if (need <= static_cast<double>(cap)) return;

@@ -2,7 +2,7 @@
 // MPI is touched: the run's settings and its one LayoutPlan, identical on every rank, so that a bad
 // option is one UsageError said once (the config-file fuzzer, commands/tests/fuzz_config_file.cpp,
 // runs these alone).
-// defines: train_options, read_settings, read_layout, CheckpointPolicy, TrainJob, read_train_job
+// defines: train_options, read_settings, read_layout, CheckpointPolicy, TrainJob, read_train_job, estimate_run_memory
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -14,6 +14,7 @@
 #include "launch/options.h"           // defines: RuntimeOptions
 #include "models/gpt_config.h"        // defines: GptConfig
 #include "parallel/layout_plan.h"     // defines: LayoutPlan
+#include "perf/memory_model.h"         // defines: MemoryBreakdown
 #include "runtime/dtype.h"
 #include "train/train_settings.h"     // defines: TrainSettings
 
@@ -57,6 +58,13 @@ struct TrainJob {
   std::optional<double> peak_tflops;
   RuntimeOptions runtime;
 };
+
+// A rank's memory estimate for the run (perf/memory_model.h: an upper bound on the allocator's peak,
+// for the stage needing the most). on_cpu: the device's kind sets the LM head's chunk budget
+// (models/head_chunks.h), which the memory model reads off the cluster's peak dtype (fp32 for a
+// CPU). validation: validation's slots count too.
+perf::MemoryBreakdown estimate_run_memory(const GptConfig& config, DType compute, const TrainSettings& settings,
+                                          const LayoutPlan& plan, bool on_cpu, bool validation);
 
 // Reads and checks every option in the order a user would fix them; the device memory cap is
 // checked against the model's estimated peak too (perf/memory_model.h).
