@@ -10,33 +10,19 @@
 namespace mt::data {
 namespace {
 
-constexpr std::size_t kMaxCachedPieceBytes = 64;      // longer pieces are rare: not worth keeping
-constexpr std::size_t kMaxCacheEntries = 1u << 18;    // about 30 MB
 
 }  // namespace
 
 Gpt2Tokenizer::Gpt2Tokenizer(Gpt2Vocab vocab) : vocab_(std::move(vocab)) {}
 
 void Gpt2Tokenizer::encode_piece(const std::string& piece, std::vector<std::int32_t>& out) const {
-  const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
-  if (cacheable) {
-    std::lock_guard lock(cache_mutex_);
-    const auto it = cache_.find(piece);
-    if (it != cache_.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  if (cache_.append(piece, out)) return;
   std::vector<std::int32_t> symbols;
   symbols.reserve(piece.size());
   for (const char c : piece) symbols.push_back(vocab_.byte_token[static_cast<std::uint8_t>(c)]);
   vocab_.merges.apply(symbols);
   out.insert(out.end(), symbols.begin(), symbols.end());
-  if (cacheable) {
-    std::lock_guard lock(cache_mutex_);
-    if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-    cache_.emplace(piece, std::move(symbols));
-  }
+  cache_.keep(piece, symbols);
 }
 
 std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) const {

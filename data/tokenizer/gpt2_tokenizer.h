@@ -6,12 +6,11 @@
 // defines: Gpt2Tokenizer
 #pragma once
 
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "data/tokenizer/gpt2_vocab.h"  // defines: Gpt2Vocab
+#include "data/tokenizer/piece_cache.h" // defines: PieceCache
 #include "data/tokenizer/tokenizer.h"   // defines: Tokenizer
 
 namespace mt::data {
@@ -31,9 +30,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   void encode_piece(const std::string& piece, std::vector<std::int32_t>& out) const;
 
   Gpt2Vocab vocab_;
-  // piece bytes -> tokens. Bounded: cleared when full; long pieces are not kept.
-  mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache_;
+  mutable PieceCache cache_;
 };
 
 }  // namespace mt::data

@@ -9,8 +9,6 @@
 namespace mt::data {
 namespace {
 
-constexpr std::size_t kMaxCachedPieceBytes = 64;    // longer pieces are rare: not worth keeping
-constexpr std::size_t kMaxCacheEntries = 1u << 18;  // about 30 MB
 
 bool is_ascii(std::string_view text) {
   for (const char c : text)
@@ -82,22 +80,10 @@ void TiktokenTokenizer::encode_piece(std::string_view piece, std::vector<std::in
     out.push_back(whole);
     return;
   }
-  const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
-  if (cacheable) {
-    std::lock_guard lock(cache_mutex_);
-    const auto it = cache_.find(piece);
-    if (it != cache_.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  if (cache_.append(piece, out)) return;
   const std::size_t first = out.size();
   merge(piece, out);
-  if (cacheable) {
-    std::lock_guard lock(cache_mutex_);
-    if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-    cache_.emplace(std::string(piece), std::vector<std::int32_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
-  }
+  cache_.keep(piece, std::span<const std::int32_t>(out).subspan(first));
 }
 
 std::vector<std::int32_t> TiktokenTokenizer::encode(std::string_view text) const {

@@ -10,11 +10,11 @@
 // defines: TiktokenTokenizer
 #pragma once
 
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "data/tokenizer/piece_cache.h"        // defines: PieceCache
 #include "data/tokenizer/regex_splitter.h"     // defines: RegexSplitter
 #include "data/tokenizer/tiktoken_encoding.h"  // defines: TiktokenEncoding
 #include "data/tokenizer/tokenizer.h"          // defines: Tokenizer
@@ -51,9 +51,7 @@ class TiktokenTokenizer final : public Tokenizer {
   std::vector<std::string> id_bytes_;  // id -> bytes (empty for ids that are no token)
   std::vector<char> is_token_;         // id -> whether decode() accepts it
   std::int32_t eot_ = -1;
-  // piece bytes -> tokens. Bounded: cleared when full; long pieces are not kept.
-  mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<std::int32_t>, Hash, std::equal_to<>> cache_;
+  mutable PieceCache cache_;
 };
 
 }  // namespace mt::data
