@@ -160,15 +160,14 @@ ShardFile ShardFile::open(const fs::path& file) {
             kShardVersion, " (uint16 tokens) and ", kShardVersionUint32, " (uint32 tokens)");
   }
   shard.version_ = header[1];
-  shard.wide_ = header[1] == kShardVersionUint32;
-  shard.written_vocab_ = shard.wide_ ? std::max(header[3], 0) : 0;
+  shard.written_vocab_ = shard.wide() ? std::max(header[3], 0) : 0;
   const std::int64_t count = header[2];
   if (count < 0) MT_FAIL("token shard ", file, " is corrupt: its header gives a negative token count ", count);
-  const std::uint64_t width = shard.wide_ ? sizeof(std::uint32_t) : sizeof(std::uint16_t);
+  const std::uint64_t width = shard.wide() ? sizeof(std::uint32_t) : sizeof(std::uint16_t);
   const std::uint64_t want = static_cast<std::uint64_t>(count) * width;
   const std::uint64_t have = bytes - kShardHeaderBytes;
   // Version 1's messages stay as they were; a wide shard says what its sizes count.
-  const std::string kind = shard.wide_ ? " (version " + std::to_string(shard.version_) + ", uint32 tokens)" : "";
+  const std::string kind = shard.wide() ? " (version " + std::to_string(shard.version_) + ", uint32 tokens)" : "";
   if (have < want) {
     MT_FAIL("token shard ", file, kind, " is truncated: its header says ", count, " tokens (", want,
             " bytes after the header) but the file holds ", have, " bytes after the header");
@@ -189,7 +188,6 @@ ShardFile::ShardFile(ShardFile&& other) noexcept
       tokens_(std::exchange(other.tokens_, nullptr)),
       count_(std::exchange(other.count_, 0)),
       version_(std::exchange(other.version_, 0)),
-      wide_(std::exchange(other.wide_, false)),
       written_vocab_(std::exchange(other.written_vocab_, 0)) {}
 
 ShardFile& ShardFile::operator=(ShardFile&& other) noexcept {
@@ -201,7 +199,6 @@ ShardFile& ShardFile::operator=(ShardFile&& other) noexcept {
     tokens_ = std::exchange(other.tokens_, nullptr);
     count_ = std::exchange(other.count_, 0);
     version_ = std::exchange(other.version_, 0);
-    wide_ = std::exchange(other.wide_, false);
     written_vocab_ = std::exchange(other.written_vocab_, 0);
   }
   return *this;
@@ -212,17 +209,17 @@ ShardFile::~ShardFile() {
 }
 
 std::span<const std::uint16_t> ShardFile::tokens() const {
-  MT_CHECK(!wide_, "token shard ", path_, " holds uint32 ids (version ", version_, "): read them with tokens32()");
+  MT_CHECK(!wide(), "token shard ", path_, " holds uint32 ids (version ", version_, "): read them with tokens32()");
   return {static_cast<const std::uint16_t*>(tokens_), static_cast<std::size_t>(count_)};
 }
 
 std::span<const std::uint32_t> ShardFile::tokens32() const {
-  MT_CHECK(wide_, "token shard ", path_, " holds uint16 ids (version ", version_, "): read them with tokens()");
+  MT_CHECK(wide(), "token shard ", path_, " holds uint16 ids (version ", version_, "): read them with tokens()");
   return {static_cast<const std::uint32_t*>(tokens_), static_cast<std::size_t>(count_)};
 }
 
 void ShardFile::copy(std::int64_t offset, std::int64_t count, std::int32_t* out) const {
-  if (wide_) {
+  if (wide()) {
     const std::uint32_t* src = static_cast<const std::uint32_t*>(tokens_) + offset;
     for (std::int64_t j = 0; j < count; ++j) out[j] = static_cast<std::int32_t>(src[j]);
   } else {
@@ -247,13 +244,13 @@ std::int64_t first_outside(std::span<const T> ids, std::int64_t vocab_size) {
 
 std::int64_t ShardFile::first_outside_vocab(std::int64_t offset, std::int64_t count, int vocab_size) const {
   const auto at = static_cast<std::size_t>(offset), n = static_cast<std::size_t>(count);
-  const std::int64_t bad = wide_ ? first_outside(tokens32().subspan(at, n), vocab_size)
+  const std::int64_t bad = wide() ? first_outside(tokens32().subspan(at, n), vocab_size)
                                  : first_outside(tokens().subspan(at, n), vocab_size);
   return bad < 0 ? -1 : offset + bad;
 }
 
 std::string ShardFile::outside_vocab_message(std::int64_t position, int vocab_size) const {
-  const std::int64_t id = wide_ ? std::int64_t{tokens32()[static_cast<std::size_t>(position)]}
+  const std::int64_t id = wide() ? std::int64_t{tokens32()[static_cast<std::size_t>(position)]}
                                 : std::int64_t{tokens()[static_cast<std::size_t>(position)]};
   std::ostringstream message;  // the path quoted, as every other shard error gives it
   message << "token shard " << path_ << " holds token id " << id << " at position " << position

@@ -58,7 +58,7 @@ class ShardFile {
   const std::filesystem::path& path() const { return path_; }
   std::int64_t size() const { return count_; }  // tokens
   std::int32_t version() const { return version_; }
-  bool wide() const { return wide_; }  // uint32 ids (version 2, or llm.c's version 7)
+  bool wide() const { return version_ == kShardVersionUint32; }  // uint32 ids (version 2, or llm.c's version 7)
   // The vocabulary size a version-2 header records (the tokenizer that wrote it); 0 when unknown.
   std::int32_t written_vocab() const { return written_vocab_; }
   // The ids as stored: tokens() for uint16 shards, tokens32() for wide ones (the other throws).
@@ -82,7 +82,6 @@ class ShardFile {
   const void* tokens_ = nullptr;
   std::int64_t count_ = 0;
   std::int32_t version_ = 0;
-  bool wide_ = false;
   std::int32_t written_vocab_ = 0;
 };
 
