@@ -287,16 +287,14 @@ struct ZeroBlocks {
     return block(numel * 4.0);
   }
   // The most of f(unit) for two units at once (the one in use and the one prefetched or being
-  // reduced; the reductions in flight).
+  // reduced; the reductions in flight). The head too uses one unit at a time: its lnf, then its tied
+  // embedding (the embedding's gradient made in the forward, lnf's in the backward).
   double two_largest(const std::function<double(std::size_t)>& f) const {
     std::vector<double> each;
     for (std::size_t u = 0; u < units.size(); ++u) each.push_back(f(u));
     std::sort(each.begin(), each.end(), std::greater<>());
     return std::accumulate(each.begin(), each.begin() + static_cast<long>(std::min<std::size_t>(2, each.size())), 0.0);
   }
-  // The units in flight: two, the head's too (its lnf, then its tied embedding, one after the
-  // other; the embedding's gradient made in the forward, lnf's in the backward).
-  double most_at_once(const std::function<double(std::size_t)>& f) const { return two_largest(f); }
 };
 
 // peak_deferred_weight of the plan's training schedule, kept per schedule shape: the layout search
@@ -353,14 +351,14 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     m.gradients = block(numel * 4.0);
   } else {
     // ZeRO-2: this rank's shard of the gradients, and the full gradients of the units in flight
-    // (ZeroBlocks::most_at_once) and the reduce-scatter outputs of the two being reduced; the
+    // (ZeroBlocks::two_largest) and the reduce-scatter outputs of the two being reduced; the
     // parameters in per-block buffers. ZeRO-3 likewise for the parameters: the owned shard, and the
     // gathered units in flight with their bf16 copy under bf16 compute.
     const ZeroBlocks z = zero_blocks(model, plan, s);
-    m.gradients = z.owned() + z.most_at_once([&](std::size_t u) { return z.full(u, 4.0); });
+    m.gradients = z.owned() + z.two_largest([&](std::size_t u) { return z.full(u, 4.0); });
     m.gradients += z.two_largest([&](std::size_t u) { return z.pieces(u); });
     const auto gathered = [&](std::size_t u) { return z.full(u, 4.0) + (bf16 ? z.full(u, 2.0) : 0.0); };
-    m.parameters = layout.zero == 3 ? z.owned() + z.most_at_once(gathered)
+    m.parameters = layout.zero == 3 ? z.owned() + z.two_largest(gathered)
                                     : z.every_full(4.0) + (bf16 ? z.every_full(2.0) : 0.0);
   }
   // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 and above per piece of one in this
