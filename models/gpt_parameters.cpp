@@ -24,7 +24,32 @@ std::size_t spec_index(const std::vector<ParamSpec>& specs, const std::string& n
   return static_cast<std::size_t>(it - specs.begin());
 }
 
+namespace {
+
+std::vector<ParamSpec> llama_parameter_specs(const GptConfig& config) {
+  const std::int64_t C = config.channels, F = config.mlp_hidden();
+  std::vector<ParamSpec> specs;
+  specs.push_back({"wte", ParamKind::TokenEmbedding, -1, {config.vocab_rows(), C}, true});
+  for (int l = 0; l < config.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    specs.push_back({p + "ln1.weight", ParamKind::Ln1Weight, l, {C}, false});
+    const std::int64_t kv = 2 * static_cast<std::int64_t>(config.kv_head_count()) * config.head_size();
+    specs.push_back({p + "attn.q.weight", ParamKind::QueryWeight, l, {C, C}, true});
+    specs.push_back({p + "attn.kv.weight", ParamKind::KeyValueWeight, l, {kv, C}, true});
+    specs.push_back({p + "attn.proj.weight", ParamKind::AttnProjWeight, l, {C, C}, true});
+    specs.push_back({p + "ln2.weight", ParamKind::Ln2Weight, l, {C}, false});
+    specs.push_back({p + "mlp.fc.weight", ParamKind::FcWeight, l, {2 * F, C}, true});
+    specs.push_back({p + "mlp.proj.weight", ParamKind::FcProjWeight, l, {C, F}, true});
+  }
+  specs.push_back({"lnf.weight", ParamKind::LnfWeight, -1, {C}, false});
+  specs.push_back({"lm_head", ParamKind::LmHead, -1, {config.vocab_rows(), C}, true});
+  return specs;
+}
+
+}  // namespace
+
 std::vector<ParamSpec> gpt_parameter_specs(const GptConfig& config) {
+  if (config.is_llama()) return llama_parameter_specs(config);
   const std::int64_t C = config.channels;
   std::vector<ParamSpec> specs;
   specs.push_back({"wte", ParamKind::TokenEmbedding, -1, {config.vocab_rows(), C}, true});

@@ -1,9 +1,15 @@
-// The parameters of a GPT model by name, shape and role, in the order the model stores them
-// (embedding, then block by block, then the final layernorm): the one list that the model, the
-// llm.c weights reader/writer, checkpoints and the test reference all follow.
+// The parameters of a model by name, shape and role, in the order the model stores them
+// (embedding, then block by block, then the final norm, then an untied LM head): the one list that
+// the model, the llm.c weights reader/writer, checkpoints and the test reference all follow.
 //
-// Linear weights are [out, in] (y = x W^T + b). The fused QKV projection's 3C outputs are
-// [q | k | v]; head h owns channels [h*hs, (h+1)*hs) of each. The LM head is tied to "wte".
+// Linear weights are [out, in] (y = x W^T + b). The fused QKV projection's outputs are
+// [q | k | v]: q over every head, k and v over the kv heads (all heads in gpt2); head h owns
+// channels [h*hs, (h+1)*hs) of its block. gpt2's LM head is tied to "wte".
+// llama has no biases; its norms are RMSNorm weights (the Ln*Weight kinds), its mlp.fc is SwiGLU's
+// [gate | up] ([2F, C]: gate rows first) and mlp.proj the down projection [C, F]; "lm_head" [Vp, C]
+// comes last. Its q and [k | v] projections are two parameters, so that tensor parallelism can keep
+// the kv heads whole on every rank when it cannot split them (models/gpt_sharding.h); the model
+// runs them into one [q | k | v] activation, as gpt2's fused projection.
 // defines: ParamKind, ParamSpec, gpt_parameter_specs, spec_offsets, spec_index
 #pragma once
 
@@ -27,8 +33,11 @@ enum class ParamKind : std::uint8_t {
   FcWeight, FcBias,              // h.L.mlp.fc.weight [4C, C] / .bias [4C]
   FcProjWeight, FcProjBias,      // h.L.mlp.proj.weight [C, 4C] / .bias [C]
   LnfWeight, LnfBias,            // lnf.weight / lnf.bias [C]
+  LmHead,                        // lm_head [Vp, C]: llama's untied output embedding
+  QueryWeight,                   // h.L.attn.q.weight [H*hs, C]: llama's q projection
+  KeyValueWeight,                // h.L.attn.kv.weight [2*Hkv*hs, C]: llama's [k | v] projection
 };
-inline constexpr int kParamKinds = 16;  // in llm.c's file order, which is the enum order
+inline constexpr int kParamKinds = 16;  // gpt2's, in llm.c's file order, which is the enum order
 
 struct ParamSpec {
   std::string name;             // "wte", "h.3.attn.qkv.weight", "lnf.bias"

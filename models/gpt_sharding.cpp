@@ -16,7 +16,7 @@ GptPartition GptPartition::whole(const GptConfig& config) {
 // partition that breaks it is our bug, not the user's.
 void GptPartition::validate(const GptConfig& config) const {
   MT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tensor-parallel rank ", tp_rank, " of ", tp_size);
-  MT_CHECK(config.heads % tp_size == 0 && (4 * config.channels) % tp_size == 0 && config.vocab_rows() % tp_size == 0,
+  MT_CHECK(config.heads % tp_size == 0 && config.mlp_hidden() % tp_size == 0 && config.vocab_rows() % tp_size == 0,
            "tp ", tp_size, " does not divide the heads, the MLP width or the padded vocabulary of ", config.describe());
   int previous_end = 0;
   for (const LayerRange& c : chunks) {
@@ -66,10 +66,11 @@ std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptParti
   for (const ParamSpec& spec : gpt_parameter_specs(config)) {
     bool held = false;
     switch (spec.kind) {
-      case ParamKind::TokenEmbedding: held = partition.embedding || partition.head; break;
+      case ParamKind::TokenEmbedding: held = partition.embedding || (partition.head && config.tied_head()); break;
       case ParamKind::PositionEmbedding: held = partition.embedding; break;
       case ParamKind::LnfWeight:
-      case ParamKind::LnfBias: held = partition.head; break;
+      case ParamKind::LnfBias:
+      case ParamKind::LmHead: held = partition.head; break;
       default: held = holds_layer(spec.layer); break;
     }
     if (!held) continue;
@@ -78,8 +79,13 @@ std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptParti
     s.part = partition.tp_rank;
     switch (spec.kind) {
       case ParamKind::TokenEmbedding:
-      case ParamKind::FcWeight:
+      case ParamKind::LmHead:
+      case ParamKind::QueryWeight:
       case ParamKind::FcBias: s.split_dim = 0; break;
+      case ParamKind::FcWeight: s.split_dim = 0; s.blocks = config.is_llama() ? 2 : 1; break;  // [gate | up]
+      case ParamKind::KeyValueWeight:
+        if (partition.splits_kv_heads(config)) s.split_dim = 0, s.blocks = 2;  // [k | v]
+        break;
       case ParamKind::QkvWeight:
       case ParamKind::QkvBias: s.split_dim = 0; s.blocks = 3; break;
       case ParamKind::AttnProjWeight:

@@ -9,6 +9,11 @@
 //   - row-parallel (split dim 1, the inputs): attn.proj and mlp.proj; their biases are replicated;
 //   - vocab-parallel: wte by rows (the head's logits come out split over the vocabulary);
 //   - replicated on every tp rank: layernorms, wpe, the row-parallel biases.
+// llama: q, SwiGLU's gate and up (two blocks of mlp.fc) and lm_head are split as the column-parallel
+// and vocab-parallel tensors above; attn.kv's k and v blocks are split when tp divides the kv heads
+// (a rank's q heads then read only its kv heads) and otherwise replicated whole: every rank holds
+// every kv head and its q heads read theirs; each rank's gradient is then a partial sum, which the
+// model sums over the group (Megatron replicates kv heads the same way when tp exceeds them).
 // Every element of a shard maps to one element of the full tensor, so initialization (a pure
 // function of the full index, models/init.h) and gathering are exact for any layout.
 // defines: GptPartition, ParamShard, gpt_param_shards, is_primary_copy
@@ -32,12 +37,14 @@ struct GptPartition : ModelPartition {
   GptPartition(const ModelPartition& p) : ModelPartition(p) {}  // NOLINT(google-explicit-constructor)
 
   static GptPartition whole(const GptConfig& config);  // one rank, everything
-  // InternalError when the partition does not fit the model (tp not dividing heads, 4C or Vp;
+  // InternalError when the partition does not fit the model (tp not dividing heads, the MLP or Vp;
   // chunks empty, overlapping or outside the layers): the layout plan's checks come first.
   void validate(const GptConfig& config) const;
   std::int64_t vocab_rows_local(const GptConfig& config) const { return config.vocab_rows() / tp_size; }
   std::int64_t vocab_begin(const GptConfig& config) const { return vocab_rows_local(config) * tp_rank; }
   std::string describe() const;  // "layers 0-1, 4-5 + embedding, tp 1/2"
+  // Whether tp splits llama's kv heads (else every rank holds them all; see above).
+  bool splits_kv_heads(const GptConfig& config) const { return config.kv_head_count() % tp_size == 0; }
 };
 
 // One local parameter and its place in the full tensor.
@@ -53,7 +60,7 @@ struct ParamShard {
   std::vector<std::pair<std::int64_t, std::int64_t>> full_runs() const;
 };
 
-// The parameters a partition holds, in the order of gpt_parameter_specs (wte, wpe, layers, lnf).
+// The parameters a partition holds, in the order of gpt_parameter_specs (wte, wpe, layers, lnf, lm_head).
 std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition);
 
 // Whether `shard`, as `partition` holds it, is the copy that counts among the copies inside one

@@ -55,9 +55,9 @@ void init_values(const ParamSpec& spec, const GptConfig& config, std::uint64_t s
       break;
   }
   const std::uint64_t stream = name_hash(spec.name);
-  // Padding rows of the token embedding stay zero: their logits are never used.
+  // Padding rows of the token embedding and the LM head stay zero: their logits are never used.
   const std::int64_t real_end =
-      spec.kind == ParamKind::TokenEmbedding ? static_cast<std::int64_t>(config.vocab_size) * config.channels : count + first;
+      spec.kind == ParamKind::TokenEmbedding || spec.kind == ParamKind::LmHead ? static_cast<std::int64_t>(config.vocab_size) * config.channels : count + first;
   for (std::int64_t i = 0; i < count; ++i) {
     const std::int64_t g = first + i;
     out[i] = g < real_end ? std_dev * counter_normal(seed, stream, static_cast<std::uint64_t>(g)) : 0.0f;

@@ -21,6 +21,7 @@ std::uint64_t name_hash(const std::string& name);  // FNV-1a, stable across plat
 
 // GPT-2's scheme: matrices and embeddings N(0, 0.02), the residual projections (attn.proj,
 // mlp.proj) N(0, 0.02 / sqrt(2 x layers)), biases 0, layernorm weights 1; padding rows of wte 0.
+// llama gets the same: q, kv, gate/up and lm_head N(0, 0.02), o and down scaled, RMSNorm weights 1.
 // Fills `count` elements starting at `first` (of the full tensor) of the parameter `spec`.
 void init_values(const ParamSpec& spec, const GptConfig& config, std::uint64_t seed, std::int64_t first,
                  std::int64_t count, float* out);

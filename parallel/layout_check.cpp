@@ -24,7 +24,7 @@ void check_tensor_parallel(int tp, const LayoutLimits& limits) {
              " attention heads (each tensor-parallel rank takes whole heads; use a --tp that divides ", limits.heads,
              ")");
   MT_REQUIRE(limits.mlp_width % tp == 0, "--tp ", tp, " does not divide the MLP width ", limits.mlp_width,
-             " (4 x channels, split evenly over tensor-parallel ranks; use a --tp that divides ", limits.mlp_width, ")");
+             " (the MLP's hidden width, split evenly over tensor-parallel ranks; use a --tp that divides ", limits.mlp_width, ")");
   MT_REQUIRE(limits.vocab_rows % tp == 0, "--tp ", tp, " does not divide the padded vocabulary of ",
              limits.vocab_rows, " rows (the embedding is split by vocabulary rows; use a --tp that divides ",
              limits.vocab_rows, ")");

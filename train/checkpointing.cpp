@@ -125,9 +125,17 @@ nlohmann::json layout_json(const LayoutPlan& plan) {
 }
 
 nlohmann::json gpt_config_json(const GptConfig& config) {
-  return {{"layers", config.layers},           {"heads", config.heads},
-          {"channels", config.channels},       {"max_seq_len", config.max_seq_len},
-          {"vocab_size", config.vocab_size},   {"padded_vocab", config.vocab_rows()}};
+  nlohmann::json j = {{"layers", config.layers},           {"heads", config.heads},
+                      {"channels", config.channels},       {"max_seq_len", config.max_seq_len},
+                      {"vocab_size", config.vocab_size},   {"padded_vocab", config.vocab_rows()}};
+  if (config.is_llama()) {  // absent: gpt2 (the manifests before llama)
+    j["family"] = model_family_name(config.family);
+    j["kv_heads"] = config.kv_head_count();
+    j["ffn_hidden"] = config.mlp_hidden();
+    j["rope_theta"] = config.rope_theta;
+    j["norm_eps"] = config.norm_eps;
+  }
+  return j;
 }
 
 // An int field of a manifest: get<int>() would cast whatever number it finds (1e300: undefined
@@ -153,6 +161,20 @@ GptConfig gpt_config_from_json(const nlohmann::json& json, const std::string& wh
   c.max_seq_len = required_json_int(json, "max_seq_len", where);
   c.vocab_size = required_json_int(json, "vocab_size", where);
   c.padded_vocab = required_json_int(json, "padded_vocab", where);
+  if (json.contains("family")) {
+    const nlohmann::json& family = json.at("family");
+    MT_REQUIRE(family == "gpt2" || family == "llama", where, ": unknown model family ", family.dump(),
+               " (known: gpt2, llama)");
+    if (family == "llama") {
+      c.family = ModelFamily::Llama;
+      c.kv_heads = required_json_int(json, "kv_heads", where);
+      c.ffn_hidden = required_json_int(json, "ffn_hidden", where);
+      for (const char* key : {"rope_theta", "norm_eps"})
+        MT_REQUIRE(json.contains(key) && json.at(key).is_number(), where, ": no number '", key, "'");
+      c.rope_theta = json.at("rope_theta").get<float>();
+      c.norm_eps = json.at("norm_eps").get<float>();
+    }
+  }
   try {
     c.validate();
   } catch (const Error& e) {

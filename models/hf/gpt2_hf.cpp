@@ -143,6 +143,9 @@ std::vector<HfTensor> gpt2_hf_tensors(const GptConfig& config) {
       case ParamKind::FcProjBias: t.theirs = l + "mlp.c_proj.bias"; break;
       case ParamKind::LnfWeight: t.theirs = "ln_f.weight"; break;
       case ParamKind::LnfBias: t.theirs = "ln_f.bias"; break;
+      case ParamKind::LmHead:
+      case ParamKind::QueryWeight:
+      case ParamKind::KeyValueWeight: MT_FAIL("'", spec.name, "' is a llama parameter, not GPT-2's");
     }
     if (spec.shape.size() == 2 && spec.kind != ParamKind::TokenEmbedding && spec.kind != ParamKind::PositionEmbedding) {
       t.layout = HfLayout::Transposed;  // Conv1D: [in, out]
