@@ -10,8 +10,9 @@
 // X(op) for every op of nn_functors.h that CUDA runs as the CPU does, one thread per unit.
 #define MT_NN_UNIT_OPS(X)                                                                           \
   X(EmbeddingForward) X(EmbeddingTokenOrder) X(EmbeddingBackwardTokens) X(EmbeddingBackwardPositions) \
-  X(LayerNormForward) X(BroadcastRows)                                                                \
-  X(ColumnSum) X(GeluForward) X(GeluBackward) X(AttentionForward) X(AttentionBackwardDots)             \
+  X(LayerNormForward) X(RmsNormForward) X(RmsNormBackwardInput) X(RmsNormBackwardParams)              \
+  X(BroadcastRows) X(ColumnSum) X(GeluForward) X(GeluBackward) X(Rope) X(SwigluForward)                \
+  X(SwigluBackward) X(AttentionForward) X(AttentionBackwardDots)                                      \
   X(AttentionBackwardSoftmax) X(AttentionBackwardQuery) X(AttentionBackwardKeyValue)                  \
   X(CrossEntropyForward) X(CrossEntropyBackward) X(SoftmaxRow) X(VocabParallelMax)                    \
   X(VocabParallelSumExp) X(VocabParallelTargetLogit) X(VocabParallelLoss)

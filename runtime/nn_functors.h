@@ -5,10 +5,12 @@
 // result never depends on the thread count.
 //
 // T is the activation type (float, or bf16: meant for CUDA, run on the CPU in tests); arithmetic is in float. Parameters, their
-// gradients, layernorm statistics, attention probabilities and losses are float.
+// gradients, norm statistics, attention probabilities and losses are float.
 // defines: EmbeddingForward, EmbeddingTokenOrder, EmbeddingBackwardTokens, EmbeddingBackwardPositions,
-//          LayerNormForward, LayerNormBackwardInput, LayerNormBackwardParams, BroadcastRows, ColumnSum,
-//          GeluForward, GeluBackward, AttentionForward, AttentionBackwardDots, AttentionBackwardSoftmax,
+//          LayerNormForward, LayerNormBackwardInput, LayerNormBackwardParams, RmsNormForward,
+//          RmsNormBackwardInput, RmsNormBackwardParams, BroadcastRows, ColumnSum, GeluForward, GeluBackward,
+//          Rope, rope_inv_freq, SwigluForward, SwigluBackward, silu, AttentionLayout, AttentionForward,
+//          AttentionBackwardDots, AttentionBackwardSoftmax,
 //          AttentionBackwardQuery, AttentionBackwardKeyValue, CrossEntropyForward, CrossEntropyBackward,
 //          VocabParallelMax, VocabParallelSumExp, VocabParallelTargetLogit, VocabParallelLoss, SoftmaxRow,
 //          exp_f, lane_sum, blocks_of
@@ -311,6 +313,77 @@ struct LayerNormBackwardParams {
   }
 };
 
+// RMSNorm (llama): one unit per row; out = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps) kept
+// for backward. The sum of squares is a lane_sum (vectorizes; the same order everywhere).
+template <class T>
+struct RmsNormForward {
+  const T* x;
+  const float* weight;
+  T* out;
+  float* rstd;
+  std::int64_t rows, channels;
+  float eps;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* xr = x + n * channels;
+    const float sum_sq = lane_sum(channels, [xr](std::int64_t c) {
+      const float v = widen(xr[c]);
+      return v * v;
+    });
+    const float s = 1.0f / ::sqrtf(sum_sq / static_cast<float>(channels) + eps);
+    T* o = out + n * channels;
+    for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>(widen(xr[c]) * s * weight[c]);
+    rstd[n] = s;
+  }
+};
+
+// dx[n, :] += rstd * (w*dout - norm * mean(w*dout * norm)), norm = x * rstd; one unit per row.
+template <class T>
+struct RmsNormBackwardInput {
+  const T* dout;
+  const T* x;
+  const float* weight;
+  const float* rstd;
+  T* dx;
+  std::int64_t rows, channels;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    const T* g = dout + n * channels;
+    const T* xr = x + n * channels;
+    const float s = rstd[n];
+    const float dnorm_norm_mean =
+        lane_sum(channels, [&](std::int64_t c) { return weight[c] * widen(g[c]) * (widen(xr[c]) * s); }) /
+        static_cast<float>(channels);
+    T* d = dx + n * channels;
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const float norm = widen(xr[c]) * s;
+      const float dnorm = weight[c] * widen(g[c]);
+      d[c] = narrow_to<T>(widen(d[c]) + (dnorm - norm * dnorm_norm_mean) * s);
+    }
+  }
+};
+
+// dweight[c] += sum_n dout[n, c] * x[n, c] * rstd[n]; one unit per block of `width` columns, rows
+// summed in order.
+template <class T>
+struct RmsNormBackwardParams {
+  const T* dout;
+  const T* x;
+  const float* rstd;
+  float* dweight;
+  std::int64_t rows, channels, width;
+  MT_HD std::int64_t count() const { return blocks_of(channels, width); }
+  MT_HD void operator()(std::int64_t block) const {
+    const std::int64_t c0 = block * width, c1 = min64(c0 + width, channels);
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const T* g = dout + n * channels;
+      const T* xr = x + n * channels;
+      const float s = rstd[n];
+      for (std::int64_t c = c0; c < c1; ++c) dweight[c] += widen(g[c]) * (widen(xr[c]) * s);
+    }
+  }
+};
+
 // out[n, :] = bias; one unit per row.
 template <class T>
 struct BroadcastRows {
@@ -372,25 +445,120 @@ struct GeluBackward {
   MT_HD void operator()(std::int64_t i) const { dx[i] = narrow_to<T>(gelu_grad(widen(x[i])) * widen(dout[i])); }
 };
 
-// Causal self-attention over qkv [B, T, 3C]; one unit per (b, t, head): softmax of the scaled
-// scores against positions <= t into att[b, h, t, :] (zero beyond t), then the weighted sum of
-// values into out[b, t, head channels].
+// Rotary position embedding, Hugging Face's half-split convention: in each head of hs channels,
+// channel i < hs/2 pairs with i + hs/2 and turns by angle t * inv_freq[i], inv_freq[i] =
+// 1 / theta^(2i/hs) in fp32 (as transformers computes it), t = the position in the sequence:
+// (a, b) -> (a cos - b sin, b cos + a sin), or by the inverse rotation (the adjoint, for the
+// gradient) when `inverse`. In place on the first `heads` heads of each row of [rows, row channels]
+// (the q and k blocks of a fused qkv); one unit per (row, head, pair), which reads its two
+// elements before writing them.
+MT_HD float rope_inv_freq(std::int64_t i, std::int64_t head_size, float theta) {
+  return 1.0f / ::powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_size));
+}
+
+template <class T>
+struct Rope {
+  T* x;
+  std::int64_t rows, seq_len, row_channels, heads, head_size;
+  float theta;
+  bool inverse;
+  MT_HD std::int64_t count() const { return rows * heads * (head_size / 2); }
+  MT_HD void operator()(std::int64_t unit) const {
+    const std::int64_t half = head_size / 2;
+    const std::int64_t i = unit % half, h = (unit / half) % heads, n = unit / (half * heads);
+    const float angle = static_cast<float>(n % seq_len) * rope_inv_freq(i, head_size, theta);
+    const float c = ::cosf(angle), s = inverse ? -::sinf(angle) : ::sinf(angle);
+    T* p = x + n * row_channels + h * head_size + i;
+    const float a = widen(p[0]), b = widen(p[half]);
+    p[0] = narrow_to<T>(a * c - b * s);
+    p[half] = narrow_to<T>(b * c + a * s);
+  }
+};
+
+// SwiGLU over gate_up [N, 2F] = [gate | up]: out [N, F] = silu(gate) * up, silu(g) = g / (1 + e^-g).
+// One unit per element of out.
+MT_HD float silu(float g) { return g / (1.0f + exp_f(-g)); }
+
+template <class T>
+struct SwigluForward {
+  const T* gate_up;
+  T* out;
+  std::int64_t rows, hidden;  // hidden = F
+  MT_HD std::int64_t count() const { return rows * hidden; }
+  MT_HD void operator()(std::int64_t i) const {
+    const std::int64_t n = i / hidden, f = i % hidden;
+    const T* r = gate_up + n * 2 * hidden;
+    out[i] = narrow_to<T>(silu(widen(r[f])) * widen(r[hidden + f]));
+  }
+};
+
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate), silu'(g) = s + silu(g) (1 - s) with
+// s = 1 / (1 + e^-g). One unit per (row, f): it reads gate and up before writing their
+// gradients, so dgate_up may alias gate_up.
+template <class T>
+struct SwigluBackward {
+  const T* gate_up;
+  const T* dout;
+  T* dgate_up;
+  std::int64_t rows, hidden;
+  MT_HD std::int64_t count() const { return rows * hidden; }
+  MT_HD void operator()(std::int64_t i) const {
+    const std::int64_t n = i / hidden, f = i % hidden;
+    const T* r = gate_up + n * 2 * hidden;
+    const float g = widen(r[f]), u = widen(r[hidden + f]), d = widen(dout[i]);
+    const float e = exp_f(-g);
+    const float sig = 1.0f / (1.0f + e), act = g / (1.0f + e);
+    T* o = dgate_up + n * 2 * hidden;
+    o[f] = narrow_to<T>(d * u * (sig + act * (1.0f - sig)));
+    o[hidden + f] = narrow_to<T>(d * act);
+  }
+};
+
+// Where the heads of a fused qkv [B, T, (q_heads + 2*kv_heads) * hs] = [q | k | v] sit, and which
+// kv head each q head reads (grouped-query attention): local q head h reads kv head
+// (q_begin + h) / group - kv_begin. Multi-head attention (GPT-2) is {hs, heads, heads, 0, 1, 0}:
+// every offset below is then that of the plain [q | k | v] layout with C = heads * hs.
+struct AttentionLayout {
+  std::int64_t head_size, q_heads, kv_heads, q_begin, group, kv_begin;
+  MT_HD std::int64_t row() const { return (q_heads + 2 * kv_heads) * head_size; }  // channels of a qkv row
+  MT_HD std::int64_t out_row() const { return q_heads * head_size; }
+  MT_HD std::int64_t kv_of(std::int64_t h) const { return (q_begin + h) / group - kv_begin; }
+  MT_HD std::int64_t q_offset(std::int64_t h) const { return h * head_size; }
+  MT_HD std::int64_t k_offset(std::int64_t kv) const { return (q_heads + kv) * head_size; }
+  MT_HD std::int64_t v_offset(std::int64_t kv) const { return (q_heads + kv_heads + kv) * head_size; }
+  // The local q heads [first_q(kv), end_q(kv)) that read kv head kv (possibly none).
+  MT_HD std::int64_t first_q(std::int64_t kv) const {
+    const std::int64_t h = (kv + kv_begin) * group - q_begin;
+    return h < 0 ? 0 : (h > q_heads ? q_heads : h);
+  }
+  MT_HD std::int64_t end_q(std::int64_t kv) const {
+    const std::int64_t h = (kv + kv_begin + 1) * group - q_begin;
+    return h < 0 ? 0 : (h > q_heads ? q_heads : h);
+  }
+};
+
+// Causal self-attention over qkv (AttentionLayout); one unit per (b, t, q head): softmax of the
+// scaled scores against positions <= t into att[b, h, t, :] (zero beyond t), then the weighted sum
+// of values into out[b, t, head channels].
 template <class T>
 struct AttentionForward {
   const T* qkv;
   T* out;
   float* att;
-  std::int64_t batch, seq_len, channels, heads;
-  MT_HD std::int64_t count() const { return batch * seq_len * heads; }
+  std::int64_t batch, seq_len;
+  AttentionLayout heads;
+  MT_HD std::int64_t count() const { return batch * seq_len * heads.q_heads; }
   MT_HD void operator()(std::int64_t unit) const {
-    const std::int64_t h = unit % heads, t = (unit / heads) % seq_len, b = unit / (heads * seq_len);
-    const std::int64_t hs = channels / heads, C3 = 3 * channels;
+    const std::int64_t H = heads.q_heads;
+    const std::int64_t h = unit % H, t = (unit / H) % seq_len, b = unit / (H * seq_len);
+    const std::int64_t hs = heads.head_size, row = heads.row(), kv = heads.kv_of(h);
+    const std::int64_t k_off = heads.k_offset(kv), v_off = heads.v_offset(kv);
     const float scale = 1.0f / ::sqrtf(static_cast<float>(hs));
-    const T* q = qkv + (b * seq_len + t) * C3 + h * hs;
-    float* a = att + ((b * heads + h) * seq_len + t) * seq_len;
+    const T* q = qkv + (b * seq_len + t) * row + heads.q_offset(h);
+    float* a = att + ((b * H + h) * seq_len + t) * seq_len;
     float max_score = -3.402823466e38f;
     for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-      const T* k = qkv + (b * seq_len + t2) * C3 + channels + h * hs;
+      const T* k = qkv + (b * seq_len + t2) * row + k_off;
       float dot = 0.0f;
       for (std::int64_t i = 0; i < hs; ++i) dot += widen(q[i]) * widen(k[i]);
       a[t2] = dot * scale;
@@ -404,28 +572,30 @@ struct AttentionForward {
     const float inv = 1.0f / sum;
     for (std::int64_t t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
     for (std::int64_t t2 = t + 1; t2 < seq_len; ++t2) a[t2] = 0.0f;
-    T* o = out + (b * seq_len + t) * channels + h * hs;
+    T* o = out + (b * seq_len + t) * heads.out_row() + heads.q_offset(h);
     for (std::int64_t i = 0; i < hs; ++i) {
       float acc = 0.0f;
-      for (std::int64_t t2 = 0; t2 <= t; ++t2) acc += a[t2] * widen(qkv[(b * seq_len + t2) * C3 + 2 * channels + h * hs + i]);
+      for (std::int64_t t2 = 0; t2 <= t; ++t2) acc += a[t2] * widen(qkv[(b * seq_len + t2) * row + v_off + i]);
       o[i] = narrow_to<T>(acc);
     }
   }
 };
 
-// Causal attention backward in four passes over a scratch dscore [B, heads, T, T] (att's shape).
+// Causal attention backward in four passes over a scratch dscore [B, q_heads, T, T] (att's shape).
 // dqkv is overwritten; each unit owns its outputs and sums over positions in increasing order.
-// With g_t = dout[b, t, head], q_t, k_t, v_t the head's parts of qkv[b, t], p = att[b, head]:
+// With g_t = dout[b, t, head], q_t the head's part of qkv[b, t], k_t, v_t those of its kv head,
+// p = att[b, head]:
 //   AttentionBackwardDots      dscore[t, t2] = g_t . v_t2 (the gradient of p[t, t2]), t2 <= t;
-//                              one unit per (b, head, t, block of `width` key positions t2)
+//                              one unit per (b, q head, t, block of `width` key positions t2)
 //   AttentionBackwardSoftmax   through the softmax and the 1/sqrt(hs) scale, in place:
 //                              dscore[t, t2] = p[t, t2] (dscore[t, t2] - sum_j p[t, j] dscore[t, j])
-//                              * scale; one unit per (b, head, t)
+//                              * scale; one unit per (b, q head, t)
 //   AttentionBackwardQuery     dq_t = sum over t2 <= t of dscore[t, t2] k_t2;
-//                              one unit per (b, head, t, block of `width` channels)
-//   AttentionBackwardKeyValue  dk_t2 = sum over t >= t2 of dscore[t, t2] q_t and
-//                              dv_t2 = sum over t >= t2 of p[t, t2] g_t;
-//                              one unit per (b, head, t2, block of `width` channels)
+//                              one unit per (b, q head, t, block of `width` channels)
+//   AttentionBackwardKeyValue  dk_t2 = sum over the q heads reading the kv head (ascending), then
+//                              over t >= t2, of dscore[t, t2] q_t, and dv_t2 likewise of p[t, t2] g_t,
+//                              in one running sum; one unit per (b, kv head, t2, block of `width`
+//                              channels). A kv head no local q head reads gets zeros.
 // Entries of dscore above the diagonal are neither written nor read. The last two keep their
 // sums in arrays of compile-time width W (1 or kColumnBlock): a GPU thread's stay in registers.
 template <class T>
@@ -433,18 +603,20 @@ struct AttentionBackwardDots {
   const T* dout;
   const T* qkv;
   float* dscore;
-  std::int64_t batch, seq_len, channels, heads, width;
-  MT_HD std::int64_t count() const { return batch * heads * seq_len * blocks_of(seq_len, width); }
+  std::int64_t batch, seq_len;
+  AttentionLayout heads;
+  std::int64_t width;
+  MT_HD std::int64_t count() const { return batch * heads.q_heads * seq_len * blocks_of(seq_len, width); }
   MT_HD void operator()(std::int64_t unit) const {
-    const std::int64_t blocks = blocks_of(seq_len, width);
-    const std::int64_t row = unit / blocks;  // (b * heads + h) * seq_len + t
-    const std::int64_t t = row % seq_len, h = (row / seq_len) % heads, b = row / (seq_len * heads);
-    const std::int64_t hs = channels / heads, C3 = 3 * channels;
+    const std::int64_t H = heads.q_heads, blocks = blocks_of(seq_len, width);
+    const std::int64_t r = unit / blocks;  // (b * H + h) * seq_len + t
+    const std::int64_t t = r % seq_len, h = (r / seq_len) % H, b = r / (seq_len * H);
+    const std::int64_t hs = heads.head_size, row = heads.row(), v_off = heads.v_offset(heads.kv_of(h));
     const std::int64_t t0 = (unit % blocks) * width, t1 = min64(t0 + width, t + 1);
-    const T* g = dout + (b * seq_len + t) * channels + h * hs;
-    float* d = dscore + row * seq_len;
+    const T* g = dout + (b * seq_len + t) * heads.out_row() + heads.q_offset(h);
+    float* d = dscore + r * seq_len;
     for (std::int64_t t2 = t0; t2 < t1; ++t2) {
-      const T* v = qkv + (b * seq_len + t2) * C3 + 2 * channels + h * hs;
+      const T* v = qkv + (b * seq_len + t2) * row + v_off;
       d[t2] = lane_sum(hs, [g, v](std::int64_t i) { return widen(g[i]) * widen(v[i]); });
     }
   }
@@ -454,13 +626,14 @@ template <class T>  // unused: every op has an fp32 and a bf16 instantiation
 struct AttentionBackwardSoftmax {
   const float* att;
   float* dscore;
-  std::int64_t batch, seq_len, channels, heads;
-  MT_HD std::int64_t count() const { return batch * heads * seq_len; }
-  MT_HD void operator()(std::int64_t row) const {
-    const std::int64_t t = row % seq_len;
-    const float scale = 1.0f / ::sqrtf(static_cast<float>(channels / heads));
-    const float* p = att + row * seq_len;
-    float* d = dscore + row * seq_len;
+  std::int64_t batch, seq_len;
+  AttentionLayout heads;
+  MT_HD std::int64_t count() const { return batch * heads.q_heads * seq_len; }
+  MT_HD void operator()(std::int64_t r) const {
+    const std::int64_t t = r % seq_len;
+    const float scale = 1.0f / ::sqrtf(static_cast<float>(heads.head_size));
+    const float* p = att + r * seq_len;
+    float* d = dscore + r * seq_len;
     const float weighted = lane_sum(t + 1, [p, d](std::int64_t j) { return p[j] * d[j]; });
     for (std::int64_t t2 = 0; t2 <= t; ++t2) d[t2] = p[t2] * (d[t2] - weighted) * scale;
   }
@@ -471,8 +644,10 @@ struct AttentionBackwardQuery {
   const T* qkv;
   const float* dscore;
   T* dqkv;
-  std::int64_t batch, seq_len, channels, heads, width;  // width 1 or kColumnBlock
-  MT_HD std::int64_t count() const { return batch * heads * seq_len * blocks_of(channels / heads, width); }
+  std::int64_t batch, seq_len;
+  AttentionLayout heads;
+  std::int64_t width;  // 1 or kColumnBlock
+  MT_HD std::int64_t count() const { return batch * heads.q_heads * seq_len * blocks_of(heads.head_size, width); }
   MT_HD void operator()(std::int64_t unit) const {
     if (width == 1) {
       block<1>(unit);
@@ -482,20 +657,20 @@ struct AttentionBackwardQuery {
   }
   template <std::int64_t W>
   MT_HD void block(std::int64_t unit) const {
-    const std::int64_t hs = channels / heads, C3 = 3 * channels, blocks = blocks_of(hs, W);
-    const std::int64_t row = unit / blocks;  // (b * heads + h) * seq_len + t
-    const std::int64_t t = row % seq_len, h = (row / seq_len) % heads, b = row / (seq_len * heads);
+    const std::int64_t H = heads.q_heads, hs = heads.head_size, row = heads.row(), blocks = blocks_of(hs, W);
+    const std::int64_t r = unit / blocks;  // (b * H + h) * seq_len + t
+    const std::int64_t t = r % seq_len, h = (r / seq_len) % H, b = r / (seq_len * H);
     const std::int64_t i0 = (unit % blocks) * W, n = min64(W, hs - i0);
-    const float* d = dscore + row * seq_len;
-    const T* k = qkv + b * seq_len * C3 + channels + h * hs + i0;
+    const float* d = dscore + r * seq_len;
+    const T* k = qkv + b * seq_len * row + heads.k_offset(heads.kv_of(h)) + i0;
     float acc[W];
     for (std::int64_t j = 0; j < n; ++j) acc[j] = 0.0f;
     for (std::int64_t t2 = 0; t2 <= t; ++t2) {
       const float ds = d[t2];
-      const T* kr = k + t2 * C3;
+      const T* kr = k + t2 * row;
       for (std::int64_t j = 0; j < n; ++j) acc[j] += ds * widen(kr[j]);
     }
-    T* dq = dqkv + (b * seq_len + t) * C3 + h * hs + i0;
+    T* dq = dqkv + (b * seq_len + t) * row + heads.q_offset(h) + i0;
     for (std::int64_t j = 0; j < n; ++j) dq[j] = narrow_to<T>(acc[j]);
   }
 };
@@ -507,8 +682,10 @@ struct AttentionBackwardKeyValue {
   const float* att;
   const float* dscore;
   T* dqkv;
-  std::int64_t batch, seq_len, channels, heads, width;  // width 1 or kColumnBlock
-  MT_HD std::int64_t count() const { return batch * heads * seq_len * blocks_of(channels / heads, width); }
+  std::int64_t batch, seq_len;
+  AttentionLayout heads;
+  std::int64_t width;  // 1 or kColumnBlock
+  MT_HD std::int64_t count() const { return batch * heads.kv_heads * seq_len * blocks_of(heads.head_size, width); }
   MT_HD void operator()(std::int64_t unit) const {
     if (width == 1) {
       block<1>(unit);
@@ -518,31 +695,34 @@ struct AttentionBackwardKeyValue {
   }
   template <std::int64_t W>
   MT_HD void block(std::int64_t unit) const {
-    const std::int64_t hs = channels / heads, C3 = 3 * channels, blocks = blocks_of(hs, W);
-    const std::int64_t row = unit / blocks;  // (b * heads + h) * seq_len + t2
-    const std::int64_t t2 = row % seq_len, h = (row / seq_len) % heads, b = row / (seq_len * heads);
+    const std::int64_t H = heads.q_heads, KV = heads.kv_heads, hs = heads.head_size, row = heads.row();
+    const std::int64_t out_row = heads.out_row(), blocks = blocks_of(hs, W);
+    const std::int64_t r = unit / blocks;  // (b * KV + kv) * seq_len + t2
+    const std::int64_t t2 = r % seq_len, kv = (r / seq_len) % KV, b = r / (seq_len * KV);
     const std::int64_t i0 = (unit % blocks) * W, n = min64(W, hs - i0);
-    // Column t2 of the head's [T, T] matrices: entry t at [t * seq_len].
-    const std::int64_t column = (row - t2) * seq_len + t2;
-    const float* d = dscore + column;
-    const float* p = att + column;
-    const T* q = qkv + b * seq_len * C3 + h * hs + i0;
-    const T* g = dout + b * seq_len * channels + h * hs + i0;
     float dk[W], dv[W];
     for (std::int64_t j = 0; j < n; ++j) dk[j] = dv[j] = 0.0f;
-    for (std::int64_t t = t2; t < seq_len; ++t) {
-      const float ds = d[t * seq_len], pt = p[t * seq_len];
-      const T* qr = q + t * C3;
-      const T* gr = g + t * channels;
-      for (std::int64_t j = 0; j < n; ++j) {
-        dk[j] += ds * widen(qr[j]);
-        dv[j] += pt * widen(gr[j]);
+    for (std::int64_t h = heads.first_q(kv), h_end = heads.end_q(kv); h < h_end; ++h) {
+      // Column t2 of q head h's [T, T] matrices: entry t at [t * seq_len].
+      const std::int64_t column = (b * H + h) * seq_len * seq_len + t2;
+      const float* d = dscore + column;
+      const float* p = att + column;
+      const T* q = qkv + b * seq_len * row + heads.q_offset(h) + i0;
+      const T* g = dout + b * seq_len * out_row + heads.q_offset(h) + i0;
+      for (std::int64_t t = t2; t < seq_len; ++t) {
+        const float ds = d[t * seq_len], pt = p[t * seq_len];
+        const T* qr = q + t * row;
+        const T* gr = g + t * out_row;
+        for (std::int64_t j = 0; j < n; ++j) {
+          dk[j] += ds * widen(qr[j]);
+          dv[j] += pt * widen(gr[j]);
+        }
       }
     }
-    T* out = dqkv + (b * seq_len + t2) * C3 + h * hs + i0;
+    T* o = dqkv + (b * seq_len + t2) * row + i0;
     for (std::int64_t j = 0; j < n; ++j) {
-      out[channels + j] = narrow_to<T>(dk[j]);
-      out[2 * channels + j] = narrow_to<T>(dv[j]);
+      o[heads.k_offset(kv) + j] = narrow_to<T>(dk[j]);
+      o[heads.v_offset(kv) + j] = narrow_to<T>(dv[j]);
     }
   }
 };

@@ -270,6 +270,66 @@ void layernorm_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x,
   layernorm_backward_params(ctx, dout, x, mean, rstd, dweight, dbias);
 }
 
+namespace {
+// Rows of C channels in x (N of them), with dout / out / dx of x's shape and dtype.
+std::int64_t rmsnorm_rows(const Tensor& x, std::int64_t C, const char* what) {
+  const std::int64_t N = C > 0 ? x.numel() / C : 0;
+  MT_CHECK(C > 0 && x.numel() == N * C, what, ": input ", x.describe(), " is not rows of ", C);
+  return N;
+}
+}  // namespace
+
+void rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor& out, Tensor& rstd) {
+  expect_on(ctx, x, "rmsnorm input");
+  expect_f32(ctx, weight, "rmsnorm weight");
+  expect_f32(ctx, rstd, "rmsnorm rstd");
+  expect_on(ctx, out, "rmsnorm output");
+  const std::int64_t C = weight.numel(), N = rmsnorm_rows(x, C, "rmsnorm");
+  MT_CHECK(eps >= 0.0f, "rmsnorm: eps ", eps, " is negative");
+  expect_numel(out, N * C, "rmsnorm output");
+  expect_numel(rstd, N, "rmsnorm rstd");
+  MT_CHECK(out.dtype() == x.dtype(), "rmsnorm: output ", out.describe(), " for input ", x.describe());
+  run<nn_math::RmsNormForward>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const T_>(x), ptr<const float>(weight), ptr<T_>(out), ptr<float>(rstd), N, C, eps};
+  });
+}
+
+void rmsnorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                            const Tensor& rstd, Tensor& dx) {
+  expect_on(ctx, dout, "rmsnorm output gradient");
+  expect_on(ctx, x, "rmsnorm input");
+  expect_f32(ctx, weight, "rmsnorm weight");
+  expect_f32(ctx, rstd, "rmsnorm rstd");
+  expect_on(ctx, dx, "rmsnorm input gradient");
+  const std::int64_t C = weight.numel(), N = rmsnorm_rows(x, C, "rmsnorm backward");
+  expect_numel(dout, N * C, "rmsnorm output gradient");
+  expect_numel(rstd, N, "rmsnorm rstd");
+  expect_numel(dx, N * C, "rmsnorm input gradient");
+  MT_CHECK(dout.dtype() == x.dtype() && dx.dtype() == x.dtype(), "rmsnorm backward: mixed activation dtypes");
+  run<nn_math::RmsNormBackwardInput>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dx)>;
+    op = {ptr<const T_>(dout), ptr<const T_>(x), ptr<const float>(weight), ptr<const float>(rstd), ptr<T_>(dx), N, C};
+  });
+}
+
+void rmsnorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& rstd,
+                             Tensor& dweight) {
+  expect_on(ctx, dout, "rmsnorm output gradient");
+  expect_on(ctx, x, "rmsnorm input");
+  expect_f32(ctx, rstd, "rmsnorm rstd");
+  expect_f32(ctx, dweight, "rmsnorm weight gradient");
+  const std::int64_t C = dweight.numel(), N = rmsnorm_rows(x, C, "rmsnorm backward");
+  expect_numel(dout, N * C, "rmsnorm output gradient");
+  expect_numel(rstd, N, "rmsnorm rstd");
+  MT_CHECK(dout.dtype() == x.dtype(), "rmsnorm backward: output gradient ", dout.describe(), " for input ",
+           x.describe());
+  run<nn_math::RmsNormBackwardParams>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.x)>>;
+    op = {ptr<const T_>(dout), ptr<const T_>(x), ptr<const float>(rstd), ptr<float>(dweight), N, C, unit_width(ctx)};
+  });
+}
+
 void broadcast_rows(DeviceContext& ctx, const Tensor& bias, Tensor& out) {
   expect_f32(ctx, bias, "bias");
   expect_on(ctx, out, "output");
@@ -317,61 +377,147 @@ void gelu_backward(DeviceContext& ctx, const Tensor& x, const Tensor& dout, Tens
 }
 
 namespace {
-struct AttentionShape {
-  std::int64_t B, T, C, heads;
-};
-AttentionShape attention_shape(const Tensor& qkv, int heads) {
-  MT_CHECK(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, T, 3C], got ", qkv.describe());
-  const std::int64_t C = qkv.dim(2) / 3;
-  MT_CHECK(heads > 0 && C % heads == 0, "attention: ", C, " channels do not split into ", heads, " heads");
-  return {qkv.dim(0), qkv.dim(1), C, heads};
+void rope(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta, bool inverse, const char* what) {
+  expect_on(ctx, qkv, what);
+  MT_CHECK(q_heads > 0 && kv_heads > 0, what, ": ", q_heads, " q heads and ", kv_heads, " kv heads");
+  MT_CHECK(theta > 0.0f, what, ": theta ", theta, " must be positive");
+  const std::int64_t blocks = std::int64_t{q_heads} + 2 * std::int64_t{kv_heads};
+  MT_CHECK(qkv.rank() == 3 && qkv.dim(2) % blocks == 0, what, ": qkv must be [B, T, (", q_heads, " + 2 x ", kv_heads,
+           ") heads x head size], got ", qkv.describe());
+  const std::int64_t hs = qkv.dim(2) / blocks;
+  MT_CHECK(hs % 2 == 0, what, ": head size ", hs, " is odd (channels pair within a head)");
+  run<nn_math::Rope>(ctx, qkv.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.x)>;
+    op = {ptr<T_>(qkv), qkv.dim(0) * qkv.dim(1), qkv.dim(1), qkv.dim(2), q_heads + std::int64_t{kv_heads}, hs,
+          theta, inverse};
+  });
+}
+
+std::int64_t swiglu_hidden(const Tensor& gate_up, const char* what) {
+  MT_CHECK(gate_up.rank() >= 1 && gate_up.dim(gate_up.rank() - 1) % 2 == 0, what, ": gate_up must be [N, 2F], got ",
+           gate_up.describe());
+  return gate_up.dim(gate_up.rank() - 1) / 2;
 }
 }  // namespace
 
-void attention_forward(DeviceContext& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& att) {
+void rope_forward(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta) {
+  rope(ctx, qkv, q_heads, kv_heads, theta, false, "rope");
+}
+
+void rope_backward(DeviceContext& ctx, Tensor& dqkv, int q_heads, int kv_heads, float theta) {
+  rope(ctx, dqkv, q_heads, kv_heads, theta, true, "rope backward");
+}
+
+void swiglu_forward(DeviceContext& ctx, const Tensor& gate_up, Tensor& out) {
+  expect_on(ctx, gate_up, "swiglu input");
+  expect_on(ctx, out, "swiglu output");
+  const std::int64_t F = swiglu_hidden(gate_up, "swiglu"), N = F > 0 ? gate_up.numel() / (2 * F) : 0;
+  expect_numel(out, N * F, "swiglu output");
+  MT_CHECK(out.dtype() == gate_up.dtype(), "swiglu: output ", out.describe(), " for input ", gate_up.describe());
+  run<nn_math::SwigluForward>(ctx, gate_up.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const T_>(gate_up), ptr<T_>(out), N, F};
+  });
+}
+
+void swiglu_backward(DeviceContext& ctx, const Tensor& gate_up, const Tensor& dout, Tensor& dgate_up) {
+  expect_on(ctx, gate_up, "swiglu input");
+  expect_on(ctx, dout, "swiglu output gradient");
+  expect_on(ctx, dgate_up, "swiglu input gradient");
+  const std::int64_t F = swiglu_hidden(gate_up, "swiglu backward"), N = F > 0 ? gate_up.numel() / (2 * F) : 0;
+  expect_numel(dout, N * F, "swiglu output gradient");
+  expect_numel(dgate_up, gate_up.numel(), "swiglu input gradient");
+  MT_CHECK(dout.dtype() == gate_up.dtype() && dgate_up.dtype() == gate_up.dtype(),
+           "swiglu backward: mixed activation dtypes");
+  run<nn_math::SwigluBackward>(ctx, gate_up.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dgate_up)>;
+    op = {ptr<const T_>(gate_up), ptr<const T_>(dout), ptr<T_>(dgate_up), N, F};
+  });
+}
+
+namespace {
+struct AttentionShape {
+  std::int64_t B, T;
+  nn_math::AttentionLayout heads;
+};
+AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& h) {
+  MT_CHECK(h.q_heads > 0 && h.kv_heads > 0 && h.group > 0 && h.q_begin >= 0 && h.kv_begin >= 0,
+           "attention: heads {q ", h.q_heads, ", kv ", h.kv_heads, ", q_begin ", h.q_begin, ", group ", h.group,
+           ", kv_begin ", h.kv_begin, "} must be positive counts and non-negative offsets");
+  const std::int64_t blocks = std::int64_t{h.q_heads} + 2 * std::int64_t{h.kv_heads};
+  MT_CHECK(qkv.rank() == 3 && qkv.dim(2) % blocks == 0, "attention: qkv must be [B, T, (", h.q_heads, " + 2 x ",
+           h.kv_heads, ") heads x head size], got ", qkv.describe());
+  const nn_math::AttentionLayout layout{qkv.dim(2) / blocks, h.q_heads, h.kv_heads, h.q_begin, h.group, h.kv_begin};
+  // kv_of is monotonic in the q head: the first and the last local q head bound them all.
+  const std::int64_t first = layout.kv_of(0), last = layout.kv_of(h.q_heads - 1);
+  MT_CHECK(first >= 0 && last < h.kv_heads, "attention: q heads [", h.q_begin, ", ", h.q_begin + h.q_heads,
+           ") in groups of ", h.group, " read kv heads [", first + h.kv_begin, ", ", last + h.kv_begin,
+           "], outside the local kv heads [", h.kv_begin, ", ", h.kv_begin + h.kv_heads, ")");
+  return {qkv.dim(0), qkv.dim(1), layout};
+}
+
+// Multi-head attention as grouped-query attention with one q head per kv head.
+AttentionHeads multi_head(const Tensor& qkv, int heads) {
+  MT_CHECK(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, T, 3C], got ", qkv.describe());
+  const std::int64_t C = qkv.dim(2) / 3;
+  MT_CHECK(heads > 0 && C % heads == 0, "attention: ", C, " channels do not split into ", heads, " heads");
+  return {heads, heads, 0, 1, 0};
+}
+}  // namespace
+
+void attention_forward(DeviceContext& ctx, const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& att) {
   expect_on(ctx, qkv, "qkv");
   expect_on(ctx, out, "attention output");
   expect_f32(ctx, att, "attention probabilities");
   const AttentionShape s = attention_shape(qkv, heads);
-  expect_numel(out, s.B * s.T * s.C, "attention output");
-  expect_numel(att, s.B * s.heads * s.T * s.T, "attention probabilities");
+  expect_numel(out, s.B * s.T * s.heads.out_row(), "attention output");
+  expect_numel(att, s.B * s.heads.q_heads * s.T * s.T, "attention probabilities");
   MT_CHECK(out.dtype() == qkv.dtype(), "attention: output ", out.describe(), " for qkv ", qkv.describe());
   run<nn_math::AttentionForward>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.out)>;
-    op = {ptr<const T_>(qkv), ptr<T_>(out), ptr<float>(att), s.B, s.T, s.C, s.heads};
+    op = {ptr<const T_>(qkv), ptr<T_>(out), ptr<float>(att), s.B, s.T, s.heads};
   });
 }
 
-void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads,
-                        Tensor& dqkv) {
+void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        const AttentionHeads& heads, Tensor& dqkv) {
   expect_on(ctx, dout, "attention output gradient");
   expect_on(ctx, qkv, "qkv");
   expect_on(ctx, dqkv, "qkv gradient");
   expect_f32(ctx, att, "attention probabilities");
   const AttentionShape s = attention_shape(qkv, heads);
-  expect_numel(dout, s.B * s.T * s.C, "attention output gradient");
-  expect_numel(att, s.B * s.heads * s.T * s.T, "attention probabilities");
+  expect_numel(dout, s.B * s.T * s.heads.out_row(), "attention output gradient");
+  expect_numel(att, s.B * s.heads.q_heads * s.T * s.T, "attention probabilities");
   expect_numel(dqkv, qkv.numel(), "qkv gradient");
   MT_CHECK(dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype(), "attention backward: mixed activation dtypes");
   // The gradient of the attention scores, att's size; the passes are those of nn_functors.h.
-  Tensor dscore = Tensor::empty({s.B, s.heads, s.T, s.T}, DType::F32, ctx);
+  Tensor dscore = Tensor::empty({s.B, s.heads.q_heads, s.T, s.T}, DType::F32, ctx);
   const std::int64_t width = unit_width(ctx);
   run<nn_math::AttentionBackwardDots>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.qkv)>>;
-    op = {ptr<const T_>(dout), ptr<const T_>(qkv), ptr<float>(dscore), s.B, s.T, s.C, s.heads, width};
+    op = {ptr<const T_>(dout), ptr<const T_>(qkv), ptr<float>(dscore), s.B, s.T, s.heads, width};
   });
   run<nn_math::AttentionBackwardSoftmax>(ctx, qkv.dtype(), [&](auto& op) {
-    op = {ptr<const float>(att), ptr<float>(dscore), s.B, s.T, s.C, s.heads};
+    op = {ptr<const float>(att), ptr<float>(dscore), s.B, s.T, s.heads};
   });
   run<nn_math::AttentionBackwardQuery>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.dqkv)>;
-    op = {ptr<const T_>(qkv), ptr<const float>(dscore), ptr<T_>(dqkv), s.B, s.T, s.C, s.heads, width};
+    op = {ptr<const T_>(qkv), ptr<const float>(dscore), ptr<T_>(dqkv), s.B, s.T, s.heads, width};
   });
   run<nn_math::AttentionBackwardKeyValue>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.dqkv)>;
-    op = {ptr<const T_>(dout), ptr<const T_>(qkv), ptr<const float>(att), ptr<const float>(dscore), ptr<T_>(dqkv),
-          s.B, s.T, s.C, s.heads, width};
+    op = {ptr<const T_>(dout), ptr<const T_>(qkv),  ptr<const float>(att), ptr<const float>(dscore),
+          ptr<T_>(dqkv),       s.B, s.T, s.heads, width};
   });
+}
+
+void attention_forward(DeviceContext& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& att) {
+  attention_forward(ctx, qkv, multi_head(qkv, heads), out, att);
+}
+
+void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads,
+                        Tensor& dqkv) {
+  attention_backward(ctx, dout, qkv, att, multi_head(qkv, heads), dqkv);
 }
 
 namespace {

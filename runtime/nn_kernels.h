@@ -1,4 +1,4 @@
-// The kernels of a GPT-2 style transformer, forward and backward, on row-major tensors, dispatched
+// The kernels of a GPT-2 or Llama style transformer, forward and backward, on row-major tensors, dispatched
 // to the CPU (OpenMP) or CUDA backend by the context's device. The math of each op is written once
 // in runtime/nn_functors.h and run by both backends. Every output element is produced by one
 // thread in a fixed order, so results repeat bit for bit whatever the thread count. The layernorm
@@ -11,8 +11,10 @@
 // Activations may be fp32 or bf16 (meant for CUDA; the CPU runs it too, for tests); parameters, their gradients and statistics are fp32.
 // defines: embedding_forward, embedding_forward_slice, embedding_backward, embedding_backward_slice,
 //          layernorm_forward, layernorm_backward, layernorm_backward_input, layernorm_backward_params,
-//          broadcast_rows, bias_backward, gelu_forward,
-//          gelu_backward, attention_forward, attention_backward, softmax_rows, cross_entropy,
+//          rmsnorm_forward, rmsnorm_backward_input, rmsnorm_backward_params,
+//          broadcast_rows, bias_backward, gelu_forward, gelu_backward, rope_forward, rope_backward,
+//          swiglu_forward, swiglu_backward, AttentionHeads, attention_forward, attention_backward,
+//          softmax_rows, cross_entropy,
 //          cross_entropy_forward, cross_entropy_backward, vocab_parallel_max, vocab_parallel_sum_exp,
 //          vocab_parallel_target_logit, vocab_parallel_loss, vocab_parallel_cross_entropy_backward
 #pragma once
@@ -66,6 +68,17 @@ void layernorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tens
 void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
                                const Tensor& rstd, Tensor& dweight, Tensor& dbias);
 
+// RMSNorm (llama): out = x * rstd * weight per row of x [N, C], rstd [N] fp32 = 1/sqrt(mean(x^2) + eps).
+// x * rstd * weight is computed in fp32 and rounded once into out's dtype (Hugging Face rounds
+// x * rstd to the activation dtype before the weight: the two differ in bf16 by one rounding).
+void rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor& out, Tensor& rstd);
+// dx += rstd * (w*dout - norm * mean(w*dout * norm)), norm = x*rstd, per row.
+void rmsnorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                            const Tensor& rstd, Tensor& dx);
+// dweight[c] += sum over rows (in row order) of dout * x * rstd.
+void rmsnorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& rstd,
+                             Tensor& dweight);
+
 // out[n, :] = bias (broadcast over rows): the start of y = x W^T + b before a GEMM with beta 1.
 void broadcast_rows(DeviceContext& ctx, const Tensor& bias, Tensor& out);
 // dbias[j] += sum over rows of dout[n, j].
@@ -75,12 +88,42 @@ void bias_backward(DeviceContext& ctx, const Tensor& dout, Tensor& dbias);
 void gelu_forward(DeviceContext& ctx, const Tensor& x, Tensor& out);
 void gelu_backward(DeviceContext& ctx, const Tensor& x, const Tensor& dout, Tensor& dx);
 
-// Causal multi-head self-attention on a fused projection qkv [B, T, 3C] laid out [q | k | v], head h
-// owning channels [h*hs, (h+1)*hs) of each. out [B, T, C]; att [B, heads, T, T] keeps the softmax
-// probabilities (entries above the diagonal are zero) for backward.
+// Rotary position embedding in Hugging Face's half-split convention (rotate_half), the layout its
+// Llama checkpoints expect (their q and k weights are permuted for it): in each head of hs
+// channels, channel i < hs/2 pairs with i + hs/2; at position t (the index in the sequence),
+// angle = t * inv_freq[i], inv_freq[i] = 1 / theta^(2i/hs) (computed in fp32 as HF does);
+// (a, b) -> (a cos - b sin, b cos + a sin). Applied in place to the q block (q_heads heads) and the
+// k block (kv_heads heads) of qkv [B, T, (q_heads + 2*kv_heads) * hs] laid out [q | k | v]; v untouched.
+// cos and sin are fp32 library calls: CUDA's agree with the CPU's within a few ulp, not bit for bit.
+void rope_forward(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta);
+// The adjoint (the inverse rotation) applied in place to dqkv's q and k blocks.
+void rope_backward(DeviceContext& ctx, Tensor& dqkv, int q_heads, int kv_heads, float theta);
+
+// SwiGLU: gate_up [N, 2F] = [gate | up] per row; out [N, F] = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+void swiglu_forward(DeviceContext& ctx, const Tensor& gate_up, Tensor& out);
+// dgate_up [N, 2F] = (dout * up * silu'(gate) | dout * silu(gate)); may alias gate_up (each row's
+// elements read before written).
+void swiglu_backward(DeviceContext& ctx, const Tensor& gate_up, const Tensor& dout, Tensor& dgate_up);
+
+// Causal grouped-query self-attention on a fused projection qkv [B, T, (q_heads + 2*kv_heads) * hs]
+// laid out [q | k | v], head h of a block owning its channels [h*hs, (h+1)*hs). Local q head i
+// reads kv head (q_begin + i) / group - kv_begin (q_begin: the global index of the first local q
+// head, group = global heads / global kv heads, kv_begin: the global index of the first local kv
+// head; a tensor-parallel rank holding every kv head has kv_begin 0). gpt2 is {heads, heads, 0, 1, 0}.
+// out [B, T, q_heads*hs]; att [B, q_heads, T, T] keeps the softmax probabilities (entries above
+// the diagonal are zero) for backward. Scores are scaled by 1/sqrt(hs).
+struct AttentionHeads {
+  int q_heads = 1, kv_heads = 1, q_begin = 0, group = 1, kv_begin = 0;
+};
+void attention_forward(DeviceContext& ctx, const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& att);
+// dqkv = ... (overwritten, not accumulated; must not alias dout or qkv). The dk and dv of a kv
+// head sum the contributions of the local q heads that read it in ascending q-head order (zero
+// where none does); a kv head replicated over tensor-parallel ranks needs its gradients summed
+// over them. Allocates a scratch of att's size on the context's device for the gradient of the scores.
+void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        const AttentionHeads& heads, Tensor& dqkv);
+// Multi-head attention (GPT-2): qkv [B, T, 3C], `heads` heads in each block: {heads, heads, 0, 1, 0}.
 void attention_forward(DeviceContext& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& att);
-// dqkv = ... (overwritten, not accumulated; must not alias dout or qkv). Allocates a scratch of
-// att's size on the context's device for the gradient of the scores.
 void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads,
                         Tensor& dqkv);
 

@@ -309,34 +309,38 @@ TYPED_TEST(BackwardUnits, AttentionBackwardIsBitwiseTheSameAtAnyThreadCount) {
 
 // The four attention passes, the embedding ops and the column sums (layernorm parameters, bias)
 // run directly with width 1 (CUDA's units) and kColumnBlock (the CPU's): the same bits. Sizes
-// leave partial blocks (hs 80, T 70, C 150).
+// leave partial blocks (hs 80, T 70, C 150); attention also grouped-query.
 TYPED_TEST(BackwardUnits, WidthOneAndBlockWidthGiveTheSameBits) {
   using T = TypeParam;
   std::mt19937 rng(9);
-  {
-    const i64 B = 2, T_ = 70, C = 160, H = 2;
-    const std::vector<T> qkv = random_values<T>(rng, B * T_ * 3 * C, -1.5f, 1.5f);
-    const std::vector<T> dout = random_values<T>(rng, B * T_ * C, -1.0f, 1.0f);
+  // Multi-head (GPT-2) and grouped-query attention (4 q heads on 2 kv heads, and a tensor-parallel
+  // shard of them: q heads 2..3 reading kv head 1).
+  const nn::AttentionHeads cases[] = {{2, 2, 0, 1, 0}, {4, 2, 0, 2, 0}, {2, 1, 2, 2, 1}};
+  for (const nn::AttentionHeads& heads : cases) {
+    const i64 B = 2, T_ = 70, hs = 80, H = heads.q_heads, KV = heads.kv_heads, row = (H + 2 * KV) * hs;
+    const std::vector<T> qkv = random_values<T>(rng, B * T_ * row, -1.5f, 1.5f);
+    const std::vector<T> dout = random_values<T>(rng, B * T_ * H * hs, -1.0f, 1.0f);
     DeviceContext ctx(cpu_options(2));
-    const Tensor qkv_t = Tensor::from_host(qkv, {B, T_, 3 * C}, ctx);
-    Tensor out = Tensor::empty({B, T_, C}, dtype_for<T>(), ctx);
+    const Tensor qkv_t = Tensor::from_host(qkv, {B, T_, row}, ctx);
+    Tensor out = Tensor::empty({B, T_, H * hs}, dtype_for<T>(), ctx);
     Tensor att_t = Tensor::empty({B, H, T_, T_}, DType::F32, ctx);
-    nn::attention_forward(ctx, qkv_t, static_cast<int>(H), out, att_t);
+    nn::attention_forward(ctx, qkv_t, heads, out, att_t);
     const std::vector<float> att = att_t.to_host<float>();
+    const nn_math::AttentionLayout layout{hs, H, KV, heads.q_begin, heads.group, heads.kv_begin};
     auto run = [&](i64 width) {
       std::vector<float> dscore(idx(B * H * T_ * T_), 0.0f);
-      std::vector<T> dqkv(idx(B * T_ * 3 * C), from_float<T>(777.0f));
+      std::vector<T> dqkv(idx(B * T_ * row), from_float<T>(777.0f));
       using nn_math::AttentionBackwardDots, nn_math::AttentionBackwardSoftmax, nn_math::AttentionBackwardQuery,
           nn_math::AttentionBackwardKeyValue;
-      backend::CpuNn::run(AttentionBackwardDots<T>{dout.data(), qkv.data(), dscore.data(), B, T_, C, H, width}, 2);
-      backend::CpuNn::run(AttentionBackwardSoftmax<T>{att.data(), dscore.data(), B, T_, C, H}, 2);
-      backend::CpuNn::run(AttentionBackwardQuery<T>{qkv.data(), dscore.data(), dqkv.data(), B, T_, C, H, width}, 2);
+      backend::CpuNn::run(AttentionBackwardDots<T>{dout.data(), qkv.data(), dscore.data(), B, T_, layout, width}, 2);
+      backend::CpuNn::run(AttentionBackwardSoftmax<T>{att.data(), dscore.data(), B, T_, layout}, 2);
+      backend::CpuNn::run(AttentionBackwardQuery<T>{qkv.data(), dscore.data(), dqkv.data(), B, T_, layout, width}, 2);
       backend::CpuNn::run(AttentionBackwardKeyValue<T>{dout.data(), qkv.data(), att.data(), dscore.data(), dqkv.data(),
-                                                       B, T_, C, H, width},
+                                                       B, T_, layout, width},
                           2);
       return bits_of(dqkv);
     };
-    EXPECT_TRUE(same_bits(run(1), run(kColumnBlock))) << "attention dqkv";
+    EXPECT_TRUE(same_bits(run(1), run(kColumnBlock))) << "attention dqkv, " << H << " q heads on " << KV << " kv heads";
   }
   {
     const i64 B = 3, T_ = 40, C = 150, V = 30, N = B * T_;
