@@ -46,16 +46,13 @@ class Gpt::UnitUse {
   int exceptions_;
 };
 
-namespace {
-
-constexpr std::size_t kParamsPerLayer = 12;  // ln1 w/b, qkv w/b, proj w/b, ln2 w/b, fc w/b, fc_proj w/b
-
-}  // namespace
-
+// One layer's parameters. gpt2: qkv is the fused projection (with its bias), kv undefined. llama:
+// qkv holds q alone and kv [k | v]; the two write their columns of one [q | k | v] activation.
 struct Gpt::Block {
-  LayerNorm ln1, ln2;
-  Linear qkv, attn_proj, fc, fc_proj;
-  std::size_t first_param = 0;  // the layer's 12 parameters are consecutive in the store
+  Norm ln1, ln2;
+  Linear qkv, kv, attn_proj, fc, fc_proj;
+  std::size_t first_param = 0;  // the layer's parameters are consecutive in the store
+  std::size_t params = 0;       // how many: 12 for gpt2 (weights and biases), 7 for llama
   int unit = -1;                // its index in units_
 };
 
@@ -115,7 +112,8 @@ struct Gpt::WeightInputs {
 // Buffers any chunk and micro-batch may use while it computes (one computes at a time).
 struct Gpt::Scratch {
   int B = 0, T = 0;
-  Tensor branch, dln, datty, dqkv, dfch;
+  Tensor branch, dln, datty, dqkv, dfch, dact;
+  Tensor kv_dweight;  // llama with kv heads replicated over tp: a layer's partial kv weight gradient
   Tensor row_max, sum_exp, target_logit;  // vocab-parallel loss statistics
   // The head's logits of one chunk of rows, [R, Vp/tp], then their gradient (models/head_chunks.h).
   Tensor head_logits;
@@ -124,7 +122,7 @@ struct Gpt::Scratch {
   LayerActs layer;
   // Sequence parallelism only: the gathered [N, C] input of a column-parallel layer, the gathered
   // gradient of the residual stream, their [N/tp, C] counterparts, a layernorm's parameter
-  // gradients from this rank's rows ([2C]: weight, then bias).
+  // gradients from this rank's rows ([2C]: weight, then bias; [C] for RMSNorm).
   Tensor full, dfull, branch_local, dln_local, ln_dparams;
   std::int64_t bytes = 0;
 };
@@ -169,17 +167,18 @@ Gpt::LayerActs Gpt::new_layer(unsigned fields, int B, int T, std::int64_t& bytes
   const DType act = compute_dtype(), f32 = DType::F32;
   LayerActs a;
   a.ln1 = make(kLn1, {R, C}, act);
-  a.ln1_mean = make(kLn1Stats, {R}, f32);
+  a.ln1_mean = make(config_.is_llama() ? 0u : unsigned{kLn1Stats}, {R}, f32);  // RMSNorm keeps no mean
   a.ln1_rstd = make(kLn1Stats, {R}, f32);
-  a.qkv = make(kQkv, {B, T, 3 * C / tp}, act);
+  a.qkv = make(kQkv, {B, T, qkv_local_width()}, act);
   a.atty = make(kAtty, {N, C / tp}, act);
   a.att = make(kAtt, {B, H, T, T}, f32);
   a.res2 = make(kRes2, {R, C}, act);
   a.ln2 = make(kLn2, {R, C}, act);
-  a.ln2_mean = make(kLn2Stats, {R}, f32);
+  a.ln2_mean = make(config_.is_llama() ? 0u : unsigned{kLn2Stats}, {R}, f32);
   a.ln2_rstd = make(kLn2Stats, {R}, f32);
-  a.fch = make(kFch, {N, 4 * C / tp}, act);
-  a.fch_gelu = make(kFchGelu, {N, 4 * C / tp}, act);
+  // The MLP's up projection (gpt2: 4C wide; llama: [gate | up], 2F) and its activation (4C; F).
+  a.fch = make(kFch, {N, config_.mlp_up_rows() / tp}, act);
+  a.fch_gelu = make(kFchGelu, {N, config_.mlp_hidden() / tp}, act);
   return a;
 }
 
@@ -208,6 +207,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
     if (kind == ParamKind::TokenEmbedding) wte_ = static_cast<std::int64_t>(i);
     if (kind == ParamKind::PositionEmbedding) wpe_ = static_cast<std::int64_t>(i);
     if (kind == ParamKind::LnfWeight) lnf_first_ = static_cast<std::int64_t>(i);
+    if (kind == ParamKind::LmHead) lm_head_ = static_cast<std::int64_t>(i);
   }
   MT_CHECK(!options_.sequence_parallel || tp_.size() > 1, "sequence parallelism needs a tensor-parallel group of 2 "
            "or more ranks, got ", tp_.size());
@@ -221,26 +221,52 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
     embedding_unit_ = unit_named("embedding");
     MT_CHECK(wte_ == 0 && (wpe_ < 0 || wpe_ == 1), "the embeddings are not first in the store");
   }
+  const bool llama = config_.is_llama(), bias = config_.has_biases();
+  const float eps = config_.norm_eps;
   for (std::size_t c = 0; c < partition_.chunks.size(); ++c) {
     const LayerRange r = partition_.chunks[c];
     chunks_.push_back({r, static_cast<int>(blocks_.size()), partition_.embedding && c == 0,
                        partition_.head && c + 1 == partition_.chunks.size()});
     for (int l = r.begin; l < r.end; ++l) {
       const std::string p = "h." + std::to_string(l) + ".";
-      blocks_.push_back({LayerNorm::from_store(store_, p + "ln1"), LayerNorm::from_store(store_, p + "ln2"),
-                         Linear::from_store(store_, p + "attn.qkv"), Linear::from_store(store_, p + "attn.proj"),
-                         Linear::from_store(store_, p + "mlp.fc"), Linear::from_store(store_, p + "mlp.proj"),
-                         store_.index_of(p + "ln1.weight"), unit_named("h." + std::to_string(l))});
-      const ParamUnit& unit = units_[static_cast<std::size_t>(blocks_.back().unit)];
-      MT_CHECK(unit.first == blocks_.back().first_param && unit.count == kParamsPerLayer, "layer ", l,
+      Block blk;
+      blk.ln1 = Norm::from_store(store_, p + "ln1", llama, eps);
+      blk.ln2 = Norm::from_store(store_, p + "ln2", llama, eps);
+      blk.qkv = Linear::from_store(store_, p + (llama ? "attn.q" : "attn.qkv"), bias);
+      if (llama) blk.kv = Linear::from_store(store_, p + "attn.kv", false);
+      blk.attn_proj = Linear::from_store(store_, p + "attn.proj", bias);
+      blk.fc = Linear::from_store(store_, p + "mlp.fc", bias);
+      blk.fc_proj = Linear::from_store(store_, p + "mlp.proj", bias);
+      blk.first_param = store_.index_of(p + "ln1.weight");
+      blk.params = llama ? 7 : 12;
+      blk.unit = unit_named("h." + std::to_string(l));
+      const ParamUnit& unit = units_[static_cast<std::size_t>(blk.unit)];
+      MT_CHECK(unit.first == blk.first_param && unit.count == blk.params, "layer ", l,
                "'s parameters are not one run starting at its ln1.weight");
+      blocks_.push_back(std::move(blk));
     }
   }
   if (lnf_first_ >= 0) {
-    lnf_ = LayerNorm::from_store(store_, "lnf");
+    lnf_ = Norm::from_store(store_, "lnf", llama, eps);
     lnf_unit_ = unit_named("lnf");
   }
+  // The LM head's weight: the tied embedding (gpt2), or lm_head (llama), its own unit.
+  head_weight_ = config_.tied_head() ? wte_ : lm_head_;
+  head_unit_ = config_.tied_head() ? embedding_unit_ : (lm_head_ >= 0 ? unit_named("head") : -1);
+  const int tp_size = tp_.size(), kv_heads = config_.kv_head_count();
+  const bool split_kv = partition_.splits_kv_heads(config_);
+  attention_heads_ = {.q_heads = config_.heads / tp_size,
+                      .kv_heads = split_kv ? kv_heads / tp_size : kv_heads,
+                      .q_begin = config_.heads / tp_size * tp_.rank(),
+                      .group = config_.heads / kv_heads,
+                      .kv_begin = split_kv ? kv_heads / tp_size * tp_.rank() : 0};
 }
+
+std::int64_t Gpt::qkv_local_width() const {
+  return static_cast<std::int64_t>(attention_heads_.q_heads + 2 * attention_heads_.kv_heads) * config_.head_size();
+}
+
+bool Gpt::kv_replicated() const { return config_.is_llama() && tp_.active() && !partition_.splits_kv_heads(config_); }
 
 std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs) {
   std::vector<ParamUnit> units;
@@ -255,7 +281,9 @@ std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs) {
       if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::PositionEmbedding) unit.count = 2;
     } else if (s.kind == ParamKind::LnfWeight) {
       unit.name = "lnf";
-      unit.count = 2;
+      if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::LnfBias) unit.count = 2;
+    } else if (s.kind == ParamKind::LmHead) {
+      unit.name = "head";  // llama's untied LM head
     } else {
       MT_FAIL("parameter '", s.name, "' belongs to no unit");
     }
@@ -294,8 +322,11 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
   w->branch = make({N, C}, act);
   w->dln = make({N, C}, act);
   w->datty = make({N, C / tp}, act);
-  w->dqkv = make({B, T, 3 * C / tp}, act);
-  w->dfch = make({N, 4 * C / tp}, act);
+  w->dqkv = make({B, T, qkv_local_width()}, act);
+  w->dfch = make({N, config_.mlp_up_rows() / tp}, act);
+  // The activation's output gradient: gpt2's GELU takes it in place, SwiGLU's is half as wide.
+  w->dact = config_.is_llama() ? make({N, config_.mlp_hidden() / tp}, act) : w->dfch;
+  if (kv_replicated()) w->kv_dweight = make(blocks_.empty() ? Shape{0} : blocks_[0].kv.weight.shape(), DType::F32);
   w->layer = new_layer(scratch_fields(options_.recompute), B, T, w->bytes);
   if (options_.sequence_parallel) {
     const std::int64_t rows = local_rows(B, T);
@@ -303,7 +334,7 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
     w->dfull = make({N, C}, act);
     w->branch_local = make({rows, C}, act);
     w->dln_local = make({rows, C}, act);
-    w->ln_dparams = make({2 * C}, DType::F32);
+    w->ln_dparams = make({config_.has_biases() ? 2 * C : C}, DType::F32);
   }
   if (tp_.active()) {
     w->row_max = make({N}, DType::F32);
@@ -357,7 +388,7 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     for (int l = 0; l < info.layers.size(); ++l)
       a.blocks.push_back(new_layer(slot_fields(options_.recompute), B, T, a.bytes));
     if (info.head) {
-      a.lnf_mean = f32({R});
+      if (!config_.is_llama()) a.lnf_mean = f32({R});  // RMSNorm keeps no mean
       a.lnf_rstd = f32({R});
       a.losses = f32({N});
       a.lse = f32({N});
@@ -433,7 +464,7 @@ const Tensor& Gpt::tp_leave_backward(Tensor& dlocal, Tensor& dfull) const {
   return dfull;
 }
 
-void Gpt::layernorm_backward(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
+void Gpt::layernorm_backward(Norm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
                              const Tensor& rstd, Tensor& dx, Scratch& w) {
   if (!options_.sequence_parallel) {
     ln.backward(ctx_, dout, x, mean, rstd, dx);
@@ -443,21 +474,21 @@ void Gpt::layernorm_backward(LayerNorm& ln, const Tensor& dout, const Tensor& x,
   layernorm_backward_params(ln, dout, x, mean, rstd, w);
 }
 
-void Gpt::layernorm_backward_params(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
+void Gpt::layernorm_backward_params(Norm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
                                     const Tensor& rstd, Scratch& w) {
   if (!options_.sequence_parallel) {
     ln.backward_params(ctx_, dout, x, mean, rstd);
     return;
   }
   const std::int64_t C = config_.channels;
-  LayerNorm partial = ln;  // the same parameters, its gradients into the scratch
+  Norm partial = ln;  // the same parameters, its gradients into the scratch
   partial.dweight = w.ln_dparams.flat_slice(0, C);
-  partial.dbias = w.ln_dparams.flat_slice(C, C);
+  if (ln.dbias.defined()) partial.dbias = w.ln_dparams.flat_slice(C, C);
   kernels::fill(ctx_, w.ln_dparams, 0.0);
   partial.backward_params(ctx_, dout, x, mean, rstd);
   tp_.allreduce(w.ln_dparams, ReduceOp::Sum);
   kernels::binary(ctx_, BinaryOp::Add, ln.dweight, partial.dweight, ln.dweight);
-  kernels::binary(ctx_, BinaryOp::Add, ln.dbias, partial.dbias, ln.dbias);
+  if (ln.dbias.defined()) kernels::binary(ctx_, BinaryOp::Add, ln.dbias, partial.dbias, ln.dbias);
 }
 
 void Gpt::ready(std::size_t first, std::size_t count) {
@@ -472,22 +503,27 @@ void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
   const UnitUse use(hooks_, embedding_unit_, ParamUse::Forward);
   s.tokens = Tensor::from_host(inputs, {s.B, s.T}, ctx_);
   const Tensor& wte = store_.param(static_cast<std::size_t>(wte_));
-  const Tensor& wpe = store_.param(static_cast<std::size_t>(wpe_));
+  // llama has no position embedding (RoPE rotates q and k instead): the lookup alone.
+  const Tensor* wpe = wpe_ >= 0 ? &store_.param(static_cast<std::size_t>(wpe_)) : nullptr;
   // The embedding kernel reads the fp32 tables and rounds their sum once into the activation dtype.
   if (!tp_.active()) {
-    nn::embedding_forward(ctx_, s.tokens, wte, wpe, s.residual[0]);
+    if (wpe) {
+      nn::embedding_forward(ctx_, s.tokens, wte, *wpe, s.residual[0]);
+    } else {
+      nn::embedding_forward_slice(ctx_, s.tokens, wte, 0, nullptr, s.residual[0]);
+    }
     return;
   }
   // Each rank looks up the tokens of its vocabulary slice (zero elsewhere), rank 0 adds the
   // positions; the sum over the group has exactly one non-zero token row per position.
   if (!options_.sequence_parallel) {
-    nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_),
-                                tp_.rank() == 0 ? &wpe : nullptr, s.residual[0]);
+    nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_), tp_.rank() == 0 ? wpe : nullptr,
+                                s.residual[0]);
     tp_.reduce_forward(s.residual[0]);
     return;
   }
   Scratch& w = scratch(s.B, s.T);  // every position's partial sum, then this rank's rows of the sum
-  nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_), tp_.rank() == 0 ? &wpe : nullptr,
+  nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_), tp_.rank() == 0 ? wpe : nullptr,
                               w.full);
   tp_.sequence_reduce_scatter_forward(ctx_, w.full, s.residual[0]);
 }
@@ -505,16 +541,15 @@ void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
 // reads anything (after GELU): the recomputation, which runs these very kernels on the very same
 // inputs, with the same tensor-parallel collectives up to there on every rank of the group.
 void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out) {
-  const int heads = config_.heads / tp_.size();
   const bool add_row_bias = tp_.rank() == 0;  // a row-parallel layer's bias is added once, before the sum
   blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
-  blk.qkv.forward(ctx_, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
-  nn::attention_forward(ctx_, a.qkv, heads, a.atty, a.att);
+  qkv_forward(blk, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
+  nn::attention_forward(ctx_, a.qkv, attention_heads_, a.atty, a.att);
   blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
   kernels::binary(ctx_, BinaryOp::Add, x, tp_leave(w.branch, w.branch_local), a.res2);
   blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
   blk.fc.forward(ctx_, tp_enter(a.ln2, w.full), a.fch);
-  nn::gelu_forward(ctx_, a.fch, a.fch_gelu);
+  mlp_activation(a.fch, a.fch_gelu);
   if (out == nullptr) return;
   blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, add_row_bias);
   kernels::binary(ctx_, BinaryOp::Add, a.res2, tp_leave(w.branch, w.branch_local), *out);
@@ -553,12 +588,80 @@ void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) 
     case Recompute::Selective:
       // The probabilities from the kept qkv; the attention output they give again goes to datty,
       // which the attention's backward overwrites before it reads it.
-      nn::attention_forward(ctx_, a.qkv, config_.heads / tp_.size(), w.datty, a.att);
-      nn::gelu_forward(ctx_, a.fch, a.fch_gelu);
+      nn::attention_forward(ctx_, a.qkv, attention_heads_, w.datty, a.att);
+      mlp_activation(a.fch, a.fch_gelu);
       return;
     case Recompute::Full:
       layer_forward(blk, s.residual[static_cast<std::size_t>(i)], a, w, nullptr);
       return;
+  }
+}
+
+// ---- What differs between the families inside a layer --------------------------------------------
+
+// [q | k | v] from the layernorm's output: gpt2's fused projection; llama's q and [k | v]
+// projections into their columns, then RoPE on q and k in place.
+void Gpt::qkv_forward(Block& blk, const Tensor& x, Tensor& qkv) {
+  if (!config_.is_llama()) {
+    blk.qkv.forward(ctx_, x, qkv);
+    return;
+  }
+  blk.qkv.forward_columns(ctx_, x, qkv, 0);
+  blk.kv.forward_columns(ctx_, x, qkv, blk.qkv.out_features());
+  nn::rope_forward(ctx_, qkv, attention_heads_.q_heads, attention_heads_.kv_heads, config_.rope_theta);
+}
+
+// The attention's backward into dqkv, then (llama) RoPE's adjoint: dqkv is then the gradient at
+// the projections' outputs, what their input and weight gradients read.
+void Gpt::attention_backward(const Tensor& datty, const LayerActs& a, Tensor& dqkv) {
+  nn::attention_backward(ctx_, datty, a.qkv, a.att, attention_heads_, dqkv);
+  if (config_.is_llama())
+    nn::rope_backward(ctx_, dqkv, attention_heads_.q_heads, attention_heads_.kv_heads, config_.rope_theta);
+}
+
+void Gpt::qkv_backward_input(Block& blk, const Tensor& dqkv, Tensor& dx) {
+  if (!config_.is_llama()) {
+    blk.qkv.backward_input(ctx_, dqkv, dx);
+    return;
+  }
+  blk.qkv.backward_input_columns(ctx_, dqkv, 0, dx, false);
+  blk.kv.backward_input_columns(ctx_, dqkv, blk.qkv.out_features(), dx, true);
+}
+
+// With kv heads replicated over tp, each rank's kv weight gradient covers its own q heads only:
+// the group's sum is the gradient (one allreduce of [2 Hkv hs, C] per layer and micro-batch).
+void Gpt::qkv_backward_weights(Block& blk, const Tensor& dqkv, const Tensor& x, Scratch& w) {
+  if (!config_.is_llama()) {
+    blk.qkv.backward_weights(ctx_, dqkv, x);
+    return;
+  }
+  const std::int64_t kv_col = blk.qkv.out_features();
+  blk.qkv.backward_weights_columns(ctx_, dqkv, 0, x);
+  if (!kv_replicated()) {
+    blk.kv.backward_weights_columns(ctx_, dqkv, kv_col, x);
+    return;
+  }
+  blk.kv.backward_weights_columns(ctx_, dqkv, kv_col, x, &w.kv_dweight, /*accumulate=*/false);
+  tp_.allreduce(w.kv_dweight, ReduceOp::Sum);
+  kernels::binary(ctx_, BinaryOp::Add, blk.kv.dweight, w.kv_dweight, blk.kv.dweight);
+}
+
+// gpt2: GELU over the 4C up projection; llama: SwiGLU over [gate | up].
+void Gpt::mlp_activation(const Tensor& fch, Tensor& out) {
+  if (config_.is_llama()) {
+    nn::swiglu_forward(ctx_, fch, out);
+  } else {
+    nn::gelu_forward(ctx_, fch, out);
+  }
+}
+
+// dfch from the activation's output gradient dact; dfch may be fch (W no longer reads it) or, for
+// GELU, dact.
+void Gpt::mlp_activation_backward(const Tensor& fch, const Tensor& dact, Tensor& dfch) {
+  if (config_.is_llama()) {
+    nn::swiglu_backward(ctx_, fch, dact, dfch);
+  } else {
+    nn::gelu_backward(ctx_, fch, dact, dfch);
   }
 }
 
@@ -611,8 +714,8 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
   const bool training = loss_weight.has_value();
   // The tied embedding: read for the logits, and in training its gradient made here (ZeRO-2/3
   // reduce what this use wrote when it ends).
-  const UnitUse use_wte(hooks_, embedding_unit_, training ? ParamUse::ForwardWithGradient : ParamUse::Forward);
-  const Tensor& wte = store_.compute_param(static_cast<std::size_t>(wte_));
+  const UnitUse use_wte(hooks_, head_unit_, training ? ParamUse::ForwardWithGradient : ParamUse::Forward);
+  const Tensor& wte = store_.compute_param(static_cast<std::size_t>(head_weight_));
   const std::int64_t N = s.losses.numel(), R = w.head_logits.shape()[0];
   const float dloss = training ? *loss_weight / static_cast<float>(N) : 0.0f;
   for (std::int64_t first = 0; first < N; first += R) {
@@ -632,7 +735,7 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
       nn::vocab_parallel_cross_entropy_backward(ctx_, logits, targets_c, lse, partition_.vocab_begin(config_),
                                                 config_.vocab_size, dloss, logits);
     }
-    matmul(ctx_, logits, true, x, false, store_.grad(static_cast<std::size_t>(wte_)), 1.0f, 1.0f);
+    matmul(ctx_, logits, true, x, false, store_.grad(static_cast<std::size_t>(head_weight_)), 1.0f, 1.0f);
     Tensor dlnf = s.dlnf.narrow(first, rows);
     matmul(ctx_, logits, false, wte, false, dlnf);
   }
@@ -681,17 +784,17 @@ void Gpt::take_head_gradient(Slot& s) {
 
 void Gpt::head_backward(Slot& s, Scratch& w) {
   take_head_gradient(s);
+  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), 1);  // made whole by the forward
   // The forward made dwte and this rank's part of dlnf; each rank's vocabulary slice contributed
   // part of dlnf: their sum, then lnf.
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Backward);
   const Tensor& dlnf = tp_enter_backward(s.dlnf, w.dln_local);
   kernels::fill(ctx_, s.dres, 0.0);
   layernorm_backward(lnf_, dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres, w);
-  ready(static_cast<std::size_t>(lnf_first_), 2);
+  ready(static_cast<std::size_t>(lnf_first_), config_.has_biases() ? 2 : 1);
 }
 
 void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
-  const int heads = config_.heads / tp_.size();
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
     const UnitUse use(hooks_, blk.unit, ParamUse::Backward);
@@ -700,17 +803,23 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
     // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
     // collects the branch's contribution.
     // With sequence parallelism the GEMMs' inputs are gathered again (forward kept this rank's rows).
-    blk.fc_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.fch_gelu, &w.dfch);
-    nn::gelu_backward(ctx_, a.fch, w.dfch, w.dfch);
+    blk.fc_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.fch_gelu, &w.dact);
+    mlp_activation_backward(a.fch, w.dact, w.dfch);
     blk.fc.backward(ctx_, w.dfch, tp_enter(a.ln2, w.full), &w.dln);
     layernorm_backward(blk.ln2, tp_enter_backward(w.dln, w.dln_local), a.res2, a.ln2_mean, a.ln2_rstd, s.dres, w);
     // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
     blk.attn_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.atty, &w.datty);
-    nn::attention_backward(ctx_, w.datty, a.qkv, a.att, heads, w.dqkv);
-    blk.qkv.backward(ctx_, w.dqkv, tp_enter(a.ln1, w.full), &w.dln);
+    attention_backward(w.datty, a, w.dqkv);
+    if (config_.is_llama()) {
+      const Tensor& ln1 = tp_enter(a.ln1, w.full);
+      qkv_backward_weights(blk, w.dqkv, ln1, w);
+      qkv_backward_input(blk, w.dqkv, w.dln);
+    } else {
+      blk.qkv.backward(ctx_, w.dqkv, tp_enter(a.ln1, w.full), &w.dln);
+    }
     layernorm_backward(blk.ln1, tp_enter_backward(w.dln, w.dln_local), s.residual[static_cast<std::size_t>(i)],
                        a.ln1_mean, a.ln1_rstd, s.dres, w);
-    ready(blk.first_param, kParamsPerLayer);
+    ready(blk.first_param, blk.params);
   }
 }
 
@@ -732,20 +841,24 @@ void Gpt::backward_chunk(int chunk, int micro, const GradReady& on_ready) {
 void Gpt::embedding_backward(Slot& s, bool gathered_by_b) {
   const UnitUse use(hooks_, embedding_unit_, ParamUse::BackwardWeights);
   Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
-  Tensor& dwpe = store_.grad(static_cast<std::size_t>(wpe_));
+  Tensor* dwpe = wpe_ >= 0 ? &store_.grad(static_cast<std::size_t>(wpe_)) : nullptr;
   if (!tp_.active()) {
-    nn::embedding_backward(ctx_, s.tokens, s.dres, dwte, dwpe);
+    if (dwpe) {
+      nn::embedding_backward(ctx_, s.tokens, s.dres, dwte, *dwpe);
+    } else {
+      nn::embedding_backward_slice(ctx_, s.tokens, s.dres, 0, dwte, nullptr);
+    }
   } else {
     // With sequence parallelism each rank holds its rows of the gradient: gather every position's
     // (the adjoint of the forward's reduce-scatter), so wpe's gradient stays the same on every rank.
     // (A split backward's B gathered it already.)
     const Tensor& dout =
         options_.sequence_parallel && gathered_by_b ? s.demb : tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
-    nn::embedding_backward_slice(ctx_, s.tokens, dout, partition_.vocab_begin(config_), dwte, &dwpe);
+    nn::embedding_backward_slice(ctx_, s.tokens, dout, partition_.vocab_begin(config_), dwte, dwpe);
   }
-  ready(static_cast<std::size_t>(wpe_), 1);
+  if (wpe_ >= 0) ready(static_cast<std::size_t>(wpe_), 1);
   // The tied embedding is complete here only if the head's contribution came from this rank too.
-  if (partition_.embedding && partition_.head) ready(static_cast<std::size_t>(wte_), 1);
+  if (!config_.tied_head() || partition_.head) ready(static_cast<std::size_t>(wte_), 1);
 }
 
 // ---- Split backward (B, then W) ---------------------------------------------------------------
@@ -772,7 +885,7 @@ void Gpt::keep_weight_inputs(Slot& s) {
 }
 
 std::vector<Gpt::LayerGrads> Gpt::new_layer_grads(int layers, int B, int T, std::int64_t& bytes) {
-  const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, tp = tp_.size();
+  const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels;
   auto act = [&](Shape shape) {
     Tensor t = Tensor::empty(std::move(shape), compute_dtype(), ctx_);
     bytes += static_cast<std::int64_t>(t.nbytes());
@@ -781,7 +894,7 @@ std::vector<Gpt::LayerGrads> Gpt::new_layer_grads(int layers, int B, int T, std:
   const std::int64_t R = local_rows(B, T);
   std::vector<LayerGrads> grads;
   for (int l = 0; l < layers; ++l) {
-    grads.push_back({act({N, C}), act({N, C}), act({R, C}), act({R, C}), act({B, T, 3 * C / tp}), {}, {}});
+    grads.push_back({act({N, C}), act({N, C}), act({R, C}), act({R, C}), act({B, T, qkv_local_width()}), {}, {}});
     if (options_.sequence_parallel) {
       grads.back().ln2_full = act({N, C});
       grads.back().ln1_full = act({N, C});
@@ -807,13 +920,13 @@ void Gpt::head_backward_input(Slot& s) {
 }
 
 void Gpt::head_backward_weights(Slot& s) {
+  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), 1);  // made whole by the forward
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardWeights);
   layernorm_backward_params(lnf_, head_dlnf(s), s.residual.back(), s.lnf_mean, s.lnf_rstd, scratch(s.B, s.T));
-  ready(static_cast<std::size_t>(lnf_first_), 2);
+  ready(static_cast<std::size_t>(lnf_first_), config_.has_biases() ? 2 : 1);
 }
 
 void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
-  const int heads = config_.heads / tp_.size();
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
     const UnitUse use(hooks_, blk.unit, ParamUse::BackwardInput);
@@ -823,33 +936,33 @@ void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
     if (options_.sequence_parallel) {
       // The fused backward's collectives in its order; W reads the gathered gradients and inputs.
       tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dmlp_out);
-      blk.fc_proj.backward_input(ctx_, g.dmlp_out, w.dfch);
-      nn::gelu_backward(ctx_, a.fch, w.dfch, a.fch);  // dfch into fch: W reads fch_gelu, not fch
+      blk.fc_proj.backward_input(ctx_, g.dmlp_out, w.dact);
+      mlp_activation_backward(a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu, not fch
       tp_.sequence_gather_forward(ctx_, a.ln2, g.ln2_full);
       blk.fc.backward_input(ctx_, a.fch, w.dln);
       tp_.sequence_gather_backward(ctx_, w.dln, g.dln2);
       blk.ln2.backward_input(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
       tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dattn_out);
       blk.attn_proj.backward_input(ctx_, g.dattn_out, w.datty);
-      nn::attention_backward(ctx_, w.datty, a.qkv, a.att, heads, g.dqkv);
+      attention_backward(w.datty, a, g.dqkv);
       tp_.sequence_gather_forward(ctx_, a.ln1, g.ln1_full);
-      blk.qkv.backward_input(ctx_, g.dqkv, w.dln);
+      qkv_backward_input(blk, g.dqkv, w.dln);
       tp_.sequence_gather_backward(ctx_, w.dln, g.dln1);
       blk.ln1.backward_input(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
       continue;
     }
     tp_.reduce_backward(s.dres);
     g.dmlp_out.copy_from(s.dres, ctx_.stream());  // dres collects the branches' gradients from here on
-    blk.fc_proj.backward_input(ctx_, s.dres, w.dfch);
-    nn::gelu_backward(ctx_, a.fch, w.dfch, a.fch);  // dfch into fch: W reads fch_gelu, not fch
+    blk.fc_proj.backward_input(ctx_, s.dres, w.dact);
+    mlp_activation_backward(a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu, not fch
     blk.fc.backward_input(ctx_, a.fch, g.dln2);
     tp_.copy_backward(g.dln2);
     blk.ln2.backward_input(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
     tp_.reduce_backward(s.dres);
     g.dattn_out.copy_from(s.dres, ctx_.stream());
     blk.attn_proj.backward_input(ctx_, s.dres, w.datty);
-    nn::attention_backward(ctx_, w.datty, a.qkv, a.att, heads, g.dqkv);
-    blk.qkv.backward_input(ctx_, g.dqkv, g.dln1);
+    attention_backward(w.datty, a, g.dqkv);
+    qkv_backward_input(blk, g.dqkv, g.dln1);
     tp_.copy_backward(g.dln1);
     blk.ln1.backward_input(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
   }
@@ -866,9 +979,9 @@ void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w) {
     blk.fc.backward_weights(ctx_, a.fch, sp ? g.ln2_full : a.ln2);  // fch holds dfch since B
     layernorm_backward_params(blk.ln2, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, w);
     blk.attn_proj.backward_weights(ctx_, g.dattn_out, a.atty);
-    blk.qkv.backward_weights(ctx_, g.dqkv, sp ? g.ln1_full : a.ln1);
+    qkv_backward_weights(blk, g.dqkv, sp ? g.ln1_full : a.ln1, w);
     layernorm_backward_params(blk.ln1, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, w);
-    ready(blk.first_param, kParamsPerLayer);
+    ready(blk.first_param, blk.params);
   }
 }
 
@@ -955,8 +1068,8 @@ void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
       s.bytes += static_cast<std::int64_t>(s.logits.nbytes());
     }
     const Tensor& lnf = head_input(s, w);
-    const UnitUse use_wte(hooks_, embedding_unit_, ParamUse::Forward);
-    matmul(ctx_, lnf, false, store_.compute_param(static_cast<std::size_t>(wte_)), true, s.logits);
+    const UnitUse use_wte(hooks_, head_unit_, ParamUse::Forward);
+    matmul(ctx_, lnf, false, store_.compute_param(static_cast<std::size_t>(head_weight_)), true, s.logits);
   } catch (...) {
     release(0, 0);
     throw;

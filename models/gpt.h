@@ -1,7 +1,15 @@
-// A GPT-2 style decoder with explicit forward and backward: token + position embedding, pre-LN
-// blocks (layernorm, causal self-attention with a fused QKV projection, residual; layernorm, MLP
-// with tanh GELU, residual), a final layernorm and an LM head tied to the token embedding, trained
-// with softmax cross-entropy (mean over positions).
+// A decoder-only transformer with explicit forward and backward, in the two families of
+// models/gpt_config.h, trained with softmax cross-entropy (mean over positions):
+// - gpt2: token + position embedding, pre-LN blocks (layernorm, causal self-attention with a fused
+//   QKV projection, residual; layernorm, MLP with tanh GELU, residual), a final layernorm and an LM
+//   head tied to the token embedding;
+// - llama: token embedding, pre-norm blocks (RMSNorm, q and [k | v] projections into one [q | k | v]
+//   activation, RoPE on q and k (Hugging Face's half-split rotation, which its checkpoints expect),
+//   grouped-query causal attention, residual; RMSNorm, SwiGLU over [gate | up], down projection,
+//   residual), a final RMSNorm and an untied LM head (its own unit, "head"). No biases.
+// The families share everything but what happens inside a layer and which weight the head reads:
+// the layer loop, chunks, slots, recomputation, sequence parallelism, the split backward, the
+// chunked head and the parameter store.
 //
 // One class for every layout. A rank holds the part a GptPartition names (models/gpt_sharding.h):
 // - tensor parallel over the group in `tp`: column-parallel QKV and MLP-up, row-parallel attention
@@ -50,6 +58,7 @@
 #include "models/gpt_sharding.h"
 #include "models/layers.h"
 #include "models/param_use.h"
+#include "runtime/nn_kernels.h"  // defines: nn::AttentionHeads
 #include "models/parameter_store.h"
 #include "parallel/memory_options.h"
 #include "parallel/tensor_parallel.h"
@@ -166,9 +175,11 @@ class Gpt {
   // reduce-scattered into [B*T/tp, C], and the embedding chunk's input gradient kept gathered ([B*T, C]).
   void backward_chunk_input(int chunk, int micro);
   // W: the parameter gradients of that B; `ready` as in backward_chunk, the same parameters in the
-  // same order. It communicates nothing, except with sequence parallelism: each layernorm's [2C]
-  // parameter gradients are allreduced over tp (as the fused backward does); every tp rank runs the
-  // same W's in the same order, so these collectives match. Afterwards the slot may be released.
+  // same order. It communicates nothing, except with sequence parallelism (each layernorm's [2C]
+  // parameter gradients are allreduced over tp, as the fused backward does) and for llama's kv
+  // heads replicated over tp (each layer's partial kv weight gradient is summed over tp); every tp
+  // rank runs the same W's in the same order, so these collectives match. Afterwards the slot may
+  // be released.
   void backward_chunk_weights(int chunk, int micro, const GradReady& ready = {});
   Tensor input_grad(int chunk, int micro) const;
   // The slot's buffers go back to a pool for later micro-batches. Not between B and W.
@@ -228,12 +239,21 @@ class Gpt {
   const Tensor& tp_leave_backward(Tensor& dlocal, Tensor& dfull) const;
   // A layernorm's backward; with sequence parallelism its parameter gradients from this rank's rows
   // are summed over the tp group before they are added (each rank normalized other rows).
-  void layernorm_backward(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+  void layernorm_backward(Norm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                           Tensor& dx, Scratch& w);
   // Its parameter gradients alone (the same sum over tp with sequence parallelism): W's half.
-  void layernorm_backward_params(LayerNorm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
+  void layernorm_backward_params(Norm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
                                  const Tensor& rstd, Scratch& w);
   std::int64_t local_rows(int B, int T) const;  // rows of the residual stream on this rank
+  // What differs between the families inside a layer (gpt2 | llama).
+  std::int64_t qkv_local_width() const;  // [q | k | v] of this rank's heads
+  bool kv_replicated() const;            // llama's kv heads whole on every tp rank
+  void qkv_forward(Block& blk, const Tensor& x, Tensor& qkv);
+  void attention_backward(const Tensor& datty, const LayerActs& a, Tensor& dqkv);
+  void qkv_backward_input(Block& blk, const Tensor& dqkv, Tensor& dx);
+  void qkv_backward_weights(Block& blk, const Tensor& dqkv, const Tensor& x, Scratch& w);
+  void mlp_activation(const Tensor& fch, Tensor& out);
+  void mlp_activation_backward(const Tensor& fch, const Tensor& dact, Tensor& dfch);
   void ready(std::size_t first, std::size_t count);
   void check_tokens(std::span<const std::int32_t> ids, const char* what) const;
 
@@ -246,10 +266,12 @@ class Gpt {
   ParameterStore store_;
   std::vector<Block> blocks_;
   std::vector<ChunkInfo> chunks_;
-  LayerNorm lnf_;
-  std::int64_t wte_ = -1, wpe_ = -1, lnf_first_ = -1;  // parameter indices (-1: not held)
+  Norm lnf_;
+  // Parameter indices (-1: not held). head_weight_: what the LM head reads (wte tied, or lm_head).
+  std::int64_t wte_ = -1, wpe_ = -1, lnf_first_ = -1, lm_head_ = -1, head_weight_ = -1;
+  nn::AttentionHeads attention_heads_;  // this rank's q and kv heads (models/gpt_sharding.h)
   std::vector<ParamUnit> units_;
-  int embedding_unit_ = -1, lnf_unit_ = -1;  // indices into units_ (-1: not held)
+  int embedding_unit_ = -1, lnf_unit_ = -1, head_unit_ = -1;  // indices into units_ (-1: not held)
   ParamUseHooks* hooks_ = nullptr;
   std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
   std::vector<std::unique_ptr<Slot>> pool_;

@@ -166,7 +166,8 @@ ModelDims layout_dims(const GptConfig& config, int seq_len) {
                    .heads = config.heads,
                    .mlp_width = static_cast<int>(config.mlp_hidden()),
                    .vocab_rows = config.vocab_rows(),
-                   .costs = StageCosts{flops.layer, flops.embedding, flops.head}};
+                   .costs = StageCosts{flops.layer, flops.embedding, flops.head},
+                   .tied_embedding = config.tied_head()};
 }
 
 }  // namespace mt

@@ -53,27 +53,111 @@ void Linear::backward_weights(DeviceContext& ctx, const Tensor& dy, const Tensor
   if (dbias.defined()) nn::bias_backward(ctx, dy2, dbias);
 }
 
-LayerNorm LayerNorm::from_store(ParameterStore& store, const std::string& prefix) {
-  return {store.param(prefix + ".weight"), store.param(prefix + ".bias"), store.grad(prefix + ".weight"),
-          store.grad(prefix + ".bias")};
+namespace {
+
+// C[:, col : col + n] of a row-major [rows, width] tensor, as a GEMM operand with its row stride.
+const void* column_address(const Tensor& t, std::int64_t col) {
+  return static_cast<const char*>(t.data()) + col * static_cast<std::int64_t>(dtype_size(t.dtype()));
 }
 
-void LayerNorm::forward(DeviceContext& ctx, const Tensor& x, Tensor& out, Tensor& mean, Tensor& rstd) const {
+}  // namespace
+
+void Linear::forward_columns(DeviceContext& ctx, const Tensor& x, Tensor& y, std::int64_t col) const {
+  const Tensor x2 = as_matrix(x, in_features());
+  const std::int64_t width = y.shape().back(), rows = y.numel() / width;
+  MT_CHECK(!bias.defined() && col >= 0 && col + out_features() <= width && rows == x2.dim(0), "linear: columns ", col,
+           "+", out_features(), " of ", y.describe(), " from ", x.describe());
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = rows, g.n = out_features(), g.k = in_features();
+  g.a = x2.data(), g.lda = g.k;
+  g.b = compute_weight.data(), g.ldb = g.k;
+  g.c = const_cast<void*>(column_address(y, col)), g.ldc = width;
+  g.dtype = x2.dtype();
+  gemm(ctx, g);
+}
+
+void Linear::backward_input_columns(DeviceContext& ctx, const Tensor& dy, std::int64_t col, Tensor& dx,
+                                    bool accumulate_dx) const {
+  Tensor dx2 = as_matrix(dx, in_features());
+  const std::int64_t width = dy.shape().back();
+  MT_CHECK(col >= 0 && col + out_features() <= width && dy.numel() / width == dx2.dim(0), "linear: columns ", col,
+           "+", out_features(), " of ", dy.describe(), " into ", dx.describe());
+  GemmArgs g;  // dx = dy[:, cols] W
+  g.m = dx2.dim(0), g.n = in_features(), g.k = out_features();
+  g.a = column_address(dy, col), g.lda = width;
+  g.b = compute_weight.data(), g.ldb = g.n;
+  g.c = dx2.data(), g.ldc = g.n;
+  g.beta = accumulate_dx ? 1.0f : 0.0f;
+  g.dtype = dy.dtype();
+  gemm(ctx, g);
+}
+
+void Linear::backward_weights_columns(DeviceContext& ctx, const Tensor& dy, std::int64_t col, const Tensor& x,
+                                      Tensor* into, bool accumulate) {
+  const Tensor x2 = as_matrix(x, in_features());
+  Tensor& dw = into ? *into : dweight;
+  const std::int64_t width = dy.shape().back();
+  MT_CHECK(col >= 0 && col + out_features() <= width && dy.numel() / width == x2.dim(0) &&
+               dw.numel() == weight.numel(), "linear: weight gradient from columns ", col, " of ", dy.describe());
+  GemmArgs g;  // dw (+)= dy[:, cols]^T x
+  g.trans_a = true;
+  g.m = out_features(), g.n = in_features(), g.k = x2.dim(0);
+  g.a = column_address(dy, col), g.lda = width;
+  g.b = x2.data(), g.ldb = g.n;
+  g.c = dw.data(), g.ldc = g.n;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.dtype = dy.dtype();
+  g.c_dtype = DType::F32;
+  gemm(ctx, g);
+}
+
+Norm Norm::from_store(ParameterStore& store, const std::string& prefix, bool rms, float eps) {
+  Norm n;
+  n.weight = store.param(prefix + ".weight");
+  n.dweight = store.grad(prefix + ".weight");
+  if (!rms) {
+    n.bias = store.param(prefix + ".bias");
+    n.dbias = store.grad(prefix + ".bias");
+  }
+  n.rms = rms;
+  n.eps = eps;
+  return n;
+}
+
+void Norm::forward(DeviceContext& ctx, const Tensor& x, Tensor& out, Tensor& mean, Tensor& rstd) const {
+  if (rms) {
+    nn::rmsnorm_forward(ctx, x, weight, eps, out, rstd);
+    return;
+  }
   nn::layernorm_forward(ctx, x, weight, bias, out, mean, rstd);
 }
 
-void LayerNorm::backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
-                         const Tensor& rstd, Tensor& dx) {
+void Norm::backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                    Tensor& dx) {
+  if (rms) {
+    backward_input(ctx, dout, x, mean, rstd, dx);
+    backward_params(ctx, dout, x, mean, rstd);
+    return;
+  }
   nn::layernorm_backward(ctx, dout, x, weight, mean, rstd, dx, dweight, dbias);
 }
 
-void LayerNorm::backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
-                               const Tensor& rstd, Tensor& dx) const {
+void Norm::backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                          const Tensor& rstd, Tensor& dx) const {
+  if (rms) {
+    nn::rmsnorm_backward_input(ctx, dout, x, weight, rstd, dx);
+    return;
+  }
   nn::layernorm_backward_input(ctx, dout, x, weight, mean, rstd, dx);
 }
 
-void LayerNorm::backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
-                                const Tensor& rstd) {
+void Norm::backward_params(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean,
+                           const Tensor& rstd) {
+  if (rms) {
+    nn::rmsnorm_backward_params(ctx, dout, x, rstd, dweight);
+    return;
+  }
   nn::layernorm_backward_params(ctx, dout, x, mean, rstd, dweight, dbias);
 }
 

@@ -1,7 +1,7 @@
 // The parametrized layers a model is built from. Each holds views of its own parameters and
 // gradients (owned by a ParameterStore) and knows its shape, so a tensor-parallel split can hand
 // it a shard: a column-parallel Linear gets rows [out/tp] of W, a row-parallel one columns [in/tp].
-// defines: Linear, LayerNorm
+// defines: Linear, Norm
 #pragma once
 
 #include <cstdint>
@@ -38,13 +38,26 @@ struct Linear {
   void backward_input(DeviceContext& ctx, const Tensor& dy, Tensor& dx, bool accumulate_dx = false) const;
   // dweight += dy^T x; dbias += column sums of dy.
   void backward_weights(DeviceContext& ctx, const Tensor& dy, const Tensor& x);
+
+  // The same three on columns [col, col + out) of a wider y / dy [N, width] (no bias): projections
+  // that write their parts of one activation (llama's q and [k | v] into [q | k | v]).
+  void forward_columns(DeviceContext& ctx, const Tensor& x, Tensor& y, std::int64_t col) const;
+  void backward_input_columns(DeviceContext& ctx, const Tensor& dy, std::int64_t col, Tensor& dx,
+                              bool accumulate_dx) const;
+  // dweight (or *into, fp32 of dweight's shape) += dy[:, cols]^T x; = without `accumulate`.
+  void backward_weights_columns(DeviceContext& ctx, const Tensor& dy, std::int64_t col, const Tensor& x,
+                                Tensor* into = nullptr, bool accumulate = true);
 };
 
-// Per-row normalization over the last dimension, with weight and bias [C].
-struct LayerNorm {
+// Per-row normalization over the last dimension with a weight [C]: LayerNorm (gpt2: mean and
+// variance, a bias [C]) or RMSNorm (llama: the root mean square, no bias, no mean statistic: `mean`
+// arguments are ignored and may be undefined).
+struct Norm {
   Tensor weight, bias, dweight, dbias;
+  bool rms = false;
+  float eps = 1e-5f;  // RMSNorm's; LayerNorm's kernel fixes GPT-2's 1e-5
 
-  static LayerNorm from_store(ParameterStore& store, const std::string& prefix);
+  static Norm from_store(ParameterStore& store, const std::string& prefix, bool rms = false, float eps = 1e-5f);
   void forward(DeviceContext& ctx, const Tensor& x, Tensor& out, Tensor& mean, Tensor& rstd) const;
   // dx += ...; dweight, dbias += ...
   void backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,

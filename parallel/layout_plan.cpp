@@ -119,7 +119,7 @@ ModelPartition LayoutPlan::partition(const MeshCoord& coord) const {
 }
 
 bool LayoutPlan::tied_across_stages() const {
-  return local_chunk_of(placement(), layout_.pp, 0).stage !=
+  return model_.tied_embedding && local_chunk_of(placement(), layout_.pp, 0).stage !=
          local_chunk_of(placement(), layout_.pp, layout_.pp * layout_.virtual_stages - 1).stage;
 }
 

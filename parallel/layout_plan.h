@@ -25,6 +25,7 @@ struct ModelDims {
   int mlp_width = 4;   // the MLP's hidden width (4 x channels for GPT-2)
   int vocab_rows = 1;  // the padded vocabulary
   StageCosts costs;    // forward cost of a layer, the embedding, the head
+  bool tied_embedding = true;  // the LM head reads the token embedding (gpt2; llama's is its own)
 };
 
 // The layout as asked for (options, a checkpoint's manifest, a candidate of `meshtrain plan`).
@@ -87,8 +88,8 @@ class LayoutPlan {
   // one structure without planning it again (`meshtrain plan --memory-options`).
   LayoutPlan with_memory_options(int zero, Recompute recompute, bool sequence_parallel) const;
   ChunkPlacement placement() const { return placement_of(layout_.schedule); }
-  // The embedding and the head (which share the token embedding) sit on different stages: their
-  // two copies of it are summed and kept equal over the embedding group.
+  // The embedding and the head share the token embedding (ModelDims::tied_embedding) and sit on
+  // different stages: their two copies of it are summed and kept equal over the embedding group.
   bool tied_across_stages() const;
 
  private:

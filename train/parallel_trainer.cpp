@@ -108,7 +108,8 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   std::vector<FlatParam> flat;
   for (std::size_t i = 0; i < store.size(); ++i) {
     const ParamShard& shard = model_->shards()[i];
-    if (shard.full.kind == ParamKind::TokenEmbedding) wte_index_ = static_cast<std::int64_t>(i);
+    // The tied embedding (gpt2) is reduced at the step's end; an untied one (llama) as any parameter.
+    if (shard.full.kind == ParamKind::TokenEmbedding && config.tied_head()) wte_index_ = static_cast<std::int64_t>(i);
     const double weight = mt::is_primary_copy(shard, partition) ? 1.0 : 0.0;
     flat.push_back({shard.full.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
   }

@@ -43,8 +43,10 @@ constexpr std::uint64_t kSeed = 1234;
 constexpr double kLossTolerance = 1e-5;
 constexpr double kParamTolerance = 1e-5;
 
-GptConfig tiny_config() {
-  GptConfig c = gpt_preset("tiny");  // 4 layers, 4 heads, 64 channels
+// gpt2: 4 layers, 4 heads, 64 channels. llama: the same with 2 kv heads (tp 2 splits them, tp 4
+// replicates them) and a SwiGLU of 160.
+GptConfig tiny_config(ModelFamily family = ModelFamily::Gpt2) {
+  GptConfig c = gpt_preset(family == ModelFamily::Llama ? "llama-tiny" : "tiny");
   c.vocab_size = 256;
   c.max_seq_len = 32;
   return c;
@@ -72,12 +74,12 @@ struct Reference {
 };
 
 // The single-rank Trainer's run; the same on every rank, so each rank makes its own.
-const Reference& reference(int micro_batch) {
-  static std::map<int, Reference> cache;
-  auto it = cache.find(micro_batch);
+const Reference& reference(int micro_batch, ModelFamily family = ModelFamily::Gpt2) {
+  static std::map<std::pair<int, ModelFamily>, Reference> cache;
+  auto it = cache.find({micro_batch, family});
   if (it != cache.end()) return it->second;
   DeviceContext& ctx = test_context();
-  Gpt model(ctx, tiny_config());
+  Gpt model(ctx, tiny_config(family));
   model.init(kSeed);
   const TrainSettings s = settings(micro_batch);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
@@ -91,7 +93,7 @@ const Reference& reference(int micro_batch) {
     if (rec.val_loss) r.val_loss = *rec.val_loss;
   }
   r.params = model.parameters().flat_params().to_host<float>();
-  return cache.emplace(micro_batch, std::move(r)).first->second;
+  return cache.emplace(std::make_pair(micro_batch, family), std::move(r)).first->second;
 }
 
 struct Layout {
@@ -129,19 +131,20 @@ LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSett
 }
 
 // Trains `layout` and checks it against the reference; returns the worst relative parameter error.
-double check_layout(const Layout& layout, int zero, int micro_batch) {
+double check_layout(const Layout& layout, int zero, int micro_batch, ModelFamily family = ModelFamily::Gpt2) {
   Communicator& world = test_world();
   DeviceContext& ctx = test_context();
-  const std::string what = layout.name() + " zero " + std::to_string(zero) + " micro-batch " +
-                           std::to_string(micro_batch);
+  const GptConfig config = tiny_config(family);
+  const std::string what = std::string(model_family_name(family)) + " " + layout.name() + " zero " +
+                           std::to_string(zero) + " micro-batch " + std::to_string(micro_batch);
   SCOPED_TRACE(what);
-  const Reference& ref = reference(micro_batch);
+  const Reference& ref = reference(micro_batch, family);
   ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
   const TrainSettings s = settings(micro_batch);
-  const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, s);
+  const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, s, config);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(corpus().path(), "val", s.seq_len, kSeed, 256);
-  ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, &val, s, plan);
+  ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, &val, s, plan);
   trainer.init(kSeed);
   double val_loss = 0;
   for (int i = 0; i < kSteps; ++i) {
@@ -158,7 +161,7 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
 
   const std::vector<float> full = trainer.gather_parameters();
   EXPECT_EQ(full.size(), ref.params.size());
-  const std::vector<ParamSpec> specs = gpt_parameter_specs(tiny_config());
+  const std::vector<ParamSpec> specs = gpt_parameter_specs(config);
   double worst = 0;
   std::int64_t at = 0;
   for (const ParamSpec& spec : specs) {
@@ -168,7 +171,7 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
     // layouts by up to 2 lr per step and is checked against that bound; the q and v blocks are
     // held to the tolerance like every other tensor.
     const bool qkv_bias = spec.kind == ParamKind::QkvBias;
-    const std::int64_t C = tiny_config().channels;
+    const std::int64_t C = config.channels;
     double diff = 0, norm = 0, key_block = 0;
     for (std::int64_t i = 0; i < spec.numel(); ++i) {
       const double r = ref.params[static_cast<std::size_t>(at + i)];
@@ -205,7 +208,7 @@ double check_layout(const Layout& layout, int zero, int micro_batch) {
     }
     EXPECT_EQ(mismatches, 0) << "rank " << world.rank() << "'s copy of " << shard.full.name << " drifted";
   }
-  if (world.rank() == 0) std::printf("[ equivalence ] %-28s worst parameter error %.2e\n", what.c_str(), worst);
+  if (world.rank() == 0) std::printf("[ equivalence ] %-34s worst parameter error %.2e\n", what.c_str(), worst);
   return worst;
 }
 
@@ -284,6 +287,37 @@ TEST(ParallelEquivalence, ZeroTwoAndThreeTrainTheSameModel) {
       if (layout.pp == 1 && 8 / layout.dp != 2) check_layout(layout, zero, 8 / layout.dp);
     }
   }
+}
+
+// llama (RMSNorm, RoPE, grouped-query attention, SwiGLU, an untied head) trains the single rank's
+// model on every layout kind: dp, tp splitting its 2 kv heads (tp 2) and replicating them (tp 4:
+// each rank's kv gradient is a partial sum over its q heads, summed over the group), pp with the
+// untied head on the last stage (no embedding sum between stages), interleaved and zero-bubble
+// schedules, sequence parallelism, recomputation and ZeRO 0-3.
+TEST(ParallelEquivalence, LlamaTrainsTheSameModelOnEveryLayoutKind) {
+  const int n = test_world().size();
+  constexpr ScheduleKind I = ScheduleKind::Interleaved, ZBV = ScheduleKind::ZeroBubbleV;
+  struct Case {
+    Layout layout;
+    int zero;
+  };
+  std::vector<Case> cases;
+  Layout recomputed{1, 1, 1};
+  recomputed.recompute = Recompute::Full;
+  Layout sp2{1, 2, 1}, sp4{1, 4, 1}, sp222{2, 2, 2};
+  sp2.sequence_parallel = sp4.sequence_parallel = sp222.sequence_parallel = true;
+  Layout selective{1, 2, 2};
+  selective.recompute = Recompute::Selective;
+  switch (n) {
+    case 1: cases = {{{1, 1, 1}, 0}, {{1, 1, 1, I, 2}, 1}, {recomputed, 0}, {{1, 1, 1}, 3}}; break;
+    case 2: cases = {{{2, 1, 1}, 1}, {{1, 2, 1}, 0}, {{1, 1, 2}, 1}, {{1, 1, 2, ZBV, 2}, 0}, {sp2, 1}, {{2, 1, 1}, 3}}; break;
+    case 4:
+      cases = {{{1, 4, 1}, 0}, {{2, 2, 1}, 2}, {{1, 2, 2, I, 2}, 1}, {sp4, 1}, {selective, 0}, {{2, 1, 2}, 3}};
+      break;
+    case 8: cases = {{{2, 2, 2}, 1}, {sp222, 3}, {{1, 4, 2, ZBV, 2}, 0}}; break;
+    default: GTEST_SKIP() << "no layouts listed for " << n << " ranks";
+  }
+  for (const Case& c : cases) check_layout(c.layout, c.zero, 2, ModelFamily::Llama);
 }
 
 // Trains `layout` for kSteps steps: every step's loss and norm, then the gathered parameters.
