@@ -147,6 +147,91 @@ Vec attention(const Vec& qkv, int B, int T, int C, int heads, Vec* att) {
   return out;
 }
 
+Vec rmsnorm(const Vec& x, const Vec& weight, int N, int C, double eps, Vec* rstd) {
+  check_size(x, std::int64_t{N} * C, "rmsnorm x");
+  check_size(weight, C, "rmsnorm weight");
+  Vec out(x.size());
+  if (rstd) rstd->assign(sz(N), 0.0);
+  for (int n = 0; n < N; ++n) {
+    const double* xr = x.data() + std::int64_t{n} * C;
+    double sum_sq = 0.0;
+    for (int c = 0; c < C; ++c) sum_sq += xr[c] * xr[c];
+    const double s = 1.0 / std::sqrt(sum_sq / C + eps);
+    for (int c = 0; c < C; ++c) out[sz(std::int64_t{n} * C + c)] = xr[c] * s * weight[sz(c)];
+    if (rstd) (*rstd)[sz(n)] = s;
+  }
+  return out;
+}
+
+Vec swiglu(const Vec& gate_up, int N, int F) {
+  check_size(gate_up, std::int64_t{N} * 2 * F, "swiglu gate_up");
+  Vec out(sz(std::int64_t{N} * F));
+  for (int n = 0; n < N; ++n)
+    for (int f = 0; f < F; ++f) {
+      const double g = gate_up[sz(std::int64_t{n} * 2 * F + f)], u = gate_up[sz(std::int64_t{n} * 2 * F + F + f)];
+      out[sz(std::int64_t{n} * F + f)] = g / (1.0 + std::exp(-g)) * u;
+    }
+  return out;
+}
+
+Vec rope(const Vec& qkv, int B, int T, int q_heads, int kv_heads, int hs, double theta) {
+  MT_CHECK(hs > 0 && hs % 2 == 0, "rope: head size ", hs, " must be even");
+  const std::int64_t row = std::int64_t{q_heads + 2 * kv_heads} * hs;
+  check_size(qkv, std::int64_t{B} * T * row, "rope qkv");
+  Vec out = qkv;
+  const int half = hs / 2;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < q_heads + kv_heads; ++h)  // the q heads, then the k heads: contiguous
+        for (int i = 0; i < half; ++i) {
+          const double angle = t * std::pow(theta, -2.0 * i / hs);
+          const std::size_t a = sz((std::int64_t{b} * T + t) * row + std::int64_t{h} * hs + i), bb = a + sz(half);
+          out[a] = qkv[a] * std::cos(angle) - qkv[bb] * std::sin(angle);
+          out[bb] = qkv[bb] * std::cos(angle) + qkv[a] * std::sin(angle);
+        }
+  return out;
+}
+
+Vec attention(const Vec& qkv, int B, int T, int hs, const AttentionGroups& heads, Vec* att) {
+  const int H = heads.q_heads, KV = heads.kv_heads;
+  const std::int64_t row = std::int64_t{H + 2 * KV} * hs;
+  check_size(qkv, std::int64_t{B} * T * row, "attention qkv");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  Vec out(sz(std::int64_t{B} * T * H * hs), 0.0);
+  if (att) att->assign(sz(std::int64_t{B} * H * T * T), 0.0);
+  Vec p(sz(T));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const int kv = (heads.q_begin + h) / heads.group - heads.kv_begin;
+      MT_CHECK(kv >= 0 && kv < KV, "attention: q head ", h, " reads kv head ", kv, " of ", KV);
+      const double* q = qkv.data() + std::int64_t{h} * hs;
+      const double* k = qkv.data() + std::int64_t{H + kv} * hs;
+      const double* v = qkv.data() + std::int64_t{H + KV + kv} * hs;
+      for (int t = 0; t < T; ++t) {
+        const std::int64_t rt = (std::int64_t{b} * T + t) * row;
+        double max_score = -INFINITY;
+        for (int s = 0; s <= t; ++s) {
+          const std::int64_t rs = (std::int64_t{b} * T + s) * row;
+          double dot = 0.0;
+          for (int i = 0; i < hs; ++i) dot += q[rt + i] * k[rs + i];
+          p[sz(s)] = dot * scale;
+          max_score = std::max(max_score, p[sz(s)]);
+        }
+        double sum = 0.0;
+        for (int s = 0; s <= t; ++s) sum += (p[sz(s)] = std::exp(p[sz(s)] - max_score));
+        for (int s = 0; s <= t; ++s) p[sz(s)] /= sum;
+        for (int i = 0; i < hs; ++i) {
+          double acc = 0.0;
+          for (int s = 0; s <= t; ++s) acc += p[sz(s)] * v[(std::int64_t{b} * T + s) * row + i];
+          out[sz((std::int64_t{b} * T + t) * H * hs + std::int64_t{h} * hs + i)] = acc;
+        }
+        if (att)
+          for (int s = 0; s <= t; ++s) (*att)[sz(((std::int64_t{b} * H + h) * T + t) * T + s)] = p[sz(s)];
+      }
+    }
+  return out;
+}
+
 Vec cross_entropy(const Vec& logits, const std::vector<int>& targets, int N, int Vp, int V) {
   MT_CHECK(V >= 1 && V <= Vp, "cross_entropy: V ", V, " outside [1, Vp ", Vp, "]");
   check_size(logits, std::int64_t{N} * Vp, "cross_entropy logits");

@@ -1,11 +1,12 @@
-// A double-precision reference of the GPT-2 forward pass for tests: every op as plain loops on
+// A double-precision reference of the GPT-2 forward pass, and of the llama family's ops, for tests: every op as plain loops on
 // std::vector<double>, written independently of runtime/nn_functors.h, and the whole model on
 // parameters named as models/gpt_parameters.h names them. Test-only: slow, clear, exact to ~1e-15.
 //
 // Layouts follow the kernels: row-major, N = rows (B x T), C = channels; linear weights are
 // [out, in] with y = x W^T + b; the fused qkv is [q | k | v] with head h owning channels
 // [h*hs, (h+1)*hs) of each; logits have Vp columns of which only the first V are real.
-// defines: embedding, layernorm, linear, gelu, attention, cross_entropy, softmax_rows, add, mean, dot,
+// defines: embedding, layernorm, rmsnorm, linear, gelu, swiglu, rope, AttentionGroups, attention,
+//          cross_entropy, softmax_rows, add, mean, dot,
 //          RefParams, reference_gpt_logits, reference_gpt_loss, reference_random_params,
 //          central_difference, central_difference_gradient
 #pragma once
@@ -36,12 +37,33 @@ Vec embedding(const std::vector<int>& tokens, const Vec& wte, const Vec& wpe, in
 Vec layernorm(const Vec& x, const Vec& weight, const Vec& bias, int N, int C, Vec* mean = nullptr,
               Vec* rstd = nullptr);
 
+// Per row of x [N, C]: x / sqrt(mean(x^2) + eps) * weight (llama's RMSNorm). `rstd` [N], when
+// given, receives 1 / sqrt(mean(x^2) + eps).
+Vec rmsnorm(const Vec& x, const Vec& weight, int N, int C, double eps, Vec* rstd = nullptr);
+
 // y [N, out] = x [N, in] W^T + b, W [out, in]; an empty `bias` means none.
 Vec linear(const Vec& x, const Vec& weight, const Vec& bias, int N, int in, int out);
 
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise.
 double gelu(double x);
 Vec gelu(const Vec& x);
+
+// Per row of gate_up [N, 2F] = [gate | up]: silu(gate) * up, silu(g) = g / (1 + exp(-g)); [N, F].
+Vec swiglu(const Vec& gate_up, int N, int F);
+
+// Rotary position embedding, Hugging Face's half-split layout, on qkv [B*T, (q_heads + 2 kv_heads)
+// * hs] = [q | k | v]: in each q and k head, channel i < hs/2 and channel i + hs/2 turn by the angle
+// t * theta^(-2i/hs) at position t: (a, b) -> (a cos - b sin, b cos + a sin); v is copied. The
+// frequencies and angles are in double (the kernels compute them in fp32, as transformers does).
+Vec rope(const Vec& qkv, int B, int T, int q_heads, int kv_heads, int hs, double theta);
+
+// Grouped-query heads: local q head i reads kv head (q_begin + i) / group - kv_begin.
+struct AttentionGroups {
+  int q_heads = 1, kv_heads = 1, q_begin = 0, group = 1, kv_begin = 0;
+};
+// Causal grouped-query attention over qkv [B*T, (q_heads + 2 kv_heads) * hs]: out [B*T, q_heads *
+// hs], `att` [B, q_heads, T, T] as below.
+Vec attention(const Vec& qkv, int B, int T, int hs, const AttentionGroups& heads, Vec* att = nullptr);
 
 // Causal self-attention over qkv [B*T, 3C]: per head, softmax over positions s <= t of
 // q_t . k_s / sqrt(hs), then sum of p_s v_s. out [B*T, C]; `att`, when given, receives the

@@ -1,9 +1,10 @@
 // CUDA side of the transformer ops: one thread per unit of work of the shared functors
 // (runtime/nn_functors.h), so the GPU computes the same function as the CPU, unit by unit.
-// Simple and exact rather than fast: the forward and row ops run one thread per row; the backward
-// ops that sum over many rows (attention, embeddings, the column sums of parameter gradients) run
-// one thread per output column (width 1 in runtime/nn_functors.h). The layernorm backward has
-// kernels cut for the GPU instead (runtime/cuda/layernorm_backward.cu).
+// Simple and exact rather than fast: the forward and row ops run one thread per row (RoPE one per
+// rotated pair, SwiGLU one per element); the backward ops that sum over many rows (attention,
+// embeddings, the column sums of parameter gradients, RMSNorm's among them) run one thread per
+// output column (width 1 in runtime/nn_functors.h). The layernorm backward has kernels cut for the
+// GPU instead (runtime/cuda/layernorm_backward.cu).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -25,6 +26,7 @@
 #include "runtime/gemm.h"            // defines: GemmArgs, gemm, matmul, matmul_batched
 #include "runtime/kernel_backend.h"  // defines: backend::Cuda (kernels on a chosen stream)
 #include "runtime/kernels.h"         // defines: kernels::fill, binary, scale, cast, reduce
+#include "runtime/nn_kernels.h"      // defines: nn::rmsnorm_*, nn::rope_*, nn::swiglu_*, nn::attention_* (llama ops)
 #include "runtime/stream.h"          // defines: Stream, Event
 #include "runtime/tensor.h"          // defines: Tensor
 #include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
@@ -550,6 +552,98 @@ TEST(CudaTensor, CopiesRoundTripBetweenHostAndDevice) {
     EXPECT_TRUE(same_bytes(bytes, std::vector<unsigned char>(whole.begin() + n * es, whole.begin() + 2 * n * es), t));
     EXPECT_TRUE(std::all_of(whole.begin(), whole.begin() + n * es, [](unsigned char c) { return c == 0; }));
     EXPECT_TRUE(std::all_of(whole.begin() + 2 * n * es, whole.end(), [](unsigned char c) { return c == 0; }));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The llama family's transformer ops (RMSNorm, RoPE, SwiGLU, grouped-query attention): CUDA
+// against the CPU. Both run the same functors (runtime/nn_functors.h), but not bit for bit: nvcc
+// contracts a * b + c into FMAs, and RoPE's powf, cosf and sinf are CUDA's (within 2 ulp), not
+// glibc's. fp32 outputs agree within 1e-5 of the tensor's largest element plus 1e-5 of each;
+// bf16 outputs within 2^-7 (one bf16 ulp: an fp32 difference can move a rounding) of the same.
+
+// Every llama op once, forward and backward, on `ctx`, from the same host inputs (rounded to bf16
+// when dtype is bf16), outputs read back as fp32 by name. Sizes leave partial blocks and several
+// units per thread; the attention is grouped (6 q heads on 2 kv heads) after RoPE.
+std::map<std::string, std::vector<float>> run_llama_ops(DeviceContext& ctx, DType dtype) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> dist(-1.5f, 1.5f);
+  const auto input = [&](Shape shape, DType t) {
+    std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+    for (float& x : v) x = dist(rng);
+    const Tensor f = Tensor::from_host(v, std::move(shape), ctx);
+    if (t == DType::F32) return f;
+    Tensor out = Tensor::empty(f.shape(), t, ctx);
+    kernels::cast(ctx, f, out);
+    return out;
+  };
+  const auto read = [&](const Tensor& t) {
+    if (t.dtype() == DType::F32) return t.to_host<float>();
+    Tensor f = Tensor::empty(t.shape(), DType::F32, ctx);
+    kernels::cast(ctx, t, f);
+    return f.to_host<float>();
+  };
+  const i64 B = 2, T = 67, N = B * T, C = 200, F = 150, hs = 32, H = 6, KV = 2, row = (H + 2 * KV) * hs;
+  const nn::AttentionHeads heads{H, KV, 0, H / KV, 0};
+  std::map<std::string, std::vector<float>> r;
+
+  const Tensor x = input({N, C}, dtype), w = input({C}, DType::F32), dout = input({N, C}, dtype);
+  Tensor out = Tensor::empty({N, C}, dtype, ctx), rstd = Tensor::empty({N}, DType::F32, ctx);
+  nn::rmsnorm_forward(ctx, x, w, 1e-5f, out, rstd);
+  Tensor dx = input({N, C}, dtype), dw = input({C}, DType::F32);
+  nn::rmsnorm_backward_input(ctx, dout, x, w, rstd, dx);
+  nn::rmsnorm_backward_params(ctx, dout, x, rstd, dw);
+  r["rmsnorm.out"] = read(out);
+  r["rmsnorm.rstd"] = read(rstd);
+  r["rmsnorm.dx"] = read(dx);
+  r["rmsnorm.dweight"] = read(dw);
+
+  Tensor qkv = input({B, T, row}, dtype);
+  nn::rope_forward(ctx, qkv, H, KV, 500000.0f);
+  r["rope.forward"] = read(qkv);
+  Tensor aout = Tensor::empty({B, T, H * hs}, dtype, ctx), att = Tensor::empty({B, H, T, T}, DType::F32, ctx);
+  nn::attention_forward(ctx, qkv, heads, aout, att);
+  Tensor dqkv = Tensor::empty({B, T, row}, dtype, ctx);
+  nn::attention_backward(ctx, input({B, T, H * hs}, dtype), qkv, att, heads, dqkv);
+  r["attention.out"] = read(aout);
+  r["attention.att"] = read(att);
+  r["attention.dqkv"] = read(dqkv);
+  nn::rope_backward(ctx, dqkv, H, KV, 500000.0f);
+  r["rope.backward"] = read(dqkv);
+
+  const Tensor gu = input({N, 2 * F}, dtype);
+  Tensor sout = Tensor::empty({N, F}, dtype, ctx);
+  nn::swiglu_forward(ctx, gu, sout);
+  Tensor dgu = gu;  // in place, as the header allows
+  nn::swiglu_backward(ctx, gu, input({N, F}, dtype), dgu);
+  r["swiglu.out"] = read(sout);
+  r["swiglu.dgate_up"] = read(dgu);
+  return r;
+}
+
+TEST(CudaNnKernels, LlamaOpsMatchTheCpuWithinRounding) {
+  MT_SKIP_WITHOUT_GPU();
+  DeviceContext cpu(cpu_options()), gpu(gpu_options());
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const auto want = run_llama_ops(cpu, dtype), got = run_llama_ops(gpu, dtype);
+    ASSERT_EQ(want.size(), got.size());
+    for (const auto& [name, w] : want) {
+      const std::vector<float>& g = got.at(name);
+      ASSERT_EQ(g.size(), w.size()) << name;
+      // Outputs stored in bf16 get a bf16 ulp; fp32 ones (rstd, att, dweight) fp32 rounding.
+      const bool rounded = dtype == DType::BF16 && name != "rmsnorm.rstd" && name != "attention.att" &&
+                           name != "rmsnorm.dweight";
+      const double tol = rounded ? 1.0 / 128 : 1e-5;
+      double scale = 0.0;
+      for (float v : w) scale = std::max(scale, std::abs(static_cast<double>(v)));
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const double err = std::abs(static_cast<double>(g[i]) - w[i]);
+        if (!(err <= tol * (scale + std::abs(static_cast<double>(w[i])))) && bad++ < 3)
+          ADD_FAILURE() << dtype_name(dtype) << " " << name << "[" << i << "]: cpu " << w[i] << ", gpu " << g[i];
+      }
+      EXPECT_EQ(bad, 0u) << dtype_name(dtype) << " " << name;
+    }
   }
 }
 
