@@ -121,12 +121,18 @@ ModelShape read_model(const po::variables_map& vm) {
   if (vm.count("channels")) m.channels = vm["channels"].as<int>();
   if (vm.count("vocab")) m.vocab_size = vm["vocab"].as<int>();
   if (vm.count("max-seq-len")) m.max_seq_len = vm["max-seq-len"].as<int>();
+  if (vm.count("kv-heads")) m.kv_heads = vm["kv-heads"].as<int>();
+  if (vm.count("ffn-hidden")) m.ffn_hidden = vm["ffn-hidden"].as<int>();
   m.validate();
   return m;
 }
 
-// A preset's family: its name up to the first '-' ("gpt3-13b": gpt3).
-std::string family_of(const std::string& preset) { return preset.substr(0, preset.find('-')); }
+// A preset's family: "llama" for every llama-shaped preset (llama-tiny to llama3-70b), else its name
+// up to the first '-' ("gpt3-13b": gpt3).
+std::string family_of(const std::string& preset) {
+  if (gpt_preset(preset).is_llama()) return model_family_name(ModelFamily::Llama);
+  return preset.substr(0, preset.find('-'));
+}
 
 std::vector<std::string> preset_families() {
   std::vector<std::string> families;
@@ -181,8 +187,13 @@ po::options_description plan_options() {
       ("layers", po::value<int>(), "transformer blocks (overrides the preset)")
       ("heads", po::value<int>(), "attention heads (overrides the preset)")
       ("channels", po::value<int>(), "model width C (overrides the preset)")
-      ("vocab", po::value<int>(), "vocabulary size (default 50257, GPT-2's; padded to a multiple of 128)")
+      ("vocab", po::value<int>(), "vocabulary size (overrides the preset's: 50257 for GPT-2, 128256 for Llama 3; "
+       "padded to a multiple of 128)")
       ("max-seq-len", po::value<int>(), "context length of the model (overrides the preset)")
+      ("kv-heads", po::value<int>(), "llama presets: key/value heads, dividing --heads (overrides the preset; "
+       "fewer shrink attn.kv's weights and qkv's activations; tp that does not divide them keeps them whole on every rank)")
+      ("ffn-hidden", po::value<int>(), "llama presets: SwiGLU's hidden width F (overrides the preset; the MLP "
+       "holds 3 F C weights and keeps [N, 3F/tp] activations per layer)")
       ("seq-len", po::value<int>(), "tokens per sequence (default: the model's context)")
       ("global-batch", po::value<int>()->required(), "sequences per optimizer step, whole job")
       ("micro-batch", po::value<int>(), "sequences per forward pass (default: every divisor is tried)")
@@ -208,7 +219,8 @@ po::options_description plan_options() {
       ("allow-cross-node-tp", po::bool_switch(), "also try tensor-parallel groups larger than a node")
       ("recompute", po::value<std::string>()->default_value("none"),
        "recomputation of every layout (as `train --recompute`): none; selective (attention probabilities and "
-       "GELU output not kept, their forward run again in backward: small extra compute); full (only each "
+       "the MLP activation's output (GELU, SwiGLU) not kept, their forward run again in backward: small extra "
+       "compute); full (only each "
        "layer's input kept, the layer's forward run again in backward: about one more forward of the layers)")
       ("sequence-parallel", po::bool_switch(),
        "sequence parallelism on every layout with tp >= 2 (as `train --sequence-parallel`): layernorm, residual and embedding-output activations "

@@ -175,8 +175,10 @@ double recompute_flops(const Layout& layout, const ChunkWork& w) {
 // (all on the input-gradient path). Layernorm and bias gradients are memory bound and not counted.
 // gather_f and gather_b: ZeRO-3's parameter all-gathers per micro-batch that the previous unit's
 // compute does not hide (zero3_exposed_gathers).
+// kv_sum: llama's kv heads replicated over tp (tp not dividing them): their gradients summed over
+// the tensor-parallel group once per step, before the optimizer.
 struct StageTimes {
-  double compute_f = 0, compute_b = 0, compute_w = 0, tp_f = 0, tp_b = 0, gather_f = 0, gather_b = 0;
+  double compute_f = 0, compute_b = 0, compute_w = 0, tp_f = 0, tp_b = 0, gather_f = 0, gather_b = 0, kv_sum = 0;
   double params = 0;
   double gather_total = 0;  // ZeRO-3: all of one micro-batch's gathers, forward and backward
   double cost() const { return compute_f + compute_b + tp_f + tp_b + gather_f + gather_b; }
@@ -193,8 +195,8 @@ double exposed_gathers(const std::vector<std::pair<double, double>>& units) {
 }
 
 // One stage's units in forward order (the embedding, the layers, the final layernorm; the head's
-// tied embedding with it on the last stage), and their exposed gathers forward and backward (the
-// reverse order, backward's compute).
+// tied embedding with it on the last stage, or llama's lm_head, in lnf's unit), and their exposed
+// gathers forward and backward (the reverse order, backward's compute).
 void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan, double rate,
                            const Link& dp_link, int s, StageTimes& st) {
   const Layout& layout = plan.layout();
@@ -211,10 +213,11 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   const double layer_b = (2.0 * layer.forward_flops + recompute_flops(layout, layer)) / rate;
   const auto gather = [&](std::int64_t numel) { return allgather_s(layout.dp, static_cast<double>(numel) * 4.0, dp_link); };
   // units: [embedding unit if held], layers..., [lnf if held]; the embedding unit of a head stage
-  // without the embedding is the tied wte the head reads with lnf.
+  // without the embedding is the tied wte the head reads with lnf (gpt2; llama's head stage holds
+  // no wte, its lm_head is in lnf's unit).
   std::vector<std::pair<double, double>> forward;
   std::size_t i = 0;
-  const bool holds_wte = embedding_stage || head_stage;
+  const bool holds_wte = embedding_stage || (head_stage && model.tied_head());
   double tied = 0;
   if (holds_wte) {
     if (embedding_stage) forward.emplace_back(gather(units[i]), 0.0);  // the lookup: no GEMM
@@ -241,10 +244,12 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
   const double tp_big = allreduce_s(layout.tp, N * C * act, tp_link), tp_small = allreduce_s(layout.tp, N * 4.0, tp_link);
   StageTimes st;
   st.params = static_cast<double>(stage_parameters(model, plan, s));
+  int layers = 0;
   for (int c = 0; c < v; ++c) {
     const int g = global_chunk_of(plan.placement(), P, s, c);
     const ChunkWork w = chunk_work(model, training, layout, plan.chunk_layers()[static_cast<std::size_t>(g)], g == 0,
                                    g == P * v - 1);
+    layers += w.layers;
     st.compute_f += (w.forward_flops + 2.0 * w.head_flops) / rate;
     st.compute_b += (2.0 * (w.forward_flops - w.head_flops) + recompute_flops(layout, w)) / rate;
     st.compute_w += (w.forward_flops - w.head_flops - w.attention_flops) / rate;
@@ -257,6 +262,8 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     if (training.precision == Precision::BF16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
   }
   if (layout.zero == 3 && layout.dp > 1) zero3_exposed_gathers(model, training, plan, rate, dp_link, s, st);
+  const double kv_rows = replicated_kv_rows(model, layout.tp);
+  if (kv_rows > 0) st.kv_sum = allreduce_s(layout.tp, layers * kv_rows * C * 4.0, tp_link);
   return st;
 }
 
@@ -314,12 +321,13 @@ void add_data_parallel(const Layout& layout, int micro_batches, double params, c
 }
 
 // The tied embedding's sum and broadcast between the stages of its two copies (none where one stage
-// holds the embedding and the head: zb-v's stage 0), and the norm's allreduce.
+// holds the embedding and the head: zb-v's stage 0; none for llama, whose head is untied), and the
+// norm's allreduce.
 void add_synchronization(const ModelShape& model, const LayoutPlan& plan, const Mesh& mesh, const Cluster& cluster,
                          Prediction& p) {
   const Layout& layout = plan.layout();
   const int dpn = cluster.devices_per_node;
-  if (plan.tied_across_stages()) {
+  if (plan.tied_across_stages() && model.tied_head()) {
     const double wte = static_cast<double>(model.vocab_rows()) * model.channels / layout.tp * 4.0;
     const Link& emb_link = link_for(node_crossings(mesh, dpn).embedding, cluster);
     p.time.embedding_sync = allreduce_s(2, wte, emb_link) + p2p_s(wte, emb_link);
@@ -397,6 +405,11 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
   const double message =
       layout.pp > 1 ? p2p_s(N * model.channels * training.act_bytes(), link_for(p.pp_crosses_nodes, cluster)) : 0.0;
   const double makespan = add_pipeline(plan, slow, schedule.makespan, f, message, p);
+  const double kv_sum =
+      std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
+        return x.kv_sum < y.kv_sum;
+      })->kv_sum;
+  p.time.tp_comm += kv_sum;
 
   const double params = std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
                           return x.params < y.params;
@@ -404,8 +417,8 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
   add_data_parallel(layout, plan.micro_batches(), params, slow, cluster, link_for(p.dp_crosses_nodes, cluster), p);
   add_synchronization(model, plan, mesh, cluster, p);
 
-  const double dedicated = makespan + p.time.pp_comm + p.time.dp_exposed + p.time.embedding_sync + p.time.norm +
-                           p.time.optimizer;
+  const double dedicated = makespan + kv_sum + p.time.pp_comm + p.time.dp_exposed + p.time.embedding_sync +
+                           p.time.norm + p.time.optimizer;
   p.step_s = dedicated;
   if (cluster.shared_cores && cluster.cores_per_node < cluster.devices_per_node) {
     p.time.core_wait = std::max(0.0, busiest_node(plan, mesh, stages, message, cluster, p) - dedicated);

@@ -11,7 +11,8 @@
 //    under the last micro-batch's backward; what does not fit, and always the last bucket, is
 //    exposed; the allgather runs under the optimizer likewise;
 //  - the tied embedding's sum and broadcast between first and last stage (where they differ: not
-//    zb-v, whose stage 0 holds both), the norm's allreduce,
+//    zb-v, whose stage 0 holds both; llama's head is untied: none), the norm's allreduce, llama's
+//    kv-head gradients summed over tp where tp does not divide the kv heads (replicated),
 //    and the optimizer (memory bound: AdamW's 28 bytes per updated parameter, plus zeroing and
 //    the norm's pass over the gradients);
 //  - with bf16 compute, every chunk forward casts the stage's fp32 master into its bf16 copy.

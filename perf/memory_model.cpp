@@ -166,22 +166,25 @@ double split_rows(const TrainingShape& training, const Layout& layout) {
 }
 
 // Of one layer's activations, the two selective recomputation rebuilds in backward: the attention
-// probabilities [B, H/tp, T, T] fp32 and the GELU output [N, 4C/tp].
+// probabilities [B, H/tp, T, T] fp32 and the MLP activation's output (GELU's [N, 4C/tp], SwiGLU's [N, F/tp]).
 double selectively_recomputed_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
-  const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels, tp = layout.tp;
+  const double B = layout.micro_batch, T = training.seq_len, N = B * T;
   const double H = model.heads / layout.tp;
-  return block(B * H * T * T * 4.0) + block(N * 4.0 * C / tp * training.act_bytes());
+  return block(B * H * T * T * 4.0) + block(N * layer_widths(model, layout.tp).mlp_out * training.act_bytes());
 }
 
 }  // namespace
 
 double layer_activation_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
-  const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels, tp = layout.tp;
+  const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels;
   const double a = training.act_bytes(), f32 = 4.0, H = model.heads / layout.tp, Ns = split_rows(training, layout);
-  // ln1, res2, ln2 [N,C] (sequence parallel: [N/tp, C]); qkv 3C/tp, atty C/tp, fch and fch_gelu 4C/tp
-  // each; fp32 layernorm statistics 4 x [N] (split likewise) and the attention probabilities [B, H/tp, T, T].
-  return 3.0 * block(Ns * C * a) + block(N * 3.0 * C / tp * a) + block(N * C / tp * a) +
-         2.0 * block(N * 4.0 * C / tp * a) + 4.0 * block(Ns * f32) + block(B * H * T * T * f32);
+  const LayerWidths w = layer_widths(model, layout.tp);
+  // ln1, res2, ln2 [N,C] (sequence parallel: [N/tp, C]); qkv, atty, the MLP's up projection and its
+  // activation's output (gpt2: fch and fch_gelu 4C/tp each; llama: [gate | up] 2F/tp, SwiGLU F/tp);
+  // the norms' fp32 statistics, 2 x 2 [N] for LayerNorm, 2 x 1 for RMSNorm (split likewise); the
+  // attention probabilities [B, H/tp, T, T] (query heads).
+  return 3.0 * block(Ns * C * a) + block(N * w.qkv * a) + block(N * w.attention * a) + block(N * w.mlp_up * a) +
+         block(N * w.mlp_out * a) + 2.0 * w.norm_stats * block(Ns * f32) + block(B * H * T * T * f32);
 }
 
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
@@ -214,7 +217,7 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
   // The gradient at lnf's output the head's forward leaves [N, C] (this rank's part, every row),
   // lnf's statistics (split), the losses and log-sum-exps, the int32 targets. No logits: the head
   // makes them a chunk of rows at a time in the scratch (logits_bytes).
-  if (head) bytes += block(N * C * a) + 2.0 * block(Ns * f32) + 3.0 * block(N * f32);
+  if (head) bytes += block(N * C * a) + layer_widths(model, layout.tp).norm_stats * block(Ns * f32) + 3.0 * block(N * f32);
   bytes += block(Ns * C * a);  // dres: the gradient flowing through the chunk
   return bytes;
 }
@@ -222,27 +225,28 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                            bool head, bool embedding) {
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
-  const double a = training.act_bytes(), tp = layout.tp, Ns = split_rows(training, layout);
+  const double a = training.act_bytes(), Ns = split_rows(training, layout);
+  const double qkv = layer_widths(model, layout.tp).qkv;
   // Per layer the residual gradients at the MLP's and the attention's output [N, C] (gathered with
   // sequence parallelism), the layernorms' upstream gradients [N, C] (sequence parallel: this rank's
-  // [N/tp, C]), dqkv [N, 3C/tp], and with sequence parallelism the two gathered layernorm outputs
+  // [N/tp, C]), dqkv [N, qkv] (layer_widths), and with sequence parallelism the two gathered layernorm outputs
   // [N, C] the column-parallel weight gradients read; the head nothing (its dlnf is the slot's since
   // the forward) but with sequence parallelism dlnf's rows reduce-scattered [N/tp, C]; the embedding
   // nothing, but with sequence parallelism its input gradient gathered [N, C].
   const double gathered = layout.sequence_parallel ? 2.0 * block(N * C * a) : 0.0;
   const bool sp = layout.sequence_parallel;
-  return layers * (2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + gathered + block(N * 3.0 * C / tp * a)) +
+  return layers * (2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + gathered + block(N * qkv * a)) +
          (head && sp ? block(Ns * C * a) : 0.0) + (embedding && sp ? block(N * C * a) : 0.0);
 }
 
 double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                                       int layers) {
   if (layout.recompute == Recompute::None) return 0.0;
-  const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels, tp = layout.tp;
+  const double B = layout.micro_batch, T = training.seq_len, N = B * T;
   const double a = training.act_bytes(), H = model.heads / layout.tp;
   // What the slot dropped and W reads: the scratch's layer less qkv and the probabilities (B's alone).
   double fields = recompute_scratch_bytes(model, training, layout) - block(B * H * T * T * 4.0);
-  if (layout.recompute == Recompute::Full) fields -= block(N * 3.0 * C / tp * a);
+  if (layout.recompute == Recompute::Full) fields -= block(N * layer_widths(model, layout.tp).qkv * a);
   return layers * (fields + weight_inputs_bytes(model, training, layout, 1, false));
 }
 
@@ -317,12 +321,14 @@ ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stag
   const std::vector<std::int64_t> units = stage_parameter_units(model, plan, stage);
   const double dp = layout.dp, wte = static_cast<double>(model.vocab_rows()) / layout.tp * model.channels;
   const auto padded = [dp](double numel) { return std::ceil(numel / dp) * dp; };
+  // llama's last stage holds no wte: its lm_head is one block with lnf (the last unit).
+  const bool holds_wte = partition.embedding || (partition.head && model.tied_head());
   ZeroBlocks z;
   z.dp = layout.dp;
   for (std::size_t u = 0; u < units.size(); ++u) {
     const auto numel = static_cast<double>(units[u]);
     // The first unit is the embedding where the stage holds it or the tied head: wte alone, then wpe.
-    if (u == 0 && (partition.embedding || partition.head) && numel > wte) {
+    if (u == 0 && holds_wte && numel > wte) {
       z.units.push_back({padded(wte), padded(numel - wte)});
     } else {
       z.units.push_back({padded(numel)});
@@ -338,7 +344,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   const Layout& layout = plan.layout();
   const std::vector<int>& chunk_layers = plan.chunk_layers();
   const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
-  const double a = training.act_bytes(), tp = layout.tp;
+  const double a = training.act_bytes();
   const bool bf16 = training.precision == Precision::BF16;
   MemoryBreakdown m;
   m.stage = s;
@@ -399,13 +405,16 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     if (head) m.logits = logits_bytes(model, training, layout, head_chunks_on_cuda(cluster));
   }
   m.activations += m.deferred_weight;
-  // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty C/tp, dqkv 3C/tp, dfch 4C/tp;
+  // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty, dqkv and dfch as wide as
+  // atty, qkv and fch (layer_widths; llama's also the gradient at SwiGLU's output [N, F/tp]);
   // with tp the vocab-parallel loss statistics, 3 x [N] fp32; with sequence parallelism the
   // all-gathered layernorm output and residual gradient [N, C] the column-parallel GEMMs read and
   // write, their [N/tp, C] rows, and a layernorm's parameter gradients [2C] fp32; what recomputation
   // rebuilds of one layer at a time.
-  m.workspace = 2.0 * block(N * C * a) + block(N * C / tp * a) + block(N * 3.0 * C / tp * a) +
-                block(N * 4.0 * C / tp * a) + (layout.tp > 1 ? 3.0 * block(N * 4.0) : 0.0);
+  const LayerWidths w = layer_widths(model, layout.tp);
+  m.workspace = 2.0 * block(N * C * a) + block(N * w.attention * a) + block(N * w.qkv * a) + block(N * w.mlp_up * a) +
+                (layout.tp > 1 ? 3.0 * block(N * 4.0) : 0.0);
+  if (model.is_llama()) m.workspace += block(N * w.mlp_out * a);
   if (layout.sequence_parallel) {
     const double Ns = split_rows(training, layout);
     m.workspace += 2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + block(2.0 * C * 4.0);

@@ -6,6 +6,9 @@
 // in training or in validation), the scratch every chunk shares, and the buffers a step allocates
 // and frees. Every block is rounded up to the allocator's 256 bytes; the step's temporary buffers
 // count twice, the most a caching allocator (CUDA) hands out for a request.
+// Both families (models/gpt_config.h) are counted: llama's layers keep their own widths (GQA's
+// narrower qkv, SwiGLU's [gate | up] and output, RMSNorm's one statistic), and its last stage holds
+// an untied lm_head (in lnf's parameter unit) instead of a copy of wte.
 // The memory options (parallel/memory_options.h) change what is counted: recomputation keeps less per
 // layer in a slot and rebuilds one layer's worth in the scratch; sequence parallelism splits the
 // layernorm, residual and embedding-output rows over tp (the scratch gains gathered [N, C] buffers);
@@ -68,7 +71,8 @@ std::vector<std::vector<int>> held_slots(const LayoutPlan& plan, bool validation
 // Everything one layer's forward produces that its backward reads, for one micro-batch, in 256-byte blocks.
 double layer_activation_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 // Of that, what the layer keeps in its slot under layout.recompute: all of it (none), all but the
-// attention probabilities and the GELU output (selective), nothing (full: the slot keeps the layer's input).
+// attention probabilities and the MLP activation's output, GELU's or SwiGLU's (selective), nothing (full: the
+// slot keeps the layer's input). The widths are the family's (perf/model_shape.h layer_widths).
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 // What recomputation rebuilds in the scratch, one layer at a time: the rest of layer_activation_bytes.
 double recompute_scratch_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
@@ -78,15 +82,15 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
 // The head's one chunk of logits [R, Vp/tp], R = head_chunk_rows of a micro-batch's rows with the
 // budget of the device (cuda or the CPU).
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, bool cuda);
-// What B keeps in one slot for W (the zero-bubble schedules): per layer 4 [N, C] + [N, 3C/tp] of the
-// compute dtype; the head and the embedding nothing. With sequence parallelism the layernorms' two
+// What B keeps in one slot for W (the zero-bubble schedules): per layer 4 [N, C] + dqkv (gpt2
+// [N, 3C/tp]) of the compute dtype; the head and the embedding nothing. With sequence parallelism the layernorms' two
 // gradients are [N/tp, C], two gathered layernorm outputs [N, C] more per layer, the head's dlnf
 // rows [N/tp, C], and the embedding's input gradient gathered [N, C].
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                            bool head, bool embedding = false);
 // With recomputation, what B keeps for W of `layers` layers in a set of its own (models/gpt.cpp
 // WeightInputs, held from B to W): the layers' part of weight_inputs_bytes, and what the slot
-// dropped that W reads (selective: the GELU output; full: all but qkv and the probabilities).
+// dropped that W reads (selective: the GELU or SwiGLU output; full: all but qkv and the probabilities).
 double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                                       int layers);
 

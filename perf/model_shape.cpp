@@ -13,7 +13,8 @@ namespace {
 
 // gpt_param_shards lists the whole model's tensors, by name; the layout search asks for the same
 // few partitions thousands of times, so their sizes are kept per (model, partition).
-using ShardKey = std::tuple<int, int, int, int, int, int, int, std::vector<std::pair<int, int>>, bool, bool>;
+using ShardKey = std::tuple<ModelFamily, int, int, int, int, int, int, int, int, int, std::vector<std::pair<int, int>>,
+                            bool, bool>;
 
 // Per tensor its elements; per parameter unit (models/param_use.h: the embedding, each layer, the
 // final layernorm, in that order) the elements of its tensors.
@@ -26,17 +27,19 @@ const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition
   static std::map<ShardKey, Shards> cache;
   std::vector<std::pair<int, int>> chunks;
   for (const LayerRange& r : partition.chunks) chunks.emplace_back(r.begin, r.end);
-  ShardKey key{model.layers, model.heads, model.channels, model.max_seq_len, model.vocab_size, model.padded_vocab,
-               partition.tp_size, std::move(chunks), partition.embedding, partition.head};
+  ShardKey key{model.family,       model.layers,       model.heads,         model.kv_heads, model.ffn_hidden,
+               model.channels,     model.max_seq_len,  model.vocab_size,    model.padded_vocab,
+               partition.tp_size,  std::move(chunks),  partition.embedding, partition.head};
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   Shards sizes;
-  std::map<int, std::int64_t> units;  // unit key: -1 the embedding, the layer, `layers` the final layernorm
+  // unit key: -1 the embedding, the layer, `layers` the final norm (llama's lm_head with it)
+  std::map<int, std::int64_t> units;
   for (const ParamShard& shard : gpt_param_shards(model, partition)) {
     sizes.tensors.push_back(shard.local.numel());
-    const int unit = shard.full.layer >= 0 ? shard.full.layer
-                     : shard.full.kind == ParamKind::LnfWeight || shard.full.kind == ParamKind::LnfBias ? model.layers
-                                                                                                       : -1;
+    const ParamKind kind = shard.full.kind;
+    const bool head_unit = kind == ParamKind::LnfWeight || kind == ParamKind::LnfBias || kind == ParamKind::LmHead;
+    const int unit = shard.full.layer >= 0 ? shard.full.layer : head_unit ? model.layers : -1;
     units[unit] += shard.local.numel();
   }
   for (const auto& [unit, numel] : units) sizes.units.push_back(numel);
@@ -44,6 +47,31 @@ const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition
 }
 
 }  // namespace
+
+double replicated_kv_rows(const ModelShape& model, int tp) {
+  GptPartition partition;  // only its tp size matters
+  partition.tp_size = tp;
+  if (!model.is_llama() || tp == 1 || partition.splits_kv_heads(model)) return 0.0;
+  return 2.0 * model.kv_head_count() * model.head_size();
+}
+
+LayerWidths layer_widths(const ModelShape& model, int tp) {
+  const double C = model.channels, kv = replicated_kv_rows(model, tp);
+  LayerWidths w;
+  w.attention = C / tp;
+  if (!model.is_llama()) {
+    w.qkv = 3.0 * C / tp;
+    w.mlp_up = w.mlp_out = 4.0 * C / tp;
+    w.norm_stats = 2;
+    return w;
+  }
+  // Where tp splits the kv heads, every part of qkv is split; else q is and [k | v] is whole.
+  w.qkv = kv > 0 ? C / tp + kv : static_cast<double>(model.qkv_width()) / tp;
+  w.mlp_up = static_cast<double>(model.mlp_up_rows()) / tp;
+  w.mlp_out = static_cast<double>(model.mlp_hidden()) / tp;
+  w.norm_stats = 1;
+  return w;
+}
 
 ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                      bool embedding, bool head) {
@@ -53,9 +81,12 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
   w.layers = layers;
   w.embedding = embedding;
   w.head = head;
-  // Per token and layer: QKV 6C^2, projection 2C^2, MLP 16C^2, attention scores and values 4TC
-  // (causal, counted in full as the kernels compute it); the LM head 2 C Vp.
-  w.layer_flops = N * layers * (24.0 * C * C + 4.0 * T * C) / tp;
+  // Per token and layer: 2 FLOPs per matrix weight (gpt2: QKV 6C^2, projection 2C^2, MLP 16C^2;
+  // llama: q and the projection 2C^2 each, [k | v] 4 Hkv hs C, SwiGLU 6FC), attention scores and
+  // values 4TC (causal, counted in full as the kernels compute it); the LM head 2 C Vp. Every rank
+  // computes llama's kv heads in full where tp does not split them.
+  const double replicated = 2.0 * replicated_kv_rows(model, layout.tp) * C * (tp - 1.0);
+  w.layer_flops = N * layers * (model.forward_flops_by_part(training.seq_len).layer + replicated) / tp;
   w.attention_flops = N * layers * 4.0 * T * C / tp;
   w.head_flops = head ? N * 2.0 * C * model.vocab_rows() / tp : 0.0;
   w.forward_flops = w.layer_flops + w.head_flops;

@@ -4,8 +4,9 @@
 // code (models/gpt.cpp, models/gpt_sharding.h), not a textbook model. The layers per stage, the
 // micro-batches per step and each stage's part of the model come from the job's LayoutPlan
 // (parallel/layout_plan.h), as they do for the trainer.
-// defines: ModelShape, Precision, TrainingShape, Layout, describe, ChunkWork, chunk_work,
-//          stage_parameter_tensors, stage_parameters, stage_parameter_units
+// defines: ModelShape, Precision, TrainingShape, Layout, describe, LayerWidths, layer_widths,
+//          replicated_kv_rows, ChunkWork, chunk_work, stage_parameter_tensors, stage_parameters,
+//          stage_parameter_units
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,22 @@ using Layout = LayoutRequest;
 // "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b"
 inline std::string describe(const Layout& layout) { return layout.describe(); }
 
+// The columns of one layer's [N, *] activations on one tensor-parallel rank (models/gpt.cpp), by
+// family: gpt2 keeps qkv [3C/tp], fch and its GELU [4C/tp] each, LayerNorm's mean and rstd; llama
+// keeps qkv [(H + 2 Hkv) hs / tp] (the kv part whole where tp does not divide Hkv), SwiGLU's
+// [gate | up] [2F/tp] and its output [F/tp], RMSNorm's one statistic. Attention's output is C/tp in
+// both; RoPE rotates q and k inside qkv and keeps nothing.
+struct LayerWidths {
+  double qkv = 0, attention = 0;
+  double mlp_up = 0;     // the up projection's output: fch (gpt2), [gate | up] (llama)
+  double mlp_out = 0;    // the activation's output the down projection reads: GELU's, SwiGLU's
+  int norm_stats = 0;    // fp32 [N] vectors each norm keeps
+};
+LayerWidths layer_widths(const ModelShape& model, int tp);
+// Rows of attn.kv every tensor-parallel rank holds whole: 2 Hkv hs where tp > 1 does not divide
+// llama's kv heads (models/gpt_sharding.h), else 0.
+double replicated_kv_rows(const ModelShape& model, int tp);
+
 // The work of one micro-batch through one model chunk on one tensor-parallel rank.
 struct ChunkWork {
   int layers = 0;
@@ -58,13 +75,15 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
 
 // Elements of each parameter tensor a rank of pipeline stage `stage` holds, in the order of
 // gpt_param_shards (models/gpt_sharding.h) for the plan's partition of that stage: its
-// tensor-parallel shard of its chunks, the tied embedding on the first and on the last stage.
+// tensor-parallel shard of its chunks, the token embedding on the first stage and, tied (gpt2), on
+// the last; llama's last stage holds its own lm_head instead.
 // Every tensor-parallel rank holds shards of the same sizes. And their sum.
 std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const LayoutPlan& plan, int stage);
 std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, int stage);
 // The same elements by parameter unit (models/param_use.h: what ZeRO-3 gathers and ZeRO-2/3
 // reduce-scatter as one): the embedding (wte and wpe, or the head's tied wte copy), each layer, the
-// final layernorm; in that order, those the stage holds.
+// final norm (llama: with lm_head, which follows it in the store: models/gpt.cpp gpt_param_units);
+// in that order, those the stage holds.
 std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage);
 
 }  // namespace mt::perf

@@ -10,7 +10,7 @@ run_timeout=60
 
 if expect_ok "plan --help" "$meshtrain" plan --help; then
   for option in --model --global-batch --micro-batch --cluster --layout --calibrate --set --top --dtype \
-                --recompute --sequence-parallel --memory-options --largest; do
+                --recompute --sequence-parallel --memory-options --largest --kv-heads --ffn-hidden; do
     grep -q -- "$option" "$out" || fail "plan --help does not explain $option"
   done
 fi
@@ -55,6 +55,24 @@ if expect_ok "plan --largest gpt3" "$meshtrain" plan --largest gpt3 --cluster dg
   grep -q -E '^gpt3-175b +174.6 B +2048 +no ' "$out" || { fail "--largest: gpt3-175b should not fit"; show; }
   grep -q '^largest that fits: gpt3-13b, its fastest layout:' "$out" || { fail "--largest: not gpt3-13b"; show; }
 fi
+# The llama family: every llama-shaped preset, Llama 3 70B too large for one DGX H100.
+if expect_ok "plan --largest llama" "$meshtrain" plan --largest llama --cluster dgx-h100 --global-batch 16; then
+  for name in llama-tiny llama-125m llama3-8b; do
+    grep -q -E "^$name +[0-9.]+ B +[0-9]+ +yes " "$out" || { fail "--largest llama: $name should fit"; show; }
+  done
+  grep -q -E '^llama3-70b +70.55 B +8192 +no ' "$out" || { fail "--largest llama: llama3-70b should not fit"; show; }
+  grep -q '^largest that fits: llama3-8b, its fastest layout:' "$out" || { fail "--largest llama: not llama3-8b"; show; }
+fi
+# Llama 3 8B FSDP-like on 8 H100s (docs/PERFORMANCE.md): no tied embedding to sync, and it fits.
+if expect_ok "plan llama3-8b --layout" "$meshtrain" plan --model llama3-8b --cluster dgx-h100 --global-batch 16 \
+     --layout dp=8,zero=3,recompute=full; then
+  grep -q '^model family=llama layers=32 heads=32 channels=4096 .* kv_heads=8 ffn_hidden=14336 ' "$out" \
+    || { fail "llama3-8b: no model line"; show; }
+  grep -q -E '^  embedding sync +0 s ' "$out" || { fail "llama3-8b: an embedding sync for an untied head"; show; }
+  grep -q ': fits$' "$out" || { fail "llama3-8b dp=8 zero=3 recompute=full should fit"; show; }
+fi
+expect_error "kv heads not dividing heads" "model: kv_heads \(5\) must divide heads \(32\)" \
+  "$meshtrain" plan --model llama3-8b --kv-heads 5 --global-batch 8
 expect_error "unknown family" "--largest: unknown model family 'gpt9'" \
   "$meshtrain" plan --global-batch 8 --largest gpt9
 expect_error "--largest with --layout" "--largest searches every layout of a family's models; --layout predicts one" \

@@ -1,0 +1,199 @@
+// The performance model of the llama family (models/gpt_config.h): its per-rank widths, parameters
+// and memory counted by hand on llama-tiny, what differs from gpt2 (no tied copy of wte, lm_head
+// in lnf's unit, no embedding sync, kv heads replicated where tp does not divide them), and
+// plausibility of Llama 3 8B and 70B plans on DGX H100s (docs/PERFORMANCE.md quotes them).
+#include <gtest/gtest.h>
+
+#include "perf/cost_model.h"
+#include "perf/layout_search.h"
+
+namespace mt::perf {
+namespace {
+
+// 4 layers, 4 heads (2 kv heads, head size 16), 64 channels, SwiGLU 160 wide, context 64.
+ModelShape llama_tiny(int vocab = 256) {
+  ModelShape m = gpt_preset("llama-tiny");
+  m.vocab_size = vocab;
+  return m;
+}
+
+LayoutPlan plan_of(const ModelShape& m, int seq_len, const Layout& l) {
+  return LayoutPlan(l, layout_dims(m, seq_len), l.world_size(), 8);
+}
+
+constexpr double kPerLayer = 2 * 64 + 128 * 64 + 64 * 64 + 320 * 64 + 64 * 160;  // norms, q|kv, o, gate|up, down
+constexpr double kParams = 256 * 64 + 4 * kPerLayer + 64 + 256 * 64;             // wte, layers, lnf, lm_head
+
+TEST(LlamaShape, WidthsPerRankSplitOrReplicateTheKvHeads) {
+  const ModelShape m = llama_tiny();
+  // One rank: q 64 + k 32 + v 32; [gate | up] 320, SwiGLU's output 160; RMSNorm keeps one statistic.
+  LayerWidths w = layer_widths(m, 1);
+  EXPECT_EQ(w.qkv, 128);
+  EXPECT_EQ(w.attention, 64);
+  EXPECT_EQ(w.mlp_up, 320);
+  EXPECT_EQ(w.mlp_out, 160);
+  EXPECT_EQ(w.norm_stats, 1);
+  // tp 2 divides the 2 kv heads: all of qkv is split.
+  EXPECT_EQ(replicated_kv_rows(m, 2), 0);
+  EXPECT_EQ(layer_widths(m, 2).qkv, 64);
+  // tp 4 does not: q is split (16), k and v stay whole on every rank (2 x 32).
+  EXPECT_EQ(replicated_kv_rows(m, 4), 64);
+  w = layer_widths(m, 4);
+  EXPECT_EQ(w.qkv, 16 + 64);
+  EXPECT_EQ(w.mlp_up, 80);
+  EXPECT_EQ(w.mlp_out, 40);
+  // gpt2 keeps its own: 3C, 4C twice, LayerNorm's two statistics; never replicated.
+  const LayerWidths g = layer_widths(gpt_preset("tiny"), 2);
+  EXPECT_EQ(g.qkv, 96);
+  EXPECT_EQ(g.mlp_up, 128);
+  EXPECT_EQ(g.mlp_out, 128);
+  EXPECT_EQ(g.norm_stats, 2);
+  EXPECT_EQ(replicated_kv_rows(gpt_preset("tiny"), 4), 0);
+}
+
+TEST(LlamaShape, StageParametersHoldAnUntiedHeadAndReplicatedKvHeads) {
+  ModelShape gpt = gpt_preset("tiny");
+  gpt.vocab_size = 256;
+  const ModelShape m = llama_tiny();
+  ASSERT_EQ(static_cast<double>(m.parameter_count()), kParams);
+  Layout l;
+  // Asked first for gpt2 of the same layers, heads, channels and vocabulary: the sizes kept for it
+  // must not answer for llama.
+  (void)stage_parameters(gpt, plan_of(gpt, 64, l), 0);
+  EXPECT_EQ(stage_parameters(m, plan_of(m, 64, l), 0), m.parameter_count());
+  // Two stages: wte on the first, lm_head on the last, no tied copy: they add up to the model.
+  l.pp = 2;
+  const LayoutPlan two = plan_of(m, 64, l);
+  EXPECT_EQ(stage_parameters(m, two, 0) + stage_parameters(m, two, 1), m.parameter_count());
+  // The last stage's units: its two layers, then lnf with lm_head (as models/gpt.cpp cuts them).
+  EXPECT_EQ(stage_parameter_units(m, two, 1), (std::vector<std::int64_t>{43136, 43136, 64 + 256 * 64}));
+  EXPECT_EQ(stage_parameter_units(m, two, 0), (std::vector<std::int64_t>{256 * 64, 43136, 43136}));
+  // tp 2 splits every matrix; the norms (2 per layer, lnf) are on every rank.
+  l.pp = 1;
+  l.tp = 2;
+  const double norms = 4 * 2 * 64 + 64, kv = 4 * 64 * 64;
+  EXPECT_EQ(stage_parameters(m, plan_of(m, 64, l), 0), (kParams - norms) / 2 + norms);
+  // tp 4 cannot split the 2 kv heads: every rank holds attn.kv whole.
+  l.tp = 4;
+  EXPECT_EQ(stage_parameters(m, plan_of(m, 64, l), 0), (kParams - norms - kv) / 4 + norms + kv);
+}
+
+TEST(LlamaShape, ReplicatedKvHeadsAreComputedOnEveryRank) {
+  const ModelShape m = llama_tiny();
+  TrainingShape t;
+  t.seq_len = 32;
+  Layout l;
+  l.micro_batch = 2;  // N = 64
+  l.tp = 4;
+  // Per token and layer on one of 4 ranks: q 64x16, kv 64x64 whole, o 16x64, SwiGLU 3 x 40 x 64
+  // weights, 2 FLOPs each; attention 4 T C / tp.
+  const double per_token = 2.0 * (1024 + 4096 + 1024 + 7680) + 4.0 * 32 * 64 / 4;
+  const ChunkWork w = chunk_work(m, t, l, 4, false, false);
+  EXPECT_EQ(w.layer_flops, 64 * 4 * per_token);
+  // Split kv heads (tp 2): exactly the model's layer FLOPs over tp.
+  l.tp = 2;
+  EXPECT_EQ(chunk_work(m, t, l, 4, false, false).layer_flops, 64 * 4 * m.forward_flops_by_part(32).layer / 2);
+}
+
+TEST(LlamaMemory, TinyModelByHand) {
+  const ModelShape m = llama_tiny();
+  TrainingShape t;
+  t.seq_len = 32;
+  t.global_batch = 2;
+  t.precision = Precision::FP32;
+  Layout l;
+  l.micro_batch = 2;  // one micro-batch: N = 64 rows
+  const Prediction p = predict_step(m, t, l, cluster_preset("cpu-2core"));
+  EXPECT_EQ(p.memory.parameters, 4 * kParams);
+  EXPECT_EQ(p.memory.gradients, 4 * kParams);
+  // One slot: residuals 5 x [64, 64]; per layer ln1, res2, ln2 [64, 64], qkv [64, 128], atty [64, 64],
+  // [gate | up] [64, 320], SwiGLU's output [64, 160], 2 x [64] RMSNorm statistics, attention
+  // [2, 4, 32, 32]; the int32 tokens [64]; head dlnf [64, 64] + 1 x [64] statistic + 3 x [64] and the
+  // targets; dres [64, 64]. No wpe anywhere.
+  const double NC = 64 * 64 * 4.0, row = 64 * 4.0, probs = 2 * 4 * 32 * 32 * 4.0;
+  const double per_layer = 3 * NC + 2 * NC + NC + 5 * NC + 2.5 * NC + 2 * row + probs;
+  EXPECT_EQ(p.memory.activations, 5 * NC + 4 * per_layer + row + NC + 4 * row + NC);
+  // Scratch: branch, dln, datty, dqkv [64, 128], d[gate | up] [64, 320], dSwiGLU [64, 160].
+  EXPECT_EQ(p.memory.workspace, (2 + 1 + 2 + 5 + 2.5) * NC);
+  EXPECT_EQ(p.memory.logits, 64 * 256 * 4.0);
+  // Selective recomputation drops the probabilities and SwiGLU's output [N, F/tp], and rebuilds them.
+  l.recompute = Recompute::Selective;
+  EXPECT_EQ(layer_bytes(m, t, l), per_layer - probs - 2.5 * NC);
+  EXPECT_EQ(recompute_scratch_bytes(m, t, l), probs + 2.5 * NC);
+}
+
+TEST(LlamaCost, NoEmbeddingSyncBetweenStages) {
+  // gpt2's tied wte is summed between the first and last stage; llama's head is its own.
+  TrainingShape t;
+  t.seq_len = 32;
+  t.global_batch = 8;
+  Layout l;
+  l.pp = 2;
+  ModelShape gpt = gpt_preset("tiny");
+  gpt.vocab_size = 256;
+  const Cluster c = cluster_preset("dgx-a100");
+  EXPECT_GT(predict_step(gpt, t, l, c).time.embedding_sync, 0.0);
+  EXPECT_EQ(predict_step(llama_tiny(), t, l, c).time.embedding_sync, 0.0);
+  // ZeRO-3 over 2 stages: the head stage gathers its layers and lnf with lm_head, no tied wte.
+  l.dp = 2;
+  l.zero = 3;
+  const Prediction p = predict_step(llama_tiny(), t, l, c);
+  EXPECT_GT(p.time.zero_gather, 0.0);
+  EXPECT_GT(p.step_s, 0.0);
+}
+
+// Llama 3 on DGX H100s, bf16, sequence 8192: every memory option searched. The model predicts an
+// ideal step (docs/PERFORMANCE.md compares it with torchtitan's measured figures).
+TEST(LlamaPlans, Llama3On8H100sFitsAtPlausibleRates) {
+  const ModelShape m = gpt_preset("llama3-8b");
+  TrainingShape t;
+  t.seq_len = 8192;
+  t.global_batch = 16;
+  t.precision = Precision::BF16;
+  const Cluster c = cluster_preset("dgx-h100");
+  SearchOptions o;
+  o.memory_options = true;
+  const SearchResult r = search_layouts(m, t, c, o);
+  ASSERT_FALSE(r.plans.empty());
+  const Prediction& best = r.plans.front();
+  EXPECT_TRUE(best.fits);
+  EXPECT_GT(best.mfu, 0.2);
+  EXPECT_LT(best.mfu, 0.7);
+  const double per_gpu = best.tokens_per_s / 8;
+  EXPECT_GT(per_gpu, 3000);
+  EXPECT_LT(per_gpu, 15000);
+  // FSDP-like: ZeRO-3 over the 8 GPUs, full recomputation.
+  Layout fsdp;
+  fsdp.dp = 8;
+  fsdp.zero = 3;
+  fsdp.recompute = Recompute::Full;
+  const Prediction p = predict_step(m, t, fsdp, c);
+  EXPECT_TRUE(p.fits);
+  EXPECT_GT(p.mfu, 0.2);
+  EXPECT_LT(p.mfu, best.mfu);
+}
+
+TEST(LlamaPlans, Llama3_70BOn32DgxH100sFitsWithTpInsideANode) {
+  const ModelShape m = gpt_preset("llama3-70b");
+  TrainingShape t;
+  t.seq_len = 8192;
+  t.global_batch = 128;
+  t.precision = Precision::BF16;
+  Cluster c = cluster_preset("dgx-h100");
+  c.nodes = 32;
+  SearchOptions o;
+  o.memory_options = true;
+  const SearchResult r = search_layouts(m, t, c, o);
+  ASSERT_FALSE(r.plans.empty());
+  const Prediction& best = r.plans.front();
+  EXPECT_TRUE(best.fits);
+  EXPECT_LE(best.layout.tp, 8);
+  EXPECT_GT(best.mfu, 0.2);
+  EXPECT_LT(best.mfu, 0.7);
+  const double per_gpu = best.tokens_per_s / 256;
+  EXPECT_GT(per_gpu, 300);
+  EXPECT_LT(per_gpu, 2000);
+}
+
+}  // namespace
+}  // namespace mt::perf
