@@ -195,7 +195,7 @@ double exposed_gathers(const std::vector<std::pair<double, double>>& units) {
 }
 
 // One stage's units in forward order (the embedding, the layers, the final layernorm; the head's
-// tied embedding with it on the last stage, or llama's lm_head, in lnf's unit), and their exposed
+// tied embedding with it on the last stage, or llama's lm_head, its own unit after lnf), and their exposed
 // gathers forward and backward (the reverse order, backward's compute).
 void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan, double rate,
                            const Link& dp_link, int s, StageTimes& st) {
@@ -212,9 +212,9 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   const double layer_f = layer.forward_flops / rate, head_f = 3.0 * head.head_flops / rate;
   const double layer_b = (2.0 * layer.forward_flops + recompute_flops(layout, layer)) / rate;
   const auto gather = [&](std::int64_t numel) { return allgather_s(layout.dp, static_cast<double>(numel) * 4.0, dp_link); };
-  // units: [embedding unit if held], layers..., [lnf if held]; the embedding unit of a head stage
-  // without the embedding is the tied wte the head reads with lnf (gpt2; llama's head stage holds
-  // no wte, its lm_head is in lnf's unit).
+  // units: [embedding unit if held], layers..., [lnf, and llama's lm_head, if held]; the embedding
+  // unit of a head stage without the embedding is the tied wte the head reads with lnf (gpt2;
+  // llama's head stage holds no wte: its head reads lm_head, the last unit, with lnf).
   std::vector<std::pair<double, double>> forward;
   std::size_t i = 0;
   const bool holds_wte = embedding_stage || (head_stage && model.tied_head());
@@ -225,6 +225,7 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
     ++i;
   }
   for (int l = 0; l < layers; ++l, ++i) forward.emplace_back(gather(units[i]), layer_f);
+  if (head_stage && !model.tied_head()) tied = gather(units[i + 1]);  // lm_head
   if (head_stage) forward.emplace_back(gather(units[i]) + tied, head_f);
   std::vector<std::pair<double, double>> backward(forward.rbegin(), forward.rend());
   for (auto& [g, c] : backward) c = c == layer_f ? layer_b : 0.0;
@@ -263,7 +264,8 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
   }
   if (layout.zero == 3 && layout.dp > 1) zero3_exposed_gathers(model, training, plan, rate, dp_link, s, st);
   const double kv_rows = replicated_kv_rows(model, layout.tp);
-  if (kv_rows > 0) st.kv_sum = allreduce_s(layout.tp, layers * kv_rows * C * 4.0, tp_link);
+  // Summed in every micro-batch's backward (models/gpt.cpp qkv_backward_weights).
+  if (kv_rows > 0) st.kv_sum = plan.micro_batches() * allreduce_s(layout.tp, layers * kv_rows * C * 4.0, tp_link);
   return st;
 }
 

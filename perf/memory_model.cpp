@@ -321,7 +321,7 @@ ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stag
   const std::vector<std::int64_t> units = stage_parameter_units(model, plan, stage);
   const double dp = layout.dp, wte = static_cast<double>(model.vocab_rows()) / layout.tp * model.channels;
   const auto padded = [dp](double numel) { return std::ceil(numel / dp) * dp; };
-  // llama's last stage holds no wte: its lm_head is one block with lnf (the last unit).
+  // llama's last stage holds no wte: its lm_head is a unit of its own, the last.
   const bool holds_wte = partition.embedding || (partition.head && model.tied_head());
   ZeroBlocks z;
   z.dp = layout.dp;

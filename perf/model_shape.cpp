@@ -33,13 +33,17 @@ const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   Shards sizes;
-  // unit key: -1 the embedding, the layer, `layers` the final norm (llama's lm_head with it)
+  // unit key: -1 the embedding, the layer, `layers` the final norm, `layers + 1` llama's lm_head (its
+  // own unit, "head": models/gpt.cpp's gpt_param_units)
   std::map<int, std::int64_t> units;
   for (const ParamShard& shard : gpt_param_shards(model, partition)) {
     sizes.tensors.push_back(shard.local.numel());
     const ParamKind kind = shard.full.kind;
-    const bool head_unit = kind == ParamKind::LnfWeight || kind == ParamKind::LnfBias || kind == ParamKind::LmHead;
-    const int unit = shard.full.layer >= 0 ? shard.full.layer : head_unit ? model.layers : -1;
+    const bool lnf_unit = kind == ParamKind::LnfWeight || kind == ParamKind::LnfBias;
+    const int unit = shard.full.layer >= 0           ? shard.full.layer
+                     : lnf_unit                      ? model.layers
+                     : kind == ParamKind::LmHead     ? model.layers + 1
+                                                     : -1;
     units[unit] += shard.local.numel();
   }
   for (const auto& [unit, numel] : units) sizes.units.push_back(numel);

@@ -1,6 +1,6 @@
 // The performance model of the llama family (models/gpt_config.h): its per-rank widths, parameters
 // and memory counted by hand on llama-tiny, what differs from gpt2 (no tied copy of wte, lm_head
-// in lnf's unit, no embedding sync, kv heads replicated where tp does not divide them), and
+// a unit of its own after lnf's, no embedding sync, kv heads replicated where tp does not divide them), and
 // plausibility of Llama 3 8B and 70B plans on DGX H100s (docs/PERFORMANCE.md quotes them).
 #include <gtest/gtest.h>
 
@@ -65,8 +65,8 @@ TEST(LlamaShape, StageParametersHoldAnUntiedHeadAndReplicatedKvHeads) {
   l.pp = 2;
   const LayoutPlan two = plan_of(m, 64, l);
   EXPECT_EQ(stage_parameters(m, two, 0) + stage_parameters(m, two, 1), m.parameter_count());
-  // The last stage's units: its two layers, then lnf with lm_head (as models/gpt.cpp cuts them).
-  EXPECT_EQ(stage_parameter_units(m, two, 1), (std::vector<std::int64_t>{43136, 43136, 64 + 256 * 64}));
+  // The last stage's units: its two layers, lnf, lm_head (as models/gpt.cpp's gpt_param_units cut them).
+  EXPECT_EQ(stage_parameter_units(m, two, 1), (std::vector<std::int64_t>{43136, 43136, 64, 256 * 64}));
   EXPECT_EQ(stage_parameter_units(m, two, 0), (std::vector<std::int64_t>{256 * 64, 43136, 43136}));
   // tp 2 splits every matrix; the norms (2 per layer, lnf) are on every rank.
   l.pp = 1;
@@ -134,7 +134,7 @@ TEST(LlamaCost, NoEmbeddingSyncBetweenStages) {
   const Cluster c = cluster_preset("dgx-a100");
   EXPECT_GT(predict_step(gpt, t, l, c).time.embedding_sync, 0.0);
   EXPECT_EQ(predict_step(llama_tiny(), t, l, c).time.embedding_sync, 0.0);
-  // ZeRO-3 over 2 stages: the head stage gathers its layers and lnf with lm_head, no tied wte.
+  // ZeRO-3 over 2 stages: the head stage gathers its layers, lnf and lm_head, no tied wte.
   l.dp = 2;
   l.zero = 3;
   const Prediction p = predict_step(llama_tiny(), t, l, c);
