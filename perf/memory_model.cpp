@@ -406,7 +406,8 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   }
   m.activations += m.deferred_weight;
   // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty, dqkv and dfch as wide as
-  // atty, qkv and fch (layer_widths; llama's also the gradient at SwiGLU's output [N, F/tp]);
+  // atty, qkv and fch (layer_widths; llama's also the gradient at SwiGLU's output [N, F/tp], and
+// with kv heads replicated over tp a layer's kv weight gradient);
   // with tp the vocab-parallel loss statistics, 3 x [N] fp32; with sequence parallelism the
   // all-gathered layernorm output and residual gradient [N, C] the column-parallel GEMMs read and
   // write, their [N/tp, C] rows, and a layernorm's parameter gradients [2C] fp32; what recomputation
@@ -415,6 +416,8 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   m.workspace = 2.0 * block(N * C * a) + block(N * w.attention * a) + block(N * w.qkv * a) + block(N * w.mlp_up * a) +
                 (layout.tp > 1 ? 3.0 * block(N * 4.0) : 0.0);
   if (model.is_llama()) m.workspace += block(N * w.mlp_out * a);
+  // llama's kv heads replicated over tp: one layer's partial [k | v] weight gradient, fp32.
+  m.workspace += block(replicated_kv_rows(model, layout.tp) * C * 4.0);
   if (layout.sequence_parallel) {
     const double Ns = split_rows(training, layout);
     m.workspace += 2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + block(2.0 * C * 4.0);
