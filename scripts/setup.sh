@@ -74,11 +74,13 @@ meshtrain_setup() {
   bash scripts/fetch_tiktoken.sh || echo "warning: tiktoken files not fetched; cl100k and o200k tests will skip" >&2
 }
 
-# The default corpus (Debian's fortunes) as GPT-2 token shards, prepared on first use.
+# The default corpus (Debian's fortunes) as token shards, prepared on first use: GPT-2's tokens in
+# assets/corpus/fortunes, another tokenizer's (meshtrain_corpus cl100k) in assets/corpus/fortunes-NAME.
 meshtrain_corpus() {
-  local dir=assets/corpus/fortunes
-  if ! ls "$dir"/fortunes_train_*.bin >/dev/null 2>&1; then
-    echo "==> preparing the fortunes corpus into $dir"
-    build/default/bin/meshtrain prepare --tokenizer gpt2 --output "$dir" --val-fraction 0.1
+  local tokenizer=${1:-gpt2} dir=assets/corpus/fortunes
+  [ "$tokenizer" = gpt2 ] || dir=$dir-$tokenizer
+  if ! ls "$dir"/*_train_*.bin >/dev/null 2>&1; then
+    echo "==> preparing the fortunes corpus ($tokenizer tokens) into $dir"
+    build/default/bin/meshtrain prepare --tokenizer "$tokenizer" --output "$dir" --val-fraction 0.1
   fi
 }
