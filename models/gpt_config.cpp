@@ -123,10 +123,12 @@ constexpr Preset kPresets[] = {
     {"tiny", 4, 4, 64, 64},           {"small", 6, 6, 384, 256},        {"gpt2", 12, 12, 768, 1024},
     {"gpt2-medium", 24, 16, 1024, 1024}, {"gpt2-large", 36, 20, 1280, 1024}, {"gpt2-xl", 48, 25, 1600, 1024},
     {"gpt3-6.7b", 32, 32, 4096, 2048},   {"gpt3-13b", 40, 40, 5120, 2048},  {"gpt3-175b", 96, 96, 12288, 2048},  // GPT-3 paper, Table 2.1
-    // llama-tiny is for tests (GQA 4:2, F not 4C); llama-125m trains here (SmolLM-135M's widths, fewer
-    // layers, cl100k's vocabulary); Llama 3's published shapes (vocab 128256, theta 500000) for plan.
+    // llama-tiny is for tests (GQA 4:2, F not 4C); llama-125m trains here: 126M parameters with
+    // cl100k's vocabulary, of which the embedding and the untied head are 103M (8 layers of 512, 8 q
+    // heads on 4 kv heads, SwiGLU 1408 = 2.75C, about Llama's 8/3 C rounded to 64); Llama 3's published
+    // shapes (vocab 128256, theta 500000) for plan.
     {"llama-tiny", 4, 4, 64, 64, 50257, ModelFamily::Llama, 2, 160},
-    {"llama-125m", 12, 9, 576, 1024, 100277, ModelFamily::Llama, 3, 1536},
+    {"llama-125m", 8, 8, 512, 1024, 100277, ModelFamily::Llama, 4, 1408},
     {"llama3-8b", 32, 32, 4096, 8192, 128256, ModelFamily::Llama, 8, 14336, 500000.0f},
     {"llama3-70b", 80, 64, 8192, 8192, 128256, ModelFamily::Llama, 8, 28672, 500000.0f},
 };

@@ -417,7 +417,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
                 (layout.tp > 1 ? 3.0 * block(N * 4.0) : 0.0);
   if (model.is_llama()) m.workspace += block(N * w.mlp_out * a);
   // llama's kv heads replicated over tp: one layer's partial [k | v] weight gradient, fp32.
-  m.workspace += block(replicated_kv_rows(model, layout.tp) * C * 4.0);
+  if (const double kv = replicated_kv_rows(model, layout.tp); kv > 0) m.workspace += block(kv * C * 4.0);
   if (layout.sequence_parallel) {
     const double Ns = split_rows(training, layout);
     m.workspace += 2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + block(2.0 * C * 4.0);
