@@ -69,7 +69,8 @@ struct Case {
   bool llama = false;
   GptConfig config() const { return llama ? llama_tiny_config() : tiny_config(); }
   std::string name() const {
-    return std::string(llama ? "llama " : "") + "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " " +
+    return std::string(llama ? "llama " : "") + "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" +
+           std::to_string(pp) + " " +
            schedule_kind_name(schedule) + (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "") +
            (zero ? " zero" + std::to_string(zero) : "") + " mb" + std::to_string(micro_batch) +
            (compute == DType::BF16 ? " bf16" : "") + (validation ? " +val" : "") +
