@@ -4,7 +4,7 @@
 //    and every gradient of one chunk, within rounding: 1e-6 relative per stage, fp32 and bf16 (the
 //    GEMMs of a few rows may round apart from one over all rows, and dwte sums the chunks one after
 //    the other), with and without sequence parallelism, fused and split backward, whole model and
-//    three pipeline stages;
+//    three pipeline stages; gpt2's tied head and llama's untied one;
 //  - no slot keeps the logits: activation_bytes() after a training forward grows with the
 //    vocabulary by one chunk's [R, Vp/tp] alone, not by [N, Vp/tp];
 //  - the head's gradient is made in the forward (dwte moves before any backward), and an
@@ -54,30 +54,33 @@ TEST(HeadChunks, SeveralChunksGiveTheLossAndGradientsOfOne) {
   Communicator& world = testing::test_world();
   DeviceContext& ctx = testing::test_context();
   const TensorParallel tp(&world);
-  const GptConfig config = testing::split_test_config();
-  auto layouts = testing::split_layouts(config);
-  layouts.resize(2);  // whole, three stages
   std::vector<bool> sequence_parallel{false};
   if (tp.size() > 1) sequence_parallel.push_back(true);
-  for (DType dtype : {DType::F32, DType::BF16}) {
-    const double tolerance = 1e-6;  // measured: 2.4e-7 (fp32), 4e-8 (bf16: each row's logits are the same bits)
-    for (const bool sp : sequence_parallel) {
-      for (const testing::SplitLayout& layout : layouts) {
-        for (BackwardOrder order : {BackwardOrder::Fused, BackwardOrder::Lagged}) {
-          SCOPED_TRACE(layout.name + ", " + testing::order_name(order) + ", " + dtype_name(dtype) + ", tp " +
-                       std::to_string(tp.size()) + (sp ? " sequence parallel" : ""));
-          GptOptions one{Recompute::None, sp}, several = one;
-          several.head_chunk_rows = 5;
-          const testing::PipelineOutcome want = testing::run_pipeline(ctx, config, layout, dtype, order, 2, 2, 8, tp, one);
-          const testing::PipelineOutcome got =
-              testing::run_pipeline(ctx, config, layout, dtype, order, 2, 2, 8, tp, several);
-          ASSERT_EQ(got.losses.size(), want.losses.size());
-          for (std::size_t m = 0; m < want.losses.size(); ++m)
-            EXPECT_NEAR(got.losses[m], want.losses[m], tolerance * want.losses[m]) << "micro-batch " << m;
-          ASSERT_EQ(got.grads.size(), want.grads.size());
-          for (std::size_t s = 0; s < want.grads.size(); ++s)
-            EXPECT_LE(relative_error(got.grads[s], want.grads[s]), tolerance) << "stage " << s;
-          EXPECT_EQ(got.ready, want.ready);
+  for (ModelFamily family : {ModelFamily::Gpt2, ModelFamily::Llama}) {
+    const GptConfig config = testing::split_test_config(family);
+    auto layouts = testing::split_layouts(config);
+    layouts.resize(2);  // whole, three stages
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      const double tolerance = 1e-6;  // measured: 2.4e-7 (fp32), 4e-8 (bf16: each row's logits are the same bits)
+      for (const bool sp : sequence_parallel) {
+        for (const testing::SplitLayout& layout : layouts) {
+          for (BackwardOrder order : {BackwardOrder::Fused, BackwardOrder::Lagged}) {
+            SCOPED_TRACE(testing::config_name(config) + ", " + layout.name + ", " + testing::order_name(order) + ", " +
+                         dtype_name(dtype) + ", tp " + std::to_string(tp.size()) + (sp ? " sequence parallel" : ""));
+            GptOptions one{Recompute::None, sp}, several = one;
+            several.head_chunk_rows = 5;
+            const testing::PipelineOutcome want =
+                testing::run_pipeline(ctx, config, layout, dtype, order, 2, 2, 8, tp, one);
+            const testing::PipelineOutcome got =
+                testing::run_pipeline(ctx, config, layout, dtype, order, 2, 2, 8, tp, several);
+            ASSERT_EQ(got.losses.size(), want.losses.size());
+            for (std::size_t m = 0; m < want.losses.size(); ++m)
+              EXPECT_NEAR(got.losses[m], want.losses[m], tolerance * want.losses[m]) << "micro-batch " << m;
+            ASSERT_EQ(got.grads.size(), want.grads.size());
+            for (std::size_t s = 0; s < want.grads.size(); ++s)
+              EXPECT_LE(relative_error(got.grads[s], want.grads[s]), tolerance) << "stage " << s;
+            EXPECT_EQ(got.ready, want.ready);
+          }
         }
       }
     }

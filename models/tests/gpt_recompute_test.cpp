@@ -2,7 +2,8 @@
 // full recomputation the losses, every parameter gradient, every input gradient sent back and the
 // grad-ready calls equal the run without recomputation bit for bit, for the whole model and for
 // pipeline partitions with several micro-batches in flight, with the fused backward and with B and
-// W split (zero-bubble). And what it saves: activation_bytes() at the `small` shape, T = 256.
+// W split (zero-bubble); both families (gpt2, llama). And what it saves: activation_bytes() at the
+// `small` shape, T = 256.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -41,16 +42,18 @@ class GptRecompute : public ::testing::TestWithParam<DType> {
 };
 
 TEST_P(GptRecompute, LossesAndGradientsAreTheBitsOfNoRecomputation) {
-  const GptConfig config = testing::split_test_config();
-  for (const testing::SplitLayout& layout : testing::split_layouts(config)) {
-    const testing::PipelineOutcome plain =
-        testing::run_pipeline(ctx_, config, layout, GetParam(), BackwardOrder::Fused, kMicros, kB, kT);
-    for (Recompute r : {Recompute::Selective, Recompute::Full}) {
-      for (BackwardOrder order : {BackwardOrder::Fused, BackwardOrder::AllBThenW, BackwardOrder::Lagged}) {
-        SCOPED_TRACE(layout.name + ", recompute " + recompute_name(r) + ", " + testing::order_name(order) + ", " +
-                     dtype_name(GetParam()));
-        expect_same(testing::run_pipeline(ctx_, config, layout, GetParam(), order, kMicros, kB, kT, {}, GptOptions{r}),
-                    plain);
+  for (ModelFamily family : {ModelFamily::Gpt2, ModelFamily::Llama}) {
+    const GptConfig config = testing::split_test_config(family);
+    for (const testing::SplitLayout& layout : testing::split_layouts(config)) {
+      const testing::PipelineOutcome plain =
+          testing::run_pipeline(ctx_, config, layout, GetParam(), BackwardOrder::Fused, kMicros, kB, kT);
+      for (Recompute r : {Recompute::Selective, Recompute::Full}) {
+        for (BackwardOrder order : {BackwardOrder::Fused, BackwardOrder::AllBThenW, BackwardOrder::Lagged}) {
+          SCOPED_TRACE(std::string(model_family_name(family)) + ", " + layout.name + ", recompute " +
+                       recompute_name(r) + ", " + testing::order_name(order) + ", " + dtype_name(GetParam()));
+          expect_same(
+              testing::run_pipeline(ctx_, config, layout, GetParam(), order, kMicros, kB, kT, {}, GptOptions{r}), plain);
+        }
       }
     }
   }

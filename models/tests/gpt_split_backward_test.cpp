@@ -7,6 +7,7 @@
 // callback the fused backward's parameters in the fused order.
 // Also: what B keeps for W is counted in activation_bytes() and pooled with the slot, and misuse
 // (W without B, B twice, fused after B, a release or forward between B and W) is an InternalError.
+// The llama family gets the bitwise and the grad-ready cases too.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -57,17 +58,25 @@ void expect_same(const testing::PipelineOutcome& got, const testing::PipelineOut
         << "a parameter reported twice by chunk " << key.first << " micro-batch " << key.second;
 }
 
-TEST_P(SplitBackward, InputThenWeightsIsTheFusedBackwardBitForBit) {
-  const GptConfig config = testing::split_test_config();
+void expect_split_is_fused(DeviceContext& ctx_, const GptConfig& config, DType dtype) {
   for (const testing::SplitLayout& layout : testing::split_layouts(config)) {
     const testing::PipelineOutcome fused =
-        testing::run_pipeline(ctx_, config, layout, GetParam(), BackwardOrder::Fused, kMicros, kB, kT);
+        testing::run_pipeline(ctx_, config, layout, dtype, BackwardOrder::Fused, kMicros, kB, kT);
     for (BackwardOrder order : {BackwardOrder::AllBThenW, BackwardOrder::EachBThenW, BackwardOrder::Lagged}) {
-      const testing::PipelineOutcome split =
-          testing::run_pipeline(ctx_, config, layout, GetParam(), order, kMicros, kB, kT);
-      expect_same(split, fused, layout.name + ", " + testing::order_name(order));
+      const testing::PipelineOutcome split = testing::run_pipeline(ctx_, config, layout, dtype, order, kMicros, kB, kT);
+      expect_same(split, fused, std::string(model_family_name(config.family)) + ", " + layout.name + ", " +
+                                    testing::order_name(order));
     }
   }
+}
+
+TEST_P(SplitBackward, InputThenWeightsIsTheFusedBackwardBitForBit) {
+  expect_split_is_fused(ctx_, testing::split_test_config(), GetParam());
+}
+
+// llama's layer (RMSNorm, q and [k | v], RoPE, grouped-query attention, SwiGLU) and its untied head.
+TEST_P(SplitBackward, LlamaInputThenWeightsIsTheFusedBackwardBitForBit) {
+  expect_split_is_fused(ctx_, testing::llama_split_test_config(), GetParam());
 }
 
 // On the whole model the fused backward reports every parameter once per micro-batch (lnf, the
@@ -84,6 +93,28 @@ TEST_P(SplitBackward, WeightsReportEveryParameterOnceInTheFusedOrder) {
     EXPECT_EQ(std::set<std::size_t>(calls.begin(), calls.end()).size(), model.parameters().size());
     ASSERT_FALSE(calls.empty());
     EXPECT_EQ(model.parameters().spec(calls.front()).name, "lnf.weight");
+    EXPECT_EQ(model.parameters().spec(calls.back()).name, "wte");
+  }
+}
+
+// llama's fused backward reports the untied head first (made whole by the forward), then lnf, the
+// layers from the last, wte: so does W.
+TEST_P(SplitBackward, LlamaWeightsReportEveryParameterOnceInTheFusedOrder) {
+  const GptConfig config = testing::llama_split_test_config();
+  const testing::SplitLayout whole = testing::split_layouts(config)[0];
+  const testing::PipelineOutcome fused =
+      testing::run_pipeline(ctx_, config, whole, GetParam(), BackwardOrder::Fused, kMicros, kB, kT);
+  const testing::PipelineOutcome split =
+      testing::run_pipeline(ctx_, config, whole, GetParam(), BackwardOrder::Lagged, kMicros, kB, kT);
+  EXPECT_EQ(split.ready, fused.ready);
+  Gpt model(ctx_, config, GetParam());
+  ASSERT_EQ(split.ready.size(), static_cast<std::size_t>(kMicros));
+  for (const auto& [key, calls] : split.ready) {
+    EXPECT_EQ(calls.size(), model.parameters().size());
+    EXPECT_EQ(std::set<std::size_t>(calls.begin(), calls.end()).size(), model.parameters().size());
+    ASSERT_GE(calls.size(), 2u);
+    EXPECT_EQ(model.parameters().spec(calls[0]).name, "lm_head");
+    EXPECT_EQ(model.parameters().spec(calls[1]).name, "lnf.weight");
     EXPECT_EQ(model.parameters().spec(calls.back()).name, "wte");
   }
 }

@@ -3,7 +3,8 @@
 // (backward_chunk_input, backward_chunk_weights) in one of the orders zero-bubble schedules use.
 // What comes out (every stage's gradients, every input gradient sent back, the grad-ready calls)
 // is compared between the two by the split-backward tests, single-rank and tensor-parallel.
-// defines: SplitLayout, BackwardOrder, PipelineOutcome, run_pipeline, split_test_config, raw_bytes
+// defines: SplitLayout, BackwardOrder, PipelineOutcome, run_pipeline, split_test_config,
+//          llama_split_test_config, tp_test_configs, config_name, raw_bytes
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,32 @@ inline GptConfig split_test_config() {
   c.vocab_size = 96;
   c.padded_vocab = 128;
   return c;
+}
+
+// The llama family at the same widths (llama-tiny: 4 layers, 4 query heads sharing 2 kv heads, 64
+// channels, SwiGLU hidden 160): tp 2 splits the kv heads, tp 4 replicates them.
+inline GptConfig llama_split_test_config() {
+  GptConfig c = gpt_preset("llama-tiny");
+  c.vocab_size = 96;
+  c.padded_vocab = 128;
+  return c;
+}
+
+inline GptConfig split_test_config(ModelFamily family) {
+  return family == ModelFamily::Llama ? llama_split_test_config() : split_test_config();
+}
+
+// What a tensor-parallel test runs: gpt2; llama with 2 kv heads (tp 2 splits them, tp 4 replicates
+// them); llama with 1 kv head (replicated at any tp, so also at 2 ranks).
+inline std::vector<GptConfig> tp_test_configs() {
+  GptConfig one_kv = llama_split_test_config();
+  one_kv.kv_heads = 1;
+  return {split_test_config(), llama_split_test_config(), one_kv};
+}
+
+// "gpt2", "llama kv 2", ...: for traces.
+inline std::string config_name(const GptConfig& c) {
+  return std::string(model_family_name(c.family)) + (c.is_llama() ? " kv " + std::to_string(c.kv_head_count()) : "");
 }
 
 // The stages' partitions and the global chunks in model order, as (stage, local chunk).

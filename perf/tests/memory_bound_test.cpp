@@ -10,7 +10,8 @@
 // request from a block up to twice its size. A run that happens not to reach those is below the
 // bound by their size; the layouts here keep it under 1.6. A missing term (validation slots, the
 // head's logits, the optimizer's per-tensor rounding) puts the peak above the estimate, which is
-// what the test is for.
+// what the test is for. The llama family gets cases on 1-8 ranks (tp 2 splitting its kv heads, tp 4
+// replicating them, pipelines, ZeRO-3 with its untied head as a unit).
 // The memory options each get cases: recompute (also with the backward split), sequence
 // parallelism, ZeRO-2/3. Their peak counts construction too: with ZeRO-2/3 the store's flat buffers
 // live beside the per-unit ones until UnitShards places them, a transient the estimate does not
@@ -47,6 +48,13 @@ GptConfig tiny_config() {
   return c;
 }
 
+// The llama family at the same widths (4 query heads sharing 2 kv heads, SwiGLU 160, untied head).
+GptConfig llama_tiny_config() {
+  GptConfig c = gpt_preset("llama-tiny");
+  c.vocab_size = 256;
+  return c;
+}
+
 struct Case {
   int dp, tp, pp;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
@@ -58,8 +66,11 @@ struct Case {
   int global_batch = 0;  // 0: see settings()
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
+  bool llama = false;
+  GptConfig config() const { return llama ? llama_tiny_config() : tiny_config(); }
   std::string name() const {
-    return "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " " +
+    return std::string(llama ? "llama " : "") + "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" +
+           std::to_string(pp) + " " +
            schedule_kind_name(schedule) + (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "") +
            (zero ? " zero" + std::to_string(zero) : "") + " mb" + std::to_string(micro_batch) +
            (compute == DType::BF16 ? " bf16" : "") + (validation ? " +val" : "") +
@@ -72,6 +83,7 @@ struct Case {
   Case& with_sp() { sequence_parallel = true; return *this; }
   Case& with_bf16() { compute = DType::BF16; return *this; }
   Case& with_global_batch(int batch) { global_batch = batch; return *this; }
+  Case& with_llama() { llama = true; return *this; }
 };
 
 TrainSettings settings(const Case& c) {
@@ -104,8 +116,8 @@ LayoutRequest layout_of(const Case& c) {
   return r;
 }
 
-LayoutPlan plan_of(const LayoutRequest& request, const TrainSettings& s) {
-  return LayoutPlan(request, layout_dims(tiny_config(), s.seq_len), request.world_size(), s.global_batch);
+LayoutPlan plan_of(const Case& c, const LayoutRequest& request, const TrainSettings& s) {
+  return LayoutPlan(request, layout_dims(c.config(), s.seq_len), request.world_size(), s.global_batch);
 }
 
 // This rank's estimate, the way `meshtrain train` checks --device-memory-limit.
@@ -115,8 +127,8 @@ perf::MemoryBreakdown estimate(const Case& c, int stage) {
   training.seq_len = s.seq_len;
   training.global_batch = s.global_batch;
   training.precision = c.compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
-  const GptConfig config = tiny_config();
-  const LayoutPlan plan = plan_of(layout_of(c), s);
+  const GptConfig config = c.config();
+  const LayoutPlan plan = plan_of(c, layout_of(c), s);
   return perf::estimate_stage_memory(config, training, plan, perf::Cluster{}, perf::held_slots(plan, c.validation),
                                      stage);
 }
@@ -130,12 +142,12 @@ std::size_t measured_peak(const Case& c, int& stage) {
   const TrainSettings s = settings(c);
   LayoutRequest request = layout_of(c);
   request.bucket_mb = 0.05;  // several buckets even for the tiny model
-  const LayoutPlan plan = plan_of(request, s);
+  const LayoutPlan plan = plan_of(c, request, s);
   const auto& dir = testing::corpus().path();
   data::DataLoader train = data::DataLoader::for_split(dir, "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(dir, "val", s.seq_len, kSeed, 256);
   {
-    ParallelTrainer trainer(ctx, world, groups, tiny_config(), c.compute, train, c.validation ? &val : nullptr, s,
+    ParallelTrainer trainer(ctx, world, groups, c.config(), c.compute, train, c.validation ? &val : nullptr, s,
                             plan);
     trainer.init(kSeed);
     for (int i = 0; i < s.steps; ++i) trainer.step();
@@ -189,7 +201,11 @@ std::vector<Case> cases_for(int world_size) {
       return {{1, 1, 1}, no_val, bf16, {1, 1, 1, K::Interleaved, 2}, {1, 1, 1, K::ZeroBubbleH1},
               {1, 1, 1, K::ZeroBubbleV, 2},
               // The memory options: a slot keeps less per layer, the scratch rebuilds one layer.
-              Case{1, 1, 1}.with_recompute(R::Selective), Case{1, 1, 1}.with_recompute(R::Full)};
+              Case{1, 1, 1}.with_recompute(R::Selective), Case{1, 1, 1}.with_recompute(R::Full),
+              // llama: its layer's activations (q | k | v of grouped heads, SwiGLU's gate | up), the
+              // untied head's parameters, gradients and moments.
+              Case{1, 1, 1}.with_llama(), Case{1, 1, 1}.with_llama().with_bf16(),
+              Case{1, 1, 1}.with_llama().with_recompute(R::Full)};
     }
     case 2: {
       Case zero{2, 1, 1};
@@ -221,7 +237,10 @@ std::vector<Case> cases_for(int world_size) {
               // Sequence parallelism: the residual stream split over tp, the scratch's gathered rows.
               Case{1, 2, 1}.with_sp(), Case{1, 2, 1}.with_sp().with_recompute(R::Full),
               // ZeRO-2/3: the owned shards and the units in flight.
-              Case{2, 1, 1}.with_zero(2), Case{2, 1, 1}.with_zero(3), Case{2, 1, 1}.with_zero(3).with_bf16()};
+              Case{2, 1, 1}.with_zero(2), Case{2, 1, 1}.with_zero(3), Case{2, 1, 1}.with_zero(3).with_bf16(),
+              // llama: tp 2 splits its 2 kv heads; the head on the last stage; the head its own ZeRO-3 unit.
+              Case{1, 2, 1}.with_llama(), Case{1, 2, 1}.with_llama().with_sp(), Case{1, 1, 2}.with_llama(),
+              Case{2, 1, 1}.with_llama().with_zero(3)};
     }
     case 4: {
       Case zb_h1_long{1, 1, 4, K::ZeroBubbleH1};
@@ -230,11 +249,14 @@ std::vector<Case> cases_for(int world_size) {
               {1, 2, 2, K::ZeroBubbleV, 2},
               Case{1, 2, 2}.with_sp(), Case{1, 2, 2, K::ZeroBubbleH1}.with_sp(),
               Case{4, 1, 1}.with_zero(2), Case{4, 1, 1}.with_zero(3), Case{2, 2, 1}.with_zero(3),
-              Case{2, 1, 2}.with_zero(3)};
+              Case{2, 1, 2}.with_zero(3),
+              // llama: tp 4 replicates its 2 kv heads (a [2 Hkv hs, C] gradient summed per layer).
+              Case{1, 4, 1}.with_llama(), Case{1, 2, 2, K::ZeroBubbleV, 2}.with_llama()};
     }
     case 8:
       return {{2, 2, 2}, {2, 2, 2, K::ZeroBubbleH1}, {2, 2, 2, K::ZeroBubbleV, 2}, {2, 1, 4, K::ZeroBubbleH1},
-              Case{2, 2, 2}.with_recompute(R::Selective), Case{2, 2, 2}.with_recompute(R::Full)};
+              Case{2, 2, 2}.with_recompute(R::Selective), Case{2, 2, 2}.with_recompute(R::Full),
+              Case{2, 2, 2}.with_llama(), Case{2, 2, 2, K::ZeroBubbleH1}.with_llama()};
     default: return {};
   }
 }
