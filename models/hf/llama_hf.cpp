@@ -44,9 +44,17 @@ GptConfig llama_config_from_hf(const nlohmann::json& config, const std::string& 
   MT_REQUIRE(hf_value_or(config, "attention_bias", false) == false, where,
              ": attention_bias is true: meshtrain's llama has no biases");
   MT_REQUIRE(hf_value_or(config, "mlp_bias", false) == false, where, ": mlp_bias is true: meshtrain's llama has no biases");
-  const nlohmann::json scaling = hf_value_or(config, "rope_scaling", nullptr);
-  MT_REQUIRE(scaling.is_null(), where, ": rope_scaling is ", scaling.dump().substr(0, 120),
-             ": meshtrain's RoPE has a base (rope_theta) and no scaling");
+  // RoPE's parameters: transformers 4 writes rope_theta and rope_scaling (null when plain),
+  // transformers 5 rope_parameters {"rope_type": "default", "rope_theta": ...}. Either, when given,
+  // must be plain RoPE.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    const nlohmann::json rope = hf_value_or(config, key, nullptr);
+    const nlohmann::json rope_type = rope.is_object() ? hf_value_or(rope, "rope_type", hf_value_or(rope, "type", "?"))
+                                                      : nlohmann::json("?");
+    MT_REQUIRE(rope.is_null() || rope_type == "default", where, ": ", key, " is ", rope.dump().substr(0, 120),
+               ": meshtrain's RoPE has a base (rope_theta) and no scaling");
+  }
+  const nlohmann::json parameters = hf_value_or(config, "rope_parameters", nlohmann::json::object());
   GptConfig c;
   c.family = ModelFamily::Llama;
   c.channels = hf_required_int(config, "hidden_size", where);
@@ -60,7 +68,8 @@ GptConfig llama_config_from_hf(const nlohmann::json& config, const std::string& 
   c.max_seq_len = config.contains("max_position_embeddings") ? hf_required_int(config, "max_position_embeddings", where)
                                                              : 2048;
   c.norm_eps = number_or(config, "rms_norm_eps", 1e-6, where);
-  c.rope_theta = number_or(config, "rope_theta", 10000.0, where);
+  c.rope_theta = parameters.contains("rope_theta") ? number_or(parameters, "rope_theta", 0, where + ": rope_parameters")
+                                                   : number_or(config, "rope_theta", 10000.0, where);
   MT_REQUIRE(c.channels <= kMaxWidth && c.ffn_hidden <= kMaxWidth && c.vocab_size <= kMaxWidth &&
                  c.max_seq_len <= kMaxWidth,
              where, ": hidden_size, intermediate_size, vocab_size and max_position_embeddings must be at most ", kMaxWidth);
@@ -98,8 +107,8 @@ nlohmann::ordered_json llama_hf_config_json(const GptConfig& c, StDtype stored) 
   j["num_key_value_heads"] = c.kv_head_count();
   j["pretraining_tp"] = 1;
   j["rms_norm_eps"] = shortest(c.norm_eps);
-  j["rope_scaling"] = nullptr;
-  j["rope_theta"] = shortest(c.rope_theta);
+  j["rope_parameters"] = {{"rope_theta", shortest(c.rope_theta)}, {"rope_type", "default"}};  // transformers 5
+  j["rope_theta"] = shortest(c.rope_theta);  // transformers 4
   j["tie_word_embeddings"] = false;
   j["torch_dtype"] = hf_torch_dtype(stored);
   j["use_cache"] = true;

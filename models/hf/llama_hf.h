@@ -19,13 +19,14 @@ namespace mt {
 
 // The model shape of a config.json: hidden_size, intermediate_size, num_attention_heads,
 // num_key_value_heads (absent: the heads), num_hidden_layers, vocab_size, and as LlamaConfig
-// defaults them when absent rms_norm_eps (1e-6), rope_theta (10000), max_position_embeddings
-// (2048). UsageError, one line naming `where`, for one meshtrain cannot run: another model_type, a
+// defaults them when absent rms_norm_eps (1e-6), rope_theta (10000; transformers 5 puts it in
+// rope_parameters), max_position_embeddings (2048). UsageError, one line naming `where`, for one meshtrain cannot run: another model_type, a
 // hidden_act other than silu, tied embeddings, attention or MLP biases, rope_scaling, a head_dim
 // other than hidden_size / num_attention_heads, kv heads that do not divide the heads, ...
 GptConfig llama_config_from_hf(const nlohmann::json& config, const std::string& where);
 // What save_pretrained of a LlamaForCausalLM writes for `config` (less transformers_version and
-// the token ids, which belong to the tokenizer).
+// the token ids, which belong to the tokenizer), RoPE's base in the keys of transformers 4
+// (rope_theta) and 5 (rope_parameters) both.
 nlohmann::ordered_json llama_hf_config_json(const GptConfig& config, StDtype stored);
 
 // One entry per gpt_parameter_specs(config) entry, in that order.

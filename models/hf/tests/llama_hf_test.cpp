@@ -184,6 +184,7 @@ TEST(LlamaHf, SafetensorsToOursToSafetensorsIsByteIdenticalInFp32AndBf16OneFileO
       EXPECT_EQ(written["tie_word_embeddings"], false);
       EXPECT_EQ(written["rms_norm_eps"].get<double>(), 1e-5);  // the decimal, not 1e-5f widened
       EXPECT_EQ(written["torch_dtype"], d == StDtype::F32 ? "float32" : "bfloat16");
+      EXPECT_EQ(written["rope_parameters"], nlohmann::json({{"rope_theta", 10000.0}, {"rope_type", "default"}}));
       const GptConfig back = read_hf_config(out);
       EXPECT_EQ(back.describe(), config.describe());
       EXPECT_EQ(back.norm_eps, config.norm_eps);
@@ -275,6 +276,9 @@ TEST(LlamaHf, ConfigsMeshtrainCannotRunAreRefusedInOneLine) {
   refused("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}},
           ": rope_scaling is {\"factor\":8.0,\"rope_type\":\"llama3\"}: meshtrain's RoPE has a base (rope_theta) and no "
           "scaling");
+  refused("rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}},
+          ": rope_parameters is {\"factor\":4.0,\"rope_theta\":10000.0,\"rope_type\":\"yarn\"}: meshtrain's RoPE");
+  refused("rope_scaling", {{"factor", 2.0}}, ": rope_scaling is {\"factor\":2.0}: meshtrain's RoPE");  // no type
   refused("head_dim", 4, ": head_dim 4 is not hidden_size / num_attention_heads (2)");
   refused("num_key_value_heads", 3, ": num_key_value_heads 3 does not divide num_attention_heads 4");
   refused("model_type", "gpt2", ": model_type \"gpt2\" is not llama");
@@ -298,6 +302,27 @@ TEST(LlamaHf, ConfigsMeshtrainCannotRunAreRefusedInOneLine) {
   nlohmann::json with_head_dim = tiny_config();
   with_head_dim["head_dim"] = 2;
   EXPECT_NO_THROW(llama_config_from_hf(with_head_dim, "x"));
+}
+
+// config.json exactly as transformers 5.17's LlamaForCausalLM.save_pretrained wrote it for
+// scripts/hf_llama_reference.py's model (RoPE's base in rope_parameters, no rope_theta key), and
+// the same with Llama 3's base.
+TEST(LlamaHf, Transformers5ConfigsReadRopeThetaFromRopeParameters) {
+  nlohmann::json saved = nlohmann::json::parse(R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 1,
+  "dtype": "float32", "eos_token_id": 2, "head_dim": 16, "hidden_act": "silu", "hidden_size": 64,
+  "initializer_range": 0.02, "intermediate_size": 160, "max_position_embeddings": 64, "mlp_bias": false,
+  "model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 2,
+  "pad_token_id": null, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "tie_word_embeddings": false,
+  "transformers_version": "5.17.0", "use_cache": true, "vocab_size": 256})");
+  GptConfig want = gpt_preset("llama-tiny");
+  want.vocab_size = 256;
+  EXPECT_EQ(llama_config_from_hf(saved, "x").describe(), want.describe());
+  saved["rope_parameters"]["rope_theta"] = 500000.0;
+  EXPECT_EQ(llama_config_from_hf(saved, "x").rope_theta, 500000.0f);
+  saved["rope_theta"] = 500000.0;  // both keys, as our writer puts them
+  EXPECT_EQ(llama_config_from_hf(saved, "x").rope_theta, 500000.0f);
 }
 
 }  // namespace
