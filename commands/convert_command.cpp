@@ -7,7 +7,7 @@
 #include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
 #include "models/gpt_weights.h"
-#include "models/hf/gpt2_hf.h"
+#include "models/hf/hf_model.h"
 #include "runtime/device.h"  // defines: parse_bytes
 #include "models/llmc/llmc_weights.h"
 #include "parallel/layout_plan.h"
@@ -24,15 +24,17 @@ po::options_description convert_options() {
   desc.add_options()
       ("from", path_value(PathKind::ReadFileOrDir)->required(),
        "what to convert: a checkpoint (a --checkpoint-dir, meaning its latest, or a step_N directory), an llm.c "
-       "weights file, or a Hugging Face GPT-2 folder (config.json with model.safetensors, or shards and "
-       "model.safetensors.index.json; names with or without `transformer.`, lm_head.weight absent or tied)")
+       "weights file, or a Hugging Face folder (config.json with model.safetensors, or shards and "
+       "model.safetensors.index.json) of a GPT-2 (names with or without `transformer.`, lm_head.weight absent or "
+       "tied) or a Llama (LlamaForCausalLM's names, untied lm_head), picked by config.json's model_type")
       ("to", po::value<std::string>()->required(),
        "where: an llm.c weights file when it ends in .bin, a safetensors folder with --to-format safetensors, "
        "else a checkpoint directory (step_N and `latest` are made inside it)")
       ("to-format", po::value<std::string>()->default_value(""),
-       "llmc, checkpoint or safetensors (default: llmc for a --to ending in .bin, else checkpoint). safetensors "
-       "writes config.json and the weights in Hugging Face's GPT-2 names (as GPT2LMHeadModel.save_pretrained: "
-       "transposed Conv1D weights, the vocabulary unpadded, no lm_head: tied); it holds the model twice in memory "
+       "llmc, checkpoint or safetensors (default: llmc for a --to ending in .bin, else checkpoint). llmc is GPT-2 "
+       "only. safetensors writes config.json and the weights in Hugging Face's names, the vocabulary unpadded: a "
+       "GPT-2 as GPT2LMHeadModel.save_pretrained (transposed Conv1D weights, no lm_head: tied), a llama as "
+       "LlamaForCausalLM's (k_proj and v_proj, gate_proj and up_proj apart); it holds the model twice in memory "
        "while writing")
       ("dtype", po::value<std::string>()->default_value("fp32"),
        "stored precision: fp32 or bf16 (llm.c: version 3 or 5); safetensors also takes fp16")
@@ -60,7 +62,7 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   po::options_description desc = convert_options();
   auto parsed = parse_command_line("convert",
                                    "Converts offline, in one process: a checkpoint of any layout, llm.c weights or a "
-                                   "Hugging Face GPT-2 safetensors folder to any of the three, or a checkpoint to "
+                                   "Hugging Face safetensors folder (GPT-2 or Llama) to any of the three, or a checkpoint to "
                                    "another layout's shards. Any "
                                    "layout can resume from any checkpoint; converting only places each rank's "
                                    "shards in its own file.",
@@ -84,8 +86,14 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   FullState state;
   ckpt::Manifest base;
   std::string source;
+  const auto refuse_llama_to_llmc = [&](const GptConfig& config, const std::string& what) {
+    if (to_llmc && config.is_llama())
+      throw UsageError("--to-format llmc: llm.c's weights file holds a GPT-2 only, and " + what +
+                       " is a llama (convert it to a checkpoint or safetensors)");
+  };
   if (is_hf_folder(from)) {
-    state.config = read_gpt2_safetensors(from, std::nullopt, [&](const ParamSpec&, std::span<const float> values) {
+    refuse_llama_to_llmc(read_hf_config(from), "safetensors folder " + from.string());  // before reading the weights
+    state.config = read_hf_safetensors(from, std::nullopt, [&](const ParamSpec&, std::span<const float> values) {
       state.params.insert(state.params.end(), values.begin(), values.end());  // visited in spec order
     });
     base.step = 0;
@@ -109,6 +117,7 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
     source = "llm.c weights " + from.string();
   }
 
+  refuse_llama_to_llmc(state.config, source);
   if (to_llmc) {
     save_llmc_weights(state.config, state.params, to, dtype == "bf16" ? DType::BF16 : DType::F32);
     std::printf("converted %s to llm.c weights %s (%s)\n", source.c_str(), to.c_str(), dtype.c_str());
@@ -118,7 +127,7 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
     const StDtype stored = dtype == "fp32" ? StDtype::F32 : dtype == "bf16" ? StDtype::BF16 : StDtype::F16;
     const std::vector<ParamSpec> specs = gpt_parameter_specs(state.config);
     const std::vector<std::int64_t> offsets = spec_offsets(specs);
-    write_gpt2_safetensors(
+    write_hf_safetensors(
         to, state.config,
         [&](const ParamSpec& spec) {
           const std::size_t i = spec_index(specs, spec.name);
@@ -126,8 +135,8 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
                                                               static_cast<std::size_t>(spec.numel()));
         },
         stored, shard_bytes);
-    std::printf("converted %s to safetensors folder %s (%s, Hugging Face GPT-2 names)\n", source.c_str(), to.c_str(),
-                dtype.c_str());
+    std::printf("converted %s to safetensors folder %s (%s, Hugging Face %s names)\n", source.c_str(), to.c_str(),
+                dtype.c_str(), hf_family(state.config.family).model);
     return 0;
   }
   LayoutRequest request;

@@ -10,7 +10,7 @@
 #include "launch/model_options.h"
 #include "launch/options.h"
 #include "launch/path_option.h"
-#include "models/hf/gpt2_hf.h"  // defines: is_hf_folder
+#include "models/hf/hf_folder.h"  // defines: is_hf_folder
 #include "perf/memory_model.h"
 #include "runtime/device.h"  // defines: discover_devices
 #include "runtime/error.h"
@@ -75,8 +75,9 @@ void add_run_options(po::options_description& desc) {
       ("metrics", path_value(PathKind::WriteFile), "write one JSON line per step to this file")
       ("init-weights", path_value(PathKind::ReadFileOrDir),
        "start from these weights (their shape must match the model options): an llm.c GPT-2 file, or a Hugging "
-       "Face GPT-2 folder (config.json with model.safetensors, or shards and model.safetensors.index.json; F32, "
-       "BF16 or F16). Either is streamed tensor by tensor into each rank's shards")
+       "Face GPT-2 or Llama folder (config.json with model.safetensors, or shards and model.safetensors.index.json; "
+       "F32, BF16 or F16; a llama's kv heads, SwiGLU width, RoPE theta and RMSNorm epsilon must match --kv-heads, "
+       "--ffn-hidden, --rope-theta, --norm-eps). Either is streamed tensor by tensor into each rank's shards")
       ("save-weights", path_value(PathKind::WriteFile), "write the trained weights as an llm.c checkpoint here")
       ("save-dtype", po::value<std::string>()->default_value("fp32"), "fp32 (llm.c version 3) or bf16 (version 5)")
       ("compute-dtype", po::value<std::string>()->default_value("fp32"),
@@ -313,6 +314,9 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
     if (std::filesystem::is_directory(weights) && !is_hf_folder(weights))
       throw UsageError("--init-weights '" + weights.string() + "' is a directory, where a file is wanted (or a "
                        "safetensors folder: config.json with model.safetensors or model.safetensors.index.json)");
+    if (!std::filesystem::is_directory(weights) && config.is_llama())
+      throw UsageError("--init-weights '" + weights.string() + "' is an llm.c weights file, which holds a GPT-2 only; "
+                       "the model is a llama (give a safetensors folder, or --resume a checkpoint)");
   }
   LayoutPlan plan = read_layout(vm, world_size, config, settings);
   const RuntimeOptions runtime = read_runtime_options(vm);

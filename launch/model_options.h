@@ -11,7 +11,8 @@
 namespace mt {
 
 void add_model_options(boost::program_options::options_description& desc);
-// The preset of --model with every shape option given on top; vocab from the tokenizer.
+// The preset of --model with every shape option given on top; vocab from the tokenizer. The llama
+// options (--kv-heads, --ffn-hidden, --rope-theta, --norm-eps) are refused for a gpt2 preset.
 GptConfig read_model_config(const boost::program_options::variables_map& vm, int vocab_size);
 
 void add_tokenizer_options(boost::program_options::options_description& desc);

@@ -3,7 +3,7 @@
 #include <functional>
 #include <string>
 
-#include "models/hf/gpt2_hf.h"
+#include "models/hf/hf_model.h"
 #include "models/llmc/llmc_weights.h"
 
 namespace mt {
@@ -57,7 +57,7 @@ void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::pa
 
 void load_safetensors_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& dir) {
   load_streamed(model, ctx, "safetensors folder " + dir.string(),
-                [&](const HfParamVisitor& visit) { read_gpt2_safetensors(dir, model.config(), visit); });
+                [&](const HfParamVisitor& visit) { read_hf_safetensors(dir, model.config(), visit); });
 }
 
 void load_init_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& path) {

@@ -15,7 +15,7 @@ namespace mt {
 // Copies the file's parameters (this rank's shard of each) into the model; Error when the file's
 // shape differs from the model's.
 void load_llmc_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& path);
-// The same from a Hugging Face GPT-2 folder (config.json + safetensors: models/hf/gpt2_hf.h),
+// The same from a Hugging Face folder (config.json + safetensors, GPT-2 or Llama: models/hf/hf_model.h),
 // tensor by tensor; the folder is checked whole before any parameter changes.
 void load_safetensors_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::path& dir);
 // --init-weights: a directory is a safetensors folder, a file llm.c weights.

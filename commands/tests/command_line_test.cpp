@@ -246,5 +246,33 @@ TEST(MicroBatch, DefaultDividesEachReplicasShare) {
             "takes global-batch/dp sequences in micro-batches of --micro-batch)");
 }
 
+// The llama family's options, from the command line or as config-file keys of the same names, on
+// top of a llama preset; a gpt2 preset refuses them in one line.
+TEST(ModelOptions, LlamaFieldsOverrideALlamaPresetAndAreRefusedForGpt2) {
+  ScratchDir dir("command_line");
+  const GptConfig c = read_model_config(
+      parse_train(dir, "model = llama-tiny\nkv-heads = 1\nffn-hidden = 96\nrope-theta = 500000\nnorm-eps = 1e-6\n"),
+      50257);
+  EXPECT_TRUE(c.is_llama());
+  EXPECT_EQ(c.kv_head_count(), 1);
+  EXPECT_EQ(c.mlp_hidden(), 96);
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_EQ(c.norm_eps, 1e-6f);
+  const GptConfig cli = read_model_config(parse_train(dir, "model = llama-tiny\n", {"--kv-heads", "4"}), 50257);
+  EXPECT_EQ(cli.kv_head_count(), 4);
+  EXPECT_EQ(cli.mlp_hidden(), gpt_preset("llama-tiny").mlp_hidden());  // the preset's, untouched
+  for (const char* option : {"kv-heads = 2", "ffn-hidden = 256", "rope-theta = 500000", "norm-eps = 1e-6"}) {
+    const std::string name = std::string(option).substr(0, std::string(option).find(' '));
+    EXPECT_EQ(usage_error_of([&] { read_model_config(parse_train(dir, std::string(option) + "\n"), 50257); }),
+              "--" + name + " is a llama option, and --model tiny is a gpt2 (llama presets: llama-tiny, llama-125m, "
+              "llama3-8b, llama3-70b)");
+  }
+  // GptConfig::validate's checks stand behind them.
+  EXPECT_EQ(usage_error_of([&] { read_model_config(parse_train(dir, "model = llama-tiny\nkv-heads = 3\n"), 50257); }),
+            "model: kv_heads (3) must divide heads (4)");
+  EXPECT_EQ(usage_error_of([&] { read_model_config(parse_train(dir, "model = llama-tiny\nrope-theta = 0.5\n"), 50257); }),
+            "model: rope_theta must be a number greater than 1, got 0.5");
+}
+
 }  // namespace
 }  // namespace mt

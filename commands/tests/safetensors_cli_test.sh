@@ -2,12 +2,16 @@
 # Hugging Face safetensors folders end to end: llm.c weights -> safetensors -> llm.c weights byte for
 # byte (fp32 and bf16, one file and sharded), a checkpoint through safetensors, training started
 # from a safetensors folder with the same loss bits as from the llm.c file (1 rank and tp 2), and
-# bad folders as one line from rank 0. Tiny model, bytes tokenizer, generated text. About 20 s.
-# Usage: safetensors_cli_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
+# bad folders as one line from rank 0. Tiny model, bytes tokenizer, generated text. Then a llama
+# folder (random weights in LlamaForCausalLM's names, made by make_hf_folder) through checkpoints of
+# tp 2 x pp 2 and of tp 4 (kv heads replicated) back to the same bytes, one file or sharded bf16, and
+# what llama refuses (llm.c weights either way, tied embeddings). About 25 s.
+# Usage: safetensors_cli_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES MAKE_HF_FOLDER
 set -u
 meshtrain=$1
 mpiexec=$2
 compare=$3
+make_hf_folder=$4
 . "$(dirname "$0")/cli_test_lib.sh"
 
 prepare_corpus 5
@@ -83,6 +87,42 @@ expect_error "convert: fp16 llm.c" "unknown --dtype 'fp16'.*fp16 for safetensors
 expect_error "convert: an unknown --to-format" "unknown --to-format 'hf'" \
   "$meshtrain" convert --from "$dir/w.bin" --to "$dir/x" --to-format hf
 [ ! -e "$dir/x.bin" ] && echo "ok   nothing written by the failed conversions" || fail "$dir/x.bin was written"
+
+# --- llama: safetensors -> checkpoint (any layout) -> safetensors, byte for byte.
+expect_ok "a random llama-tiny folder" "$make_hf_folder" "$dir/llama" llama-tiny 256
+grep -q '"model_type": "llama"' "$dir/llama/config.json" || fail "config.json lacks model_type llama"
+for layout in "--tp 2 --pp 2" "--tp 4" "--dp 2 --pp 2 --virtual-stages 2"; do
+  name=llama-ckpt-${layout// /}
+  # shellcheck disable=SC2086  # the layout is several options
+  expect_ok "llama safetensors -> checkpoint ($layout)" "$meshtrain" convert --from "$dir/llama" --to "$dir/$name" $layout
+  expect_ok "llama checkpoint ($layout) -> safetensors" \
+    "$meshtrain" convert --from "$dir/$name" --to "$dir/$name-st" --to-format safetensors
+  same_file "llama -> checkpoint ($layout) -> safetensors: model.safetensors" "$dir/llama/model.safetensors" \
+    "$dir/$name-st/model.safetensors"
+  same_file "llama -> checkpoint ($layout) -> safetensors: config.json" "$dir/llama/config.json" "$dir/$name-st/config.json"
+done
+expect_ok "a sharded bf16 llama folder" "$make_hf_folder" "$dir/llama-bf16" llama-tiny 256 bf16 100000
+expect_ok "sharded bf16 llama -> checkpoint" "$meshtrain" convert --from "$dir/llama-bf16" --to "$dir/llama-bf16-ckpt" --tp 2
+expect_ok "checkpoint -> sharded bf16 llama" "$meshtrain" convert --from "$dir/llama-bf16-ckpt" --to "$dir/llama-bf16-st" \
+  --to-format safetensors --dtype bf16 --shard-size 100000
+for f in "$dir"/llama-bf16/*; do
+  same_file "sharded bf16 llama round trip: $(basename "$f")" "$f" "$dir/llama-bf16-st/$(basename "$f")"
+done
+[ -f "$dir/llama-bf16/model.safetensors.index.json" ] && echo "ok   the bf16 llama is sharded" || fail "no llama index"
+
+expect_error "convert: a llama to llm.c weights" "llm.c's weights file holds a GPT-2 only, and safetensors folder .* is a llama" \
+  "$meshtrain" convert --from "$dir/llama" --to "$dir/x.bin"
+expect_error "convert: a llama checkpoint to llm.c weights" "llm.c's weights file holds a GPT-2 only, and checkpoint .* is a llama" \
+  "$meshtrain" convert --from "$dir/llama-ckpt---tp4" --to "$dir/x.bin"
+expect_error "--init-weights: llm.c weights into a llama" "is an llm.c weights file, which holds a GPT-2 only; the model is a llama" \
+  "${base[@]}" --model llama-tiny --steps 1 --init-weights "$dir/w.bin"
+expect_error "--kv-heads on a gpt2 preset" "--kv-heads is a llama option, and --model tiny is a gpt2" \
+  "${base[@]}" --kv-heads 2 --steps 1
+cp -r "$dir/llama" "$dir/llama-tied"
+sed -i 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$dir/llama-tied/config.json"
+expect_error "convert: a llama with tied embeddings" "tie_word_embeddings is true: meshtrain's llama has an LM head apart" \
+  "$meshtrain" convert --from "$dir/llama-tied" --to "$dir/x"
+[ ! -e "$dir/x.bin" ] && [ ! -e "$dir/x" ] && echo "ok   nothing written by the failed llama conversions" || fail "x written"
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
