@@ -318,6 +318,9 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
       throw UsageError("--init-weights '" + weights.string() + "' is an llm.c weights file, which holds a GPT-2 only; "
                        "the model is a llama (give a safetensors folder, or --resume a checkpoint)");
   }
+  if (vm.count("save-weights") && config.is_llama())
+    throw UsageError("--save-weights writes llm.c's format, which holds a GPT-2 only; the model is a llama (save a "
+                     "checkpoint with --checkpoint-dir and `meshtrain convert --to-format safetensors` it)");
   LayoutPlan plan = read_layout(vm, world_size, config, settings);
   const RuntimeOptions runtime = read_runtime_options(vm);
   check_memory_cap(runtime.device_memory_limit, config, compute, settings, plan, vm.count("save-weights") > 0,

@@ -116,6 +116,9 @@ expect_error "convert: a llama checkpoint to llm.c weights" "llm.c's weights fil
   "$meshtrain" convert --from "$dir/llama-ckpt---tp4" --to "$dir/x.bin"
 expect_error "--init-weights: llm.c weights into a llama" "is an llm.c weights file, which holds a GPT-2 only; the model is a llama" \
   "${base[@]}" --model llama-tiny --steps 1 --init-weights "$dir/w.bin"
+expect_ok "--init-weights: a llama folder trains" "${base[@]}" --model llama-tiny --steps 1 --init-weights "$dir/llama"
+expect_error "--save-weights from a llama" "--save-weights writes llm.c's format, which holds a GPT-2 only; the model is a llama" \
+  "${base[@]}" --model llama-tiny --steps 1 --save-weights "$dir/llama.bin"
 expect_error "--kv-heads on a gpt2 preset" "--kv-heads is a llama option, and --model tiny is a gpt2" \
   "${base[@]}" --kv-heads 2 --steps 1
 cp -r "$dir/llama" "$dir/llama-tied"
