@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "models/hf/hf_folder.h"  // defines: HfFamily, HfParamVisitor, HfParamSource, is_hf_folder
+#include "models/hf/hf_folder.h"  // defines: HfFamily, HfParamVisitor, HfParamSource
 
 namespace mt {
 

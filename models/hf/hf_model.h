@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "models/hf/hf_folder.h"  // defines: HfFamily, HfParamVisitor, HfParamSource, is_hf_folder
+#include "models/hf/hf_folder.h"  // defines: HfFamily, HfParamVisitor, HfParamSource
 
 namespace mt {
 

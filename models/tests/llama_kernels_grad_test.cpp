@@ -20,7 +20,7 @@
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/error.h"               // defines: Error
 #include "runtime/kernels.h"             // defines: kernels::cast
-#include "runtime/nn_kernels.h"          // defines: nn::rmsnorm_*, nn::rope_*, nn::swiglu_*, nn::attention_*
+#include "runtime/nn_kernels.h"          // defines: nn::rmsnorm_forward, nn::rmsnorm_backward_input, nn::rmsnorm_backward_params, nn::rope_forward, nn::rope_backward, nn::swiglu_forward, nn::swiglu_backward, nn::attention_forward, nn::attention_backward
 #include "runtime/tensor.h"              // defines: Tensor
 
 namespace mt {

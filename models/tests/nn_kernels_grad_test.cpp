@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "models/tests/kernel_checks.h"  // defines: Tol, all_close, f32, random_vec, fd_grad, ...
+#include "models/tests/kernel_checks.h"  // defines: Tol, all_close, f32, i32, random_vec, fd_grad, values_of, bits_of, plus, idx
 #include "models/tests/reference_gpt.h"  // defines: ref::embedding, ref::layernorm, ref::linear, ref::gelu,
-//          ref::attention, ref::cross_entropy, ref::softmax_rows, ref::add, ref::dot, ref::central_difference_gradient
+//          ref::attention, ref::cross_entropy, ref::softmax_rows, ref::dot, ref::central_difference_gradient
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/gemm.h"                // defines: matmul
 #include "runtime/nn_kernels.h"          // defines: nn::embedding_forward, nn::embedding_backward,

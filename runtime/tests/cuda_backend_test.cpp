@@ -26,7 +26,7 @@
 #include "runtime/gemm.h"            // defines: GemmArgs, gemm, matmul, matmul_batched
 #include "runtime/kernel_backend.h"  // defines: backend::Cuda (kernels on a chosen stream)
 #include "runtime/kernels.h"         // defines: kernels::fill, binary, scale, cast, reduce
-#include "runtime/nn_kernels.h"      // defines: nn::rmsnorm_*, nn::rope_*, nn::swiglu_*, nn::attention_* (llama ops)
+#include "runtime/nn_kernels.h"      // defines: nn::rmsnorm_forward, nn::rmsnorm_backward_input, nn::rmsnorm_backward_params, nn::rope_forward, nn::rope_backward, nn::swiglu_forward, nn::swiglu_backward, nn::attention_forward, nn::attention_backward
 #include "runtime/stream.h"          // defines: Stream, Event
 #include "runtime/tensor.h"          // defines: Tensor
 #include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
