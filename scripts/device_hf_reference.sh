@@ -14,10 +14,10 @@ mt=build/cuda/bin/meshtrain
 for family in gpt2 llama; do
   python3 "scripts/hf_${family}_reference.py" "$out/$family" > "$out/$family.reference.txt"
   model=tiny; [ "$family" = llama ] && model=llama-tiny
-  for device in cpu cuda:0; do
+  for device in cpu cuda; do
     run "$mt" train --device "$device" --tokenizer bytes --model "$model" --seq-len 64 --global-batch 4 \
       --micro-batch 4 --steps 1 --grad-clip 0 --log-every 1 --eval-every 0 --init-weights "$out/$family/hf" \
-      --data "$out/$family/data" --metrics "$out/$family.${device%%:*}.jsonl" > "$out/$family.${device%%:*}.txt" 2>&1
+      --data "$out/$family/data" --metrics "$out/$family.$device.jsonl" > "$out/$family.$device.txt" 2>&1
   done
   python3 - "$out" "$family" <<'PY'
 import json, sys
