@@ -791,7 +791,7 @@ void Gpt::head_backward(Slot& s, Scratch& w) {
   const Tensor& dlnf = tp_enter_backward(s.dlnf, w.dln_local);
   kernels::fill(ctx_, s.dres, 0.0);
   layernorm_backward(lnf_, dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres, w);
-  ready(static_cast<std::size_t>(lnf_first_), config_.has_biases() ? 2 : 1);
+  ready(static_cast<std::size_t>(lnf_first_), units_[static_cast<std::size_t>(lnf_unit_)].count);
 }
 
 void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
@@ -810,13 +810,8 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
     // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
     blk.attn_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.atty, &w.datty);
     attention_backward(w.datty, a, w.dqkv);
-    if (config_.is_llama()) {
-      const Tensor& ln1 = tp_enter(a.ln1, w.full);
-      qkv_backward_weights(blk, w.dqkv, ln1, w);
-      qkv_backward_input(blk, w.dqkv, w.dln);
-    } else {
-      blk.qkv.backward(ctx_, w.dqkv, tp_enter(a.ln1, w.full), &w.dln);
-    }
+    qkv_backward_weights(blk, w.dqkv, tp_enter(a.ln1, w.full), w);  // then the input: Linear::backward's order
+    qkv_backward_input(blk, w.dqkv, w.dln);
     layernorm_backward(blk.ln1, tp_enter_backward(w.dln, w.dln_local), s.residual[static_cast<std::size_t>(i)],
                        a.ln1_mean, a.ln1_rstd, s.dres, w);
     ready(blk.first_param, blk.params);
@@ -923,7 +918,7 @@ void Gpt::head_backward_weights(Slot& s) {
   if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), 1);  // made whole by the forward
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardWeights);
   layernorm_backward_params(lnf_, head_dlnf(s), s.residual.back(), s.lnf_mean, s.lnf_rstd, scratch(s.B, s.T));
-  ready(static_cast<std::size_t>(lnf_first_), config_.has_biases() ? 2 : 1);
+  ready(static_cast<std::size_t>(lnf_first_), units_[static_cast<std::size_t>(lnf_unit_)].count);
 }
 
 void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
