@@ -192,7 +192,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
       }()),
       tp_(tp),
       options_(options),
-      shards_(gpt_param_shards(config_, partition_)),
+      shards_(gpt_param_shards(config_, partition_, options.vocab_pieces)),
       store_(ctx, [&] {
         std::vector<ParamSpec> local;
         for (const ParamShard& s : shards_) local.push_back(s.local);
@@ -202,12 +202,13 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
   MT_CHECK(tp_.size() == partition_.tp_size && tp_.rank() == partition_.tp_rank, "the tensor-parallel group (rank ",
            tp_.rank(), " of ", tp_.size(), ") does not match the partition (", partition_.tp_rank, " of ",
            partition_.tp_size, ")");
+  vocab_pieces_ = options_.vocab_pieces;
   for (std::size_t i = 0; i < store_.size(); ++i) {
     const ParamKind kind = store_.spec(i).kind;
-    if (kind == ParamKind::TokenEmbedding) wte_ = static_cast<std::int64_t>(i);
+    if (kind == ParamKind::TokenEmbedding && wte_ < 0) wte_ = static_cast<std::int64_t>(i);
     if (kind == ParamKind::PositionEmbedding) wpe_ = static_cast<std::int64_t>(i);
     if (kind == ParamKind::LnfWeight) lnf_first_ = static_cast<std::int64_t>(i);
-    if (kind == ParamKind::LmHead) lm_head_ = static_cast<std::int64_t>(i);
+    if (kind == ParamKind::LmHead && lm_head_ < 0) lm_head_ = static_cast<std::int64_t>(i);
   }
   MT_CHECK(!options_.sequence_parallel || tp_.size() > 1, "sequence parallelism needs a tensor-parallel group of 2 "
            "or more ranks, got ", tp_.size());
@@ -216,10 +217,17 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
       if (units_[u].name == name) return static_cast<int>(u);
     MT_FAIL("no parameter unit named '", name, "'");
   };
-  // The embeddings come first in the store (wte, then wpe where held).
+  // The embeddings come first in the store (wte's pieces, then wpe where held).
+  const auto piece_units = [&](const std::string& name) {
+    std::vector<int> units;
+    if (vocab_pieces_ == 1) return std::vector<int>{unit_named(name)};
+    for (int k = 0; k < vocab_pieces_; ++k) units.push_back(unit_named(name + "." + std::to_string(k)));
+    return units;
+  };
   if (wte_ >= 0) {
-    embedding_unit_ = unit_named("embedding");
-    MT_CHECK(wte_ == 0 && (wpe_ < 0 || wpe_ == 1), "the embeddings are not first in the store");
+    wte_units_ = piece_units("embedding");
+    embedding_unit_ = wte_units_.back();
+    MT_CHECK(wte_ == 0 && (wpe_ < 0 || wpe_ == vocab_pieces_), "the embeddings are not first in the store");
   }
   const bool llama = config_.is_llama(), bias = config_.has_biases();
   const float eps = config_.norm_eps;
@@ -252,7 +260,15 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
   }
   // The LM head's weight: the tied embedding (gpt2), or lm_head (llama), its own unit.
   head_weight_ = config_.tied_head() ? wte_ : lm_head_;
-  head_unit_ = config_.tied_head() ? embedding_unit_ : (lm_head_ >= 0 ? unit_named("head") : -1);
+  if (head_weight_ >= 0 && partition_.head) {
+    head_units_ = config_.tied_head() ? wte_units_ : piece_units("head");
+    for (int k = 0; vocab_pieces_ > 1 && k < vocab_pieces_; ++k) {
+      const auto i = static_cast<std::size_t>(head_weight_ + k);
+      Linear piece;
+      piece.weight = store_.param(i), piece.dweight = store_.grad(i), piece.compute_weight = store_.compute_param(i);
+      head_pieces_.push_back(std::move(piece));
+    }
+  }
   const int tp_size = tp_.size(), kv_heads = config_.kv_head_count();
   const bool split_kv = partition_.splits_kv_heads(config_);
   attention_heads_ = {.q_heads = config_.heads / tp_size,
@@ -276,14 +292,19 @@ std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs) {
     if (s.layer >= 0) {
       unit.name = "h." + std::to_string(s.layer);
       while (i + unit.count < specs.size() && specs[i + unit.count].layer == s.layer) ++unit.count;
-    } else if (s.kind == ParamKind::TokenEmbedding) {
-      unit.name = "embedding";
+    } else if (s.kind == ParamKind::TokenEmbedding || s.kind == ParamKind::LmHead) {
+      // llama's untied LM head is "head". Vocabulary pieces (GptOptions::vocab_pieces) are a unit
+      // each, "embedding.<k>"; wpe joins the last.
+      const std::string name = s.kind == ParamKind::LmHead ? "head" : "embedding";
+      std::size_t pieces = 1;
+      while (i + pieces < specs.size() && specs[i + pieces].kind == s.kind) ++pieces;
+      for (std::size_t k = 0; k + 1 < pieces; ++k) units.push_back({name + "." + std::to_string(k), i + k, 1});
+      unit = {pieces > 1 ? name + "." + std::to_string(pieces - 1) : name, i + pieces - 1, 1};
+      i += pieces - 1;
       if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::PositionEmbedding) unit.count = 2;
     } else if (s.kind == ParamKind::LnfWeight) {
       unit.name = "lnf";
       if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::LnfBias) unit.count = 2;
-    } else if (s.kind == ParamKind::LmHead) {
-      unit.name = "head";  // llama's untied LM head
     } else {
       MT_FAIL("parameter '", s.name, "' belongs to no unit");
     }
@@ -500,11 +521,24 @@ void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
   MT_CHECK(static_cast<std::int64_t>(inputs.size()) == static_cast<std::int64_t>(s.B) * s.T, "forward: ",
            inputs.size(), " input tokens for a batch of ", s.B, " x ", s.T);
   check_tokens(inputs, "input");
-  const UnitUse use(hooks_, embedding_unit_, ParamUse::Forward);
   s.tokens = Tensor::from_host(inputs, {s.B, s.T}, ctx_);
-  const Tensor& wte = store_.param(static_cast<std::size_t>(wte_));
   // llama has no position embedding (RoPE rotates q and k instead): the lookup alone.
   const Tensor* wpe = wpe_ >= 0 ? &store_.param(static_cast<std::size_t>(wpe_)) : nullptr;
+  if (vocab_pieces_ > 1) {
+    // The pieces' partial sums, over tp as one slice's (below).
+    const bool tp_partial = tp_.active() && tp_.rank() != 0;
+    if (!options_.sequence_parallel) {
+      lookup_pieces(s.tokens, tp_partial ? nullptr : wpe, s.residual[0]);
+      if (tp_.active()) tp_.reduce_forward(s.residual[0]);
+    } else {
+      Scratch& w = scratch(s.B, s.T);
+      lookup_pieces(s.tokens, tp_partial ? nullptr : wpe, w.full);
+      tp_.sequence_reduce_scatter_forward(ctx_, w.full, s.residual[0]);
+    }
+    return;
+  }
+  const UnitUse use(hooks_, embedding_unit_, ParamUse::Forward);
+  const Tensor& wte = store_.param(static_cast<std::size_t>(wte_));
   // The embedding kernel reads the fp32 tables and rounds their sum once into the activation dtype.
   if (!tp_.active()) {
     if (wpe) {
@@ -526,6 +560,24 @@ void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
   nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_), tp_.rank() == 0 ? wpe : nullptr,
                               w.full);
   tp_.sequence_reduce_scatter_forward(ctx_, w.full, s.residual[0]);
+}
+
+// The lookup one vocabulary piece (a unit) at a time, the last (with wpe) first: each piece adds
+// its tokens' rows in fp32, and the sum is rounded once into out's dtype. Every element is e + p
+// plus exact zeros, so it has the bits of the single lookup (see embedding_forward_slice).
+void Gpt::lookup_pieces(const Tensor& tokens, const Tensor* wpe, Tensor& out) {
+  const std::int64_t rows = store_.param(static_cast<std::size_t>(wte_)).dim(0);
+  const std::int64_t begin = tp_.active() ? partition_.vocab_begin(config_) : 0;
+  Tensor sum = out.dtype() == DType::F32 ? out : Tensor::empty(out.shape(), DType::F32, ctx_);
+  Tensor part = Tensor::empty(out.shape(), DType::F32, ctx_);
+  for (int k = vocab_pieces_ - 1; k >= 0; --k) {
+    const UnitUse use(hooks_, wte_units_[static_cast<std::size_t>(k)], ParamUse::Forward);
+    const Tensor& piece = store_.param(static_cast<std::size_t>(wte_ + k));
+    const bool last = k == vocab_pieces_ - 1;
+    nn::embedding_forward_slice(ctx_, tokens, piece, begin + k * rows, last ? wpe : nullptr, last ? sum : part);
+    if (!last) kernels::binary(ctx_, BinaryOp::Add, sum, part, sum);
+  }
+  if (out.dtype() != DType::F32) kernels::cast(ctx_, sum, out);
 }
 
 void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
@@ -704,6 +756,14 @@ void Gpt::chunk_loss(Tensor& logits, const Tensor& targets, Tensor& losses, Tens
   nn::vocab_parallel_loss(ctx_, row_max, sum_exp, target_logit, losses, lse);
 }
 
+// logits [rows, this rank's vocabulary] = x wte^T, one vocabulary piece (a unit) at a time into its columns.
+void Gpt::head_logits_by_piece(const Tensor& x, Tensor& logits) {
+  for (std::size_t k = 0; k < head_pieces_.size(); ++k) {
+    const UnitUse use(hooks_, head_units_[k], ParamUse::Forward);
+    head_pieces_[k].forward_columns(ctx_, x, logits, static_cast<std::int64_t>(k) * head_pieces_[k].out_features());
+  }
+}
+
 float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::optional<float> loss_weight) {
   MT_CHECK(static_cast<std::int64_t>(targets.size()) == static_cast<std::int64_t>(s.B) * s.T, "forward: ",
            targets.size(), " targets for a batch of ", s.B, " x ", s.T);
@@ -713,8 +773,11 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
   const Tensor& lnf = head_input(s, w);
   const bool training = loss_weight.has_value();
   // The tied embedding: read for the logits, and in training its gradient made here (ZeRO-2/3
-  // reduce what this use wrote when it ends).
-  const UnitUse use_wte(hooks_, head_unit_, training ? ParamUse::ForwardWithGradient : ParamUse::Forward);
+  // reduce what this use wrote when it ends). Cut into vocabulary pieces, each piece is used twice
+  // per row chunk instead: for its logits, then for its gradients.
+  const bool cut = vocab_pieces_ > 1;
+  std::optional<UnitUse> use_wte;
+  if (!cut) use_wte.emplace(hooks_, head_units_[0], training ? ParamUse::ForwardWithGradient : ParamUse::Forward);
   const Tensor& wte = store_.compute_param(static_cast<std::size_t>(head_weight_));
   const std::int64_t N = s.losses.numel(), R = w.head_logits.shape()[0];
   const float dloss = training ? *loss_weight / static_cast<float>(N) : 0.0f;
@@ -724,7 +787,11 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
     const Tensor x = lnf.narrow(first, rows), targets_c = s.targets.narrow(first, rows);
     Tensor losses = s.losses.narrow(first, rows), lse = s.lse.narrow(first, rows);
     // logits = lnf wte^T over this rank's vocabulary rows (padding columns are ignored by the loss).
-    matmul(ctx_, x, false, wte, true, logits);
+    if (!cut) {
+      matmul(ctx_, x, false, wte, true, logits);
+    } else {
+      head_logits_by_piece(x, logits);
+    }
     chunk_loss(logits, targets_c, losses, lse, w, first);
     if (!training) continue;
     // dlogits replaces the logits; then through the tied LM head: the embedding's gradient (fp32
@@ -735,8 +802,17 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
       nn::vocab_parallel_cross_entropy_backward(ctx_, logits, targets_c, lse, partition_.vocab_begin(config_),
                                                 config_.vocab_size, dloss, logits);
     }
-    matmul(ctx_, logits, true, x, false, store_.grad(static_cast<std::size_t>(head_weight_)), 1.0f, 1.0f);
     Tensor dlnf = s.dlnf.narrow(first, rows);
+    if (cut) {
+      for (std::size_t k = 0; k < head_pieces_.size(); ++k) {
+        const UnitUse use(hooks_, head_units_[k], ParamUse::ForwardWithGradient);
+        const std::int64_t col = static_cast<std::int64_t>(k) * head_pieces_[k].out_features();
+        head_pieces_[k].backward_weights_columns(ctx_, logits, col, x);
+        head_pieces_[k].backward_input_columns(ctx_, logits, col, dlnf, k > 0);
+      }
+      continue;
+    }
+    matmul(ctx_, logits, true, x, false, store_.grad(static_cast<std::size_t>(head_weight_)), 1.0f, 1.0f);
     matmul(ctx_, logits, false, wte, false, dlnf);
   }
   s.head_gradient = training;
@@ -784,7 +860,7 @@ void Gpt::take_head_gradient(Slot& s) {
 
 void Gpt::head_backward(Slot& s, Scratch& w) {
   take_head_gradient(s);
-  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), 1);  // made whole by the forward
+  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), static_cast<std::size_t>(vocab_pieces_));  // made whole by the forward
   // The forward made dwte and this rank's part of dlnf; each rank's vocabulary slice contributed
   // part of dlnf: their sum, then lnf.
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Backward);
@@ -834,26 +910,37 @@ void Gpt::backward_chunk(int chunk, int micro, const GradReady& on_ready) {
 // The embedding's gradients from the chunk's input gradient, and the grad-ready calls that end a
 // backward (fused or W).
 void Gpt::embedding_backward(Slot& s, bool gathered_by_b) {
-  const UnitUse use(hooks_, embedding_unit_, ParamUse::BackwardWeights);
-  Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
   Tensor* dwpe = wpe_ >= 0 ? &store_.grad(static_cast<std::size_t>(wpe_)) : nullptr;
-  if (!tp_.active()) {
-    if (dwpe) {
-      nn::embedding_backward(ctx_, s.tokens, s.dres, dwte, *dwpe);
-    } else {
-      nn::embedding_backward_slice(ctx_, s.tokens, s.dres, 0, dwte, nullptr);
+  // With sequence parallelism each rank holds its rows of the gradient: gather every position's
+  // (the adjoint of the forward's reduce-scatter), so wpe's gradient stays the same on every rank.
+  // (A split backward's B gathered it already.)
+  const Tensor& dout = !tp_.active() ? s.dres
+                       : options_.sequence_parallel && gathered_by_b ? s.demb
+                                                                     : tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
+  if (vocab_pieces_ > 1) {
+    // Piece by piece in the forward's order, dwpe with the last: each row of a piece has the bits of
+    // the whole table's (embedding_backward_slice).
+    const std::int64_t rows = store_.param(static_cast<std::size_t>(wte_)).dim(0);
+    const std::int64_t begin = tp_.active() ? partition_.vocab_begin(config_) : 0;
+    for (int k = vocab_pieces_ - 1; k >= 0; --k) {
+      const UnitUse use(hooks_, wte_units_[static_cast<std::size_t>(k)], ParamUse::BackwardWeights);
+      nn::embedding_backward_slice(ctx_, s.tokens, dout, begin + k * rows, store_.grad(static_cast<std::size_t>(wte_ + k)),
+                                   k == vocab_pieces_ - 1 ? dwpe : nullptr);
     }
   } else {
-    // With sequence parallelism each rank holds its rows of the gradient: gather every position's
-    // (the adjoint of the forward's reduce-scatter), so wpe's gradient stays the same on every rank.
-    // (A split backward's B gathered it already.)
-    const Tensor& dout =
-        options_.sequence_parallel && gathered_by_b ? s.demb : tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
-    nn::embedding_backward_slice(ctx_, s.tokens, dout, partition_.vocab_begin(config_), dwte, dwpe);
+    const UnitUse use(hooks_, embedding_unit_, ParamUse::BackwardWeights);
+    Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
+    if (tp_.active()) {
+      nn::embedding_backward_slice(ctx_, s.tokens, dout, partition_.vocab_begin(config_), dwte, dwpe);
+    } else if (dwpe) {
+      nn::embedding_backward(ctx_, s.tokens, dout, dwte, *dwpe);
+    } else {
+      nn::embedding_backward_slice(ctx_, s.tokens, dout, 0, dwte, nullptr);
+    }
   }
   if (wpe_ >= 0) ready(static_cast<std::size_t>(wpe_), 1);
   // The tied embedding is complete here only if the head's contribution came from this rank too.
-  if (!config_.tied_head() || partition_.head) ready(static_cast<std::size_t>(wte_), 1);
+  if (!config_.tied_head() || partition_.head) ready(static_cast<std::size_t>(wte_), static_cast<std::size_t>(vocab_pieces_));
 }
 
 // ---- Split backward (B, then W) ---------------------------------------------------------------
@@ -915,7 +1002,7 @@ void Gpt::head_backward_input(Slot& s) {
 }
 
 void Gpt::head_backward_weights(Slot& s) {
-  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), 1);  // made whole by the forward
+  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), static_cast<std::size_t>(vocab_pieces_));  // made whole by the forward
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardWeights);
   layernorm_backward_params(lnf_, head_dlnf(s), s.residual.back(), s.lnf_mean, s.lnf_rstd, scratch(s.B, s.T));
   ready(static_cast<std::size_t>(lnf_first_), units_[static_cast<std::size_t>(lnf_unit_)].count);
@@ -1063,8 +1150,12 @@ void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
       s.bytes += static_cast<std::int64_t>(s.logits.nbytes());
     }
     const Tensor& lnf = head_input(s, w);
-    const UnitUse use_wte(hooks_, head_unit_, ParamUse::Forward);
-    matmul(ctx_, lnf, false, store_.compute_param(static_cast<std::size_t>(head_weight_)), true, s.logits);
+    if (vocab_pieces_ > 1) {
+      head_logits_by_piece(lnf, s.logits);
+    } else {
+      const UnitUse use_wte(hooks_, head_units_[0], ParamUse::Forward);
+      matmul(ctx_, lnf, false, store_.compute_param(static_cast<std::size_t>(head_weight_)), true, s.logits);
+    }
   } catch (...) {
     release(0, 0);
     throw;

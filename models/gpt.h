@@ -78,6 +78,10 @@ struct GptOptions {
   // Rows per chunk of the LM head's logits; 0: from the byte budget (models/head_chunks.h). Tests
   // force several chunks on tiny models.
   std::int64_t head_chunk_rows = 0;
+  // Vocabulary-row pieces of wte and lm_head (gpt_vocab_pieces, models/gpt_sharding.h): each its own
+  // parameter and unit, so ZeRO-3 gathers one piece at a time. Above 1 the LM head makes each row
+  // chunk's logits piece by piece into their columns, and its gradients the same way.
+  int vocab_pieces = 1;
 };
 
 // A stage's parameter units (see Gpt::param_units) from its store's specs, in store order: what
@@ -113,7 +117,8 @@ class Gpt {
 
   // The store's parameters in units (models/param_use.h), in store order: "embedding" (wte and wpe,
   // or the tied wte alone on a last stage that holds no embedding layer), "h.<l>" per layer,
-  // "lnf". The head uses "embedding" (its tied wte) and "lnf" together.
+  // "lnf", llama's "head". The head uses "lnf", then "embedding" (its tied wte) or "head". With
+  // vocabulary pieces, "embedding.<k>" per wte piece (the last with wpe) and "head.<k>".
   const std::vector<ParamUnit>& param_units() const { return units_; }
   // Told around every use of a unit from now on (null: nobody). Must outlive the model's use of it.
   void set_param_hooks(ParamUseHooks* hooks) { hooks_ = hooks; }
@@ -204,6 +209,8 @@ class Gpt {
   Slot& live(int chunk, int micro) const;
   Scratch& scratch(int B, int T);
   void embed(Slot& s, std::span<const std::int32_t> inputs);
+  void lookup_pieces(const Tensor& tokens, const Tensor* wpe, Tensor& out);
+  void head_logits_by_piece(const Tensor& x, Tensor& logits);
   // The head's forward: lnf into the scratch (gathered with sequence parallelism), then the chunks.
   const Tensor& head_input(Slot& s, Scratch& w);
   float head_loss(Slot& s, std::span<const std::int32_t> targets, std::optional<float> loss_weight);
@@ -268,10 +275,16 @@ class Gpt {
   std::vector<ChunkInfo> chunks_;
   Norm lnf_;
   // Parameter indices (-1: not held). head_weight_: what the LM head reads (wte tied, or lm_head).
+  // wte, lm_head and head_weight_ are the first of vocab_pieces consecutive row pieces.
   std::int64_t wte_ = -1, wpe_ = -1, lnf_first_ = -1, lm_head_ = -1, head_weight_ = -1;
+  int vocab_pieces_ = 1;
+  std::vector<Linear> head_pieces_;  // the LM head's pieces as bias-free linears (vocab_pieces > 1)
   nn::AttentionHeads attention_heads_;  // this rank's q and kv heads (models/gpt_sharding.h)
   std::vector<ParamUnit> units_;
-  int embedding_unit_ = -1, lnf_unit_ = -1, head_unit_ = -1;  // indices into units_ (-1: not held)
+  // Indices into units_ (-1: not held). embedding_unit_: the unit with wpe and (uncut) wte; with
+  // vocab pieces, wte_units_[k] is piece k's and head_units_ the head's (the last with wpe).
+  int embedding_unit_ = -1, lnf_unit_ = -1;
+  std::vector<int> wte_units_, head_units_;
   ParamUseHooks* hooks_ = nullptr;
   std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
   std::vector<std::unique_ptr<Slot>> pool_;

@@ -55,8 +55,10 @@ std::vector<std::pair<std::int64_t, std::int64_t>> ParamShard::full_runs() const
   return runs;
 }
 
-std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition) {
+std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition, int pieces) {
   partition.validate(config);
+  MT_CHECK(pieces >= 1 && config.vocab_rows() / partition.tp_size % pieces == 0, pieces,
+           " vocabulary pieces do not divide the ", config.vocab_rows() / partition.tp_size, " rows of a rank");
   auto holds_layer = [&](int layer) {
     for (const LayerRange& c : partition.chunks)
       if (layer >= c.begin && layer < c.end) return true;
@@ -94,9 +96,39 @@ std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptParti
     }
     if (partition.tp_size == 1) s.split_dim = -1, s.blocks = 1;  // nothing to split
     if (s.split_dim >= 0) s.local.shape[static_cast<std::size_t>(s.split_dim)] /= partition.tp_size;
+    if (pieces > 1 && (spec.kind == ParamKind::TokenEmbedding || spec.kind == ParamKind::LmHead)) {
+      s.split_dim = 0;
+      s.parts = partition.tp_size * pieces;
+      s.local.shape[0] /= pieces;
+      for (int k = 0; k < pieces; ++k) {
+        s.part = partition.tp_rank * pieces + k;
+        s.local.name = spec.name + "#" + std::to_string(k);  // a store name of its own
+        shards.push_back(s);
+      }
+      continue;
+    }
     shards.push_back(std::move(s));
   }
   return shards;
+}
+
+int vocab_pieces(std::int64_t local_vocab_rows, std::int64_t channels, std::int64_t layer_numel) {
+  MT_CHECK(local_vocab_rows >= 1 && channels >= 1 && layer_numel >= 1, "vocabulary pieces of ", local_vocab_rows,
+           " x ", channels, " against a layer of ", layer_numel);
+  for (std::int64_t k = 1; k < local_vocab_rows; ++k)
+    if (local_vocab_rows % k == 0 && local_vocab_rows / k * channels <= layer_numel) return static_cast<int>(k);
+  return static_cast<int>(local_vocab_rows);
+}
+
+int gpt_vocab_pieces(const GptConfig& config, int tp_size, int zero_stage) {
+  if (zero_stage < 3 || config.layers < 1) return 1;
+  GptPartition one_layer;  // tp rank 0 of layer 0: every rank's layers are cut alike
+  one_layer.chunks = {{0, 1}};
+  one_layer.tp_size = tp_size;
+  std::int64_t layer_numel = 0;
+  for (const ParamShard& s : gpt_param_shards(config, one_layer))
+    if (s.full.layer == 0) layer_numel += s.local.numel();
+  return vocab_pieces(config.vocab_rows() / tp_size, config.channels, layer_numel);
 }
 
 bool is_primary_copy(const ParamShard& shard, const GptPartition& partition) {

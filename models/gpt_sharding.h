@@ -16,7 +16,12 @@
 // model sums over the group (Megatron replicates kv heads the same way when tp exceeds them).
 // Every element of a shard maps to one element of the full tensor, so initialization (a pure
 // function of the full index, models/init.h) and gathering are exact for any layout.
-// defines: GptPartition, ParamShard, gpt_param_shards, is_primary_copy
+//
+// ZeRO-3 gathers one parameter unit at a time (models/param_use.h), so its largest unit sets the
+// step's peak; a token embedding of 50K rows can outweigh several layers. It therefore cuts the
+// token embedding and llama's lm_head into vocabulary-row pieces: parameters of their own, each one
+// more part along dim 0 (part tp_rank * pieces + k of tp_size * pieces), each its own unit.
+// defines: GptPartition, ParamShard, gpt_param_shards, is_primary_copy, vocab_pieces, gpt_vocab_pieces
 #pragma once
 
 #include <cstdint>
@@ -50,7 +55,7 @@ struct GptPartition : ModelPartition {
 // One local parameter and its place in the full tensor.
 struct ParamShard {
   ParamSpec full;       // the full parameter (name, kind, full shape)
-  ParamSpec local;      // the same name with this rank's shape
+  ParamSpec local;      // the same name with this rank's shape ("wte#k" for vocabulary piece k)
   int split_dim = -1;   // -1: whole (replicated over the tp group when tp > 1)
   int blocks = 1;       // blocks along split_dim, each split separately (qkv: q, k, v)
   int parts = 1, part = 0;
@@ -60,8 +65,15 @@ struct ParamShard {
   std::vector<std::pair<std::int64_t, std::int64_t>> full_runs() const;
 };
 
-// The parameters a partition holds, in the order of gpt_parameter_specs (wte, wpe, layers, lnf, lm_head).
-std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition);
+// The parameters a partition holds, in the order of gpt_parameter_specs (wte, wpe, layers, lnf, lm_head);
+// wte and lm_head each as `pieces` consecutive row pieces (vocab_pieces) when pieces > 1.
+std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition, int pieces = 1);
+
+// The fewest pieces that bring a rank's [local_vocab_rows, channels] table within one layer's
+// parameters on that rank (1 when it is already): a divisor of local_vocab_rows, so the pieces are equal.
+int vocab_pieces(std::int64_t local_vocab_rows, std::int64_t channels, std::int64_t layer_numel);
+// The same for a model at tp_size: the pieces ZeRO-3 cuts wte and lm_head into (1 below stage 3).
+int gpt_vocab_pieces(const GptConfig& config, int tp_size, int zero_stage);
 
 // Whether `shard`, as `partition` holds it, is the copy that counts among the copies inside one
 // pipeline: not a replicated tensor on tp rank > 0, nor the tied embedding's copy on a rank without

@@ -89,11 +89,12 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
            "the groups' mesh ", mesh.describe(), " is not the plan's ", plan_.mesh().describe());
   const GptPartition partition = plan_.partition(groups_.coord);
   GptOptions options{plan_.layout().recompute, plan_.layout().sequence_parallel};
+  options.vocab_pieces = gpt_vocab_pieces(config, mesh.tp, plan_.layout().zero);
   GptUnitCut cut;  // ZeRO 2/3
   if (plan_.layout().zero >= 2) {
     // The store is built in the units' shard blocks from the start: no buffer of the whole stage.
     std::vector<ParamSpec> specs;
-    for (const ParamShard& shard : gpt_param_shards(config, partition)) specs.push_back(shard.local);
+    for (const ParamShard& shard : gpt_param_shards(config, partition, options.vocab_pieces)) specs.push_back(shard.local);
     cut = gpt_unit_cut(specs, mesh.dp);
     options.store_blocks = cut.store_blocks;
   }
@@ -109,15 +110,20 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   for (std::size_t i = 0; i < store.size(); ++i) {
     const ParamShard& shard = model_->shards()[i];
     // The tied embedding (gpt2) is reduced at the step's end; an untied one (llama) as any parameter.
-    if (shard.full.kind == ParamKind::TokenEmbedding && config.tied_head()) wte_index_ = static_cast<std::int64_t>(i);
+    if (shard.full.kind == ParamKind::TokenEmbedding && config.tied_head() && wte_index_ < 0)
+      wte_index_ = static_cast<std::int64_t>(i);  // the first of its vocabulary pieces
     const double weight = mt::is_primary_copy(shard, partition) ? 1.0 : 0.0;
-    flat.push_back({shard.full.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
+    flat.push_back({shard.local.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
   }
   if (plan_.layout().zero >= 2) {
     units_ = std::make_unique<UnitShards>(ctx_, *groups_.dp, store, model_->param_units(), std::move(cut.alone),
                                           plan_.layout().zero, plan_.layout().overlap);
-    for (std::size_t b = 0; b < units_->blocks().size(); ++b)
-      if (wte_index_ >= 0 && units_->blocks()[b].first == static_cast<std::size_t>(wte_index_)) wte_block_ = static_cast<int>(b);
+    for (std::size_t b = 0; b < units_->blocks().size(); ++b) {
+      const std::size_t first = units_->blocks()[b].first;
+      if (wte_index_ >= 0 && first >= static_cast<std::size_t>(wte_index_) &&
+          first < static_cast<std::size_t>(wte_index_ + options.vocab_pieces))
+        wte_blocks_.push_back(static_cast<int>(b));
+    }
     std::vector<UnitShardedAdamW::ParamInfo> info;
     for (const FlatParam& fp : flat) info.push_back({fp.name, fp.numel, fp.decay, fp.norm_weight});
     unit_optimizer_ = std::make_unique<UnitShardedAdamW>(ctx_, *units_, info, settings_.adamw);
@@ -275,7 +281,8 @@ StepRecord ParallelTrainer::step() {
     units_->finish_round();
     // Each copy of the tied embedding reduced its part over its dp group into identically cut
     // owned shards: sum the two shards.
-    if (tied_across_stages_ && groups_.embedding) groups_.embedding->allreduce(units_->owned_grads(wte_block_));
+    if (tied_across_stages_ && groups_.embedding)
+      for (const int b : wte_blocks_) groups_.embedding->allreduce(units_->owned_grads(b));
     sumsq = unit_optimizer_->owned_grad_sum_of_squares();
   } else {
     store.zero_grads(ctx_);
@@ -319,9 +326,11 @@ StepRecord ParallelTrainer::step() {
     // The two copies took the same update from gradients summed in other orders (each stage's dp
     // buckets are cut differently): with dp > 2 their last bits could part. The first stage's copy
     // is the one, so the last stage takes it (with ZeRO-2/3 shard by shard: both cut it alike).
-    groups_.embedding->broadcast(units_ ? units_->owned_params(wte_block_)
-                                        : model_->parameters().param(static_cast<std::size_t>(wte_index_)),
-                                 {0});
+    if (units_) {
+      for (const int b : wte_blocks_) groups_.embedding->broadcast(units_->owned_params(b), {0});
+    } else {
+      groups_.embedding->broadcast(model_->parameters().param(static_cast<std::size_t>(wte_index_)), {0});
+    }
   }
   if (units_) units_->gather_after_step();  // ZeRO-2: the full parameters again; ZeRO-3 gathers at each use
   comm_s += since(after_update);

@@ -106,7 +106,7 @@ class ParallelTrainer {
   std::unique_ptr<DistributedAdamW> optimizer_;
   std::unique_ptr<UnitShards> units_;
   std::unique_ptr<UnitShardedAdamW> unit_optimizer_;
-  int wte_block_ = -1;  // ZeRO 2/3: the tied embedding's block
+  std::vector<int> wte_blocks_;  // ZeRO 2/3: the tied embedding's blocks (one per vocabulary piece)
   std::unique_ptr<PipelineExecutor> executor_;
   std::int64_t wte_index_ = -1;
   bool tied_across_stages_ = false;
