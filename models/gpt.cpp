@@ -284,37 +284,6 @@ std::int64_t Gpt::qkv_local_width() const {
 
 bool Gpt::kv_replicated() const { return config_.is_llama() && tp_.active() && !partition_.splits_kv_heads(config_); }
 
-std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs) {
-  std::vector<ParamUnit> units;
-  for (std::size_t i = 0; i < specs.size();) {
-    const ParamSpec& s = specs[i];
-    ParamUnit unit{"", i, 1};
-    if (s.layer >= 0) {
-      unit.name = "h." + std::to_string(s.layer);
-      while (i + unit.count < specs.size() && specs[i + unit.count].layer == s.layer) ++unit.count;
-    } else if (s.kind == ParamKind::TokenEmbedding || s.kind == ParamKind::LmHead) {
-      // llama's untied LM head is "head". Vocabulary pieces (GptOptions::vocab_pieces) are a unit
-      // each, "embedding.<k>"; wpe joins the last.
-      const std::string name = s.kind == ParamKind::LmHead ? "head" : "embedding";
-      std::size_t pieces = 1;
-      while (i + pieces < specs.size() && specs[i + pieces].kind == s.kind) ++pieces;
-      for (std::size_t k = 0; k + 1 < pieces; ++k) units.push_back({name + "." + std::to_string(k), i + k, 1});
-      unit = {pieces > 1 ? name + "." + std::to_string(pieces - 1) : name, i + pieces - 1, 1};
-      i += pieces - 1;
-      if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::PositionEmbedding) unit.count = 2;
-    } else if (s.kind == ParamKind::LnfWeight) {
-      unit.name = "lnf";
-      if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::LnfBias) unit.count = 2;
-    } else {
-      MT_FAIL("parameter '", s.name, "' belongs to no unit");
-    }
-    MT_CHECK(i + unit.count <= specs.size(), "unit '", unit.name, "' runs past the parameters");
-    i += unit.count;
-    units.push_back(std::move(unit));
-  }
-  return units;
-}
-
 Gpt::~Gpt() = default;
 
 void Gpt::init(std::uint64_t seed) { init_gpt_parameters(ctx_, store_, shards_, config_, seed); }
@@ -804,12 +773,15 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
     }
     Tensor dlnf = s.dlnf.narrow(first, rows);
     if (cut) {
+      // dlnf sums the pieces' products in fp32, rounded once into the compute dtype.
+      Tensor sum = dlnf.dtype() == DType::F32 ? dlnf : Tensor::empty(dlnf.shape(), DType::F32, ctx_);
       for (std::size_t k = 0; k < head_pieces_.size(); ++k) {
         const UnitUse use(hooks_, head_units_[k], ParamUse::ForwardWithGradient);
         const std::int64_t col = static_cast<std::int64_t>(k) * head_pieces_[k].out_features();
         head_pieces_[k].backward_weights_columns(ctx_, logits, col, x);
-        head_pieces_[k].backward_input_columns(ctx_, logits, col, dlnf, k > 0);
+        head_pieces_[k].backward_input_columns(ctx_, logits, col, sum, k > 0);
       }
+      if (dlnf.dtype() != DType::F32) kernels::cast(ctx_, sum, dlnf);
       continue;
     }
     matmul(ctx_, logits, true, x, false, store_.grad(static_cast<std::size_t>(head_weight_)), 1.0f, 1.0f);

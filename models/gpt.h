@@ -84,10 +84,6 @@ struct GptOptions {
   int vocab_pieces = 1;
 };
 
-// A stage's parameter units (see Gpt::param_units) from its store's specs, in store order: what
-// Gpt::param_units() will return, known before the model (and its store) is built.
-std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs);
-
 class Gpt {
  public:
   // Told a parameter's index as soon as its gradient for the step is complete, during a backward

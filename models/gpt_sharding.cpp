@@ -136,4 +136,35 @@ bool is_primary_copy(const ParamShard& shard, const GptPartition& partition) {
   return !(shard.full.kind == ParamKind::TokenEmbedding && !partition.embedding);
 }
 
+std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs) {
+  std::vector<ParamUnit> units;
+  for (std::size_t i = 0; i < specs.size();) {
+    const ParamSpec& s = specs[i];
+    ParamUnit unit{"", i, 1};
+    if (s.layer >= 0) {
+      unit.name = "h." + std::to_string(s.layer);
+      while (i + unit.count < specs.size() && specs[i + unit.count].layer == s.layer) ++unit.count;
+    } else if (s.kind == ParamKind::TokenEmbedding || s.kind == ParamKind::LmHead) {
+      // llama's untied LM head is "head". Vocabulary pieces (GptOptions::vocab_pieces) are a unit
+      // each, "embedding.<k>"; wpe joins the last.
+      const std::string name = s.kind == ParamKind::LmHead ? "head" : "embedding";
+      std::size_t pieces = 1;
+      while (i + pieces < specs.size() && specs[i + pieces].kind == s.kind) ++pieces;
+      for (std::size_t k = 0; k + 1 < pieces; ++k) units.push_back({name + "." + std::to_string(k), i + k, 1});
+      unit = {pieces > 1 ? name + "." + std::to_string(pieces - 1) : name, i + pieces - 1, 1};
+      i += pieces - 1;
+      if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::PositionEmbedding) unit.count = 2;
+    } else if (s.kind == ParamKind::LnfWeight) {
+      unit.name = "lnf";
+      if (i + 1 < specs.size() && specs[i + 1].kind == ParamKind::LnfBias) unit.count = 2;
+    } else {
+      MT_FAIL("parameter '", s.name, "' belongs to no unit");
+    }
+    MT_CHECK(i + unit.count <= specs.size(), "unit '", unit.name, "' runs past the parameters");
+    i += unit.count;
+    units.push_back(std::move(unit));
+  }
+  return units;
+}
+
 }  // namespace mt

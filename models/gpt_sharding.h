@@ -21,7 +21,8 @@
 // step's peak; a token embedding of 50K rows can outweigh several layers. It therefore cuts the
 // token embedding and llama's lm_head into vocabulary-row pieces: parameters of their own, each one
 // more part along dim 0 (part tp_rank * pieces + k of tp_size * pieces), each its own unit.
-// defines: GptPartition, ParamShard, gpt_param_shards, is_primary_copy, vocab_pieces, gpt_vocab_pieces
+// defines: GptPartition, ParamShard, gpt_param_shards, is_primary_copy, vocab_pieces, gpt_vocab_pieces,
+//          gpt_param_units
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,7 @@
 
 #include "models/gpt_config.h"
 #include "models/gpt_parameters.h"
+#include "models/param_use.h"  // defines: ParamUnit
 #include "parallel/layout_plan.h"  // defines: ModelPartition
 
 namespace mt {
@@ -74,6 +76,12 @@ std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptParti
 int vocab_pieces(std::int64_t local_vocab_rows, std::int64_t channels, std::int64_t layer_numel);
 // The same for a model at tp_size: the pieces ZeRO-3 cuts wte and lm_head into (1 below stage 3).
 int gpt_vocab_pieces(const GptConfig& config, int tp_size, int zero_stage);
+
+// A stage's parameter units (models/param_use.h) from its store's specs, in store order: what
+// Gpt::param_units() will return, known before the model (and its store) is built. "embedding"
+// (wte, and wpe where held), "h.<l>" per layer, "lnf", llama's "head"; vocabulary pieces are a unit
+// each, "embedding.<k>" (wpe joins the last) and "head.<k>".
+std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs);
 
 // Whether `shard`, as `partition` holds it, is the copy that counts among the copies inside one
 // pipeline: not a replicated tensor on tp rank > 0, nor the tied embedding's copy on a rank without

@@ -90,6 +90,7 @@ void Linear::backward_input_columns(DeviceContext& ctx, const Tensor& dy, std::i
   g.c = dx2.data(), g.ldc = g.n;
   g.beta = accumulate_dx ? 1.0f : 0.0f;
   g.dtype = dy.dtype();
+  g.c_dtype = dx2.dtype();  // fp32 for a sum over several calls, rounded once after
   gemm(ctx, g);
 }
 

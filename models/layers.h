@@ -42,6 +42,7 @@ struct Linear {
   // The same three on columns [col, col + out) of a wider y / dy [N, width] (no bias): projections
   // that write their parts of one activation (llama's q and [k | v] into [q | k | v]).
   void forward_columns(DeviceContext& ctx, const Tensor& x, Tensor& y, std::int64_t col) const;
+  // dx may be fp32 whatever dy's dtype (a sum over several calls, rounded once by the caller).
   void backward_input_columns(DeviceContext& ctx, const Tensor& dy, std::int64_t col, Tensor& dx,
                               bool accumulate_dx) const;
   // dweight (or *into, fp32 of dweight's shape) += dy[:, cols]^T x; = without `accumulate`.

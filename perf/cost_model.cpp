@@ -194,42 +194,52 @@ double exposed_gathers(const std::vector<std::pair<double, double>>& units) {
   return exposed;
 }
 
-// One stage's units in forward order (the embedding, the layers, the final layernorm; the head's
-// tied embedding with it on the last stage, or llama's lm_head, its own unit after lnf), and their exposed
-// gathers forward and backward (the reverse order, backward's compute).
+// One stage's units in forward order and their exposed gathers forward and backward (the layers in
+// reverse order with backward's compute). Forward: the embedding (a lookup: no GEMM); the layers;
+// lnf. The head reads lnf, then its weight (the tied wte copy, or llama's lm_head) with its three
+// GEMMs; cut into vocabulary pieces, each piece is gathered twice per row chunk of the logits, once
+// for them (a third of the GEMMs) and once for the gradients. Backward gathers lnf and the layers:
+// the head's and the embedding's gradients need no parameters.
 void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan, double rate,
-                           const Link& dp_link, int s, StageTimes& st) {
+                           const Link& dp_link, bool cuda, int s, StageTimes& st) {
   const Layout& layout = plan.layout();
-  const std::vector<std::int64_t> units = stage_parameter_units(model, plan, s);
-  const bool head_stage = local_chunk_of(plan.placement(), layout.pp, layout.pp * layout.virtual_stages - 1).stage == s;
-  const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
-  int layers = 0;
-  for (int c = 0; c < layout.virtual_stages; ++c)
-    layers += plan.chunk_layers()[static_cast<std::size_t>(global_chunk_of(plan.placement(), layout.pp, s, c))];
   const ChunkWork layer = chunk_work(model, training, layout, 1, false, false);
   const ChunkWork head = chunk_work(model, training, layout, 0, false, true);
-  // The head's three GEMMs run in its forward; its backward is lnf's alone (not counted).
   const double layer_f = layer.forward_flops / rate, head_f = 3.0 * head.head_flops / rate;
   const double layer_b = (2.0 * layer.forward_flops + recompute_flops(layout, layer)) / rate;
   const auto gather = [&](std::int64_t numel) { return allgather_s(layout.dp, static_cast<double>(numel) * 4.0, dp_link); };
-  // units: [embedding unit if held], layers..., [lnf, and llama's lm_head, if held]; the embedding
-  // unit of a head stage without the embedding is the tied wte the head reads with lnf (gpt2;
-  // llama's head stage holds no wte: its head reads lm_head, the last unit, with lnf).
-  std::vector<std::pair<double, double>> forward;
-  std::size_t i = 0;
-  const bool holds_wte = embedding_stage || (head_stage && model.tied_head());
-  double tied = 0;
-  if (holds_wte) {
-    if (embedding_stage) forward.emplace_back(gather(units[i]), 0.0);  // the lookup: no GEMM
-    else tied = gather(units[i]);
-    ++i;
+  const auto named = [](const StageUnit& u, const char* prefix) { return u.name.rfind(prefix, 0) == 0; };
+  std::vector<std::pair<double, double>> forward, backward, head_weight;
+  double lnf = -1;
+  const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
+  const std::vector<StageUnit>& units = stage_units(model, plan, s);
+  int head_pieces = 0;
+  for (const StageUnit& u : units)
+    if ((model.tied_head() && named(u, "embedding")) || (!model.tied_head() && named(u, "head"))) ++head_pieces;
+  for (const StageUnit& u : units) {
+    const double g = gather(u.numel());
+    if (named(u, "h.")) {
+      forward.emplace_back(g, layer_f);
+      backward.emplace(backward.begin(), g, layer_b);
+    } else if (named(u, "lnf")) {
+      lnf = g;
+    }
+    if (named(u, "embedding") && embedding_stage) forward.emplace_back(g, 0.0);
+    if ((model.tied_head() && named(u, "embedding")) || (!model.tied_head() && named(u, "head")))
+      head_weight.emplace_back(g, head_f / head_pieces);
   }
-  for (int l = 0; l < layers; ++l, ++i) forward.emplace_back(gather(units[i]), layer_f);
-  if (head_stage && !model.tied_head()) tied = gather(units[i + 1]);  // lm_head
-  if (head_stage) forward.emplace_back(gather(units[i]) + tied, head_f);
-  std::vector<std::pair<double, double>> backward(forward.rbegin(), forward.rend());
-  for (auto& [g, c] : backward) c = c == layer_f ? layer_b : 0.0;
-  if (head_stage) backward.front().first -= tied;  // the head's backward reads lnf alone
+  if (lnf >= 0) {  // the head stage
+    forward.emplace_back(lnf, 0.0);
+    backward.emplace(backward.begin(), lnf, 0.0);
+    if (head_pieces == 1) {
+      forward.push_back(head_weight.front());
+    } else {
+      const auto chunks = head_chunks(model, training, layout, cuda);
+      for (std::int64_t c = 0; c < chunks; ++c)
+        for (const double part : {1.0 / 3.0, 2.0 / 3.0})
+          for (const auto& [g, f] : head_weight) forward.emplace_back(g, f * part / static_cast<double>(chunks));
+    }
+  }
   st.gather_f = exposed_gathers(forward);
   st.gather_b = exposed_gathers(backward);
   for (const auto& [g, c] : forward) st.gather_total += g;
@@ -262,7 +272,8 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     // Gpt::forward_chunk casts the whole fp32 master to bf16 (read 4, write 2 bytes each).
     if (training.precision == Precision::BF16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
   }
-  if (layout.zero == 3 && layout.dp > 1) zero3_exposed_gathers(model, training, plan, rate, dp_link, s, st);
+  if (layout.zero == 3 && layout.dp > 1)
+    zero3_exposed_gathers(model, training, plan, rate, dp_link, head_chunks_on_cuda(cluster), s, st);
   const double kv_rows = replicated_kv_rows(model, layout.tp);
   // Summed in every micro-batch's backward (models/gpt.cpp qkv_backward_weights).
   if (kv_rows > 0) st.kv_sum = plan.micro_batches() * allreduce_s(layout.tp, layers * kv_rows * C * 4.0, tp_link);

@@ -16,14 +16,19 @@
 #include <utility>
 
 namespace mt::perf {
+
+bool head_chunks_on_cuda(const Cluster& cluster) { return cluster.peak_dtype != "fp32"; }
+
+std::int64_t head_chunks(const ModelShape& model, const TrainingShape& training, const Layout& layout, bool cuda) {
+  const std::int64_t N = static_cast<std::int64_t>(layout.micro_batch) * training.seq_len;
+  const std::int64_t rows = head_chunk_rows(N, model.vocab_rows() / layout.tp, training.act_bytes(), cuda);
+  return (N + rows - 1) / rows;
+}
+
 namespace {
 
 // runtime/allocator.cpp rounds every block up to 256 bytes.
 double block(double bytes) { return std::ceil(std::max(bytes, 1.0) / 256.0) * 256.0; }
-
-// The LM head's chunk budget is the device's (models/head_chunks.h): CPU clusters rate their peak in
-// fp32, GPUs in bf16.
-bool head_chunks_on_cuda(const Cluster& cluster) { return cluster.peak_dtype != "fp32"; }
 
 // A caching allocator may serve a request from a cached block up to twice its size (and counts
 // the whole block): what a step allocates and frees again is counted at that worst.
@@ -259,9 +264,8 @@ double logits_bytes(const ModelShape& model, const TrainingShape& training, cons
 
 namespace {
 
-// ZeRO-2/3's blocks of one stage (parallel/unit_shards.h), per parameter unit (the embedding, the
-// layers, lnf, in store order): one per unit, the tied token embedding one of its own; each padded
-// to a multiple of dp.
+// ZeRO-2/3's blocks of one stage (parallel/unit_shards.h), per parameter unit (perf/model_shape.h
+// stage_units), each padded to a multiple of dp.
 struct ZeroBlocks {
   std::vector<std::vector<double>> units;  // padded elements of each unit's blocks
   int dp = 1;
@@ -314,25 +318,12 @@ const std::vector<int>& deferred_weights(const LayoutPlan& plan) {
 }
 
 ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stage) {
-  const Layout& layout = plan.layout();
-  MeshCoord coord;
-  coord.pp = stage;
-  const ModelPartition partition = plan.partition(coord);
-  const std::vector<std::int64_t> units = stage_parameter_units(model, plan, stage);
-  const double dp = layout.dp, wte = static_cast<double>(model.vocab_rows()) / layout.tp * model.channels;
-  const auto padded = [dp](double numel) { return std::ceil(numel / dp) * dp; };
-  // llama's last stage holds no wte: its lm_head is a unit of its own, the last.
-  const bool holds_wte = partition.embedding || (partition.head && model.tied_head());
+  const double dp = plan.layout().dp;
   ZeroBlocks z;
-  z.dp = layout.dp;
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    const auto numel = static_cast<double>(units[u]);
-    // The first unit is the embedding where the stage holds it or the tied head: wte alone, then wpe.
-    if (u == 0 && holds_wte && numel > wte) {
-      z.units.push_back({padded(wte), padded(numel - wte)});
-    } else {
-      z.units.push_back({padded(numel)});
-    }
+  z.dp = plan.layout().dp;
+  for (const StageUnit& unit : stage_units(model, plan, stage)) {
+    z.units.emplace_back();
+    for (const std::int64_t numel : unit.blocks) z.units.back().push_back(std::ceil(static_cast<double>(numel) / dp) * dp);
   }
   return z;
 }

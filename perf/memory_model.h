@@ -21,6 +21,7 @@
 // from B to W only, counted as many times per chunk as the schedule defers W's at once.
 // defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, weight_inputs_bytes,
 //          recomputed_weight_inputs_bytes, layer_activation_bytes, recompute_scratch_bytes, logits_bytes,
+//          head_chunks_on_cuda, head_chunks,
 //          estimate_stage_memory, estimate_memory, estimate_sampling_memory, describe
 #pragma once
 
@@ -82,6 +83,10 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
 // The head's one chunk of logits [R, Vp/tp], R = head_chunk_rows of a micro-batch's rows with the
 // budget of the device (cuda or the CPU).
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, bool cuda);
+// The LM head's chunk budget is the device's (models/head_chunks.h): CPU clusters rate their peak in
+// fp32, GPUs in bf16. And the chunks a micro-batch's rows take.
+bool head_chunks_on_cuda(const Cluster& cluster);
+std::int64_t head_chunks(const ModelShape& model, const TrainingShape& training, const Layout& layout, bool cuda);
 // What B keeps in one slot for W (the zero-bubble schedules): per layer 4 [N, C] + dqkv (gpt2
 // [N, 3C/tp]) of the compute dtype; the head and the embedding nothing. With sequence parallelism the layernorms' two
 // gradients are [N/tp, C], two gathered layernorm outputs [N, C] more per layer, the head's dlnf

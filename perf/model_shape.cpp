@@ -12,42 +12,52 @@ namespace mt::perf {
 namespace {
 
 // gpt_param_shards lists the whole model's tensors, by name; the layout search asks for the same
-// few partitions thousands of times, so their sizes are kept per (model, partition).
+// few partitions thousands of times, so their sizes are kept per (model, partition, vocabulary pieces).
 using ShardKey = std::tuple<ModelFamily, int, int, int, int, int, int, int, int, int, std::vector<std::pair<int, int>>,
-                            bool, bool>;
+                            bool, bool, int>;
 
-// Per tensor its elements; per parameter unit (models/param_use.h: the embedding, each layer, the
-// final layernorm, in that order) the elements of its tensors.
+// Per tensor its elements; the parameter units (gpt_param_units) with their ZeRO blocks.
 struct Shards {
-  std::vector<std::int64_t> tensors, units;
+  std::vector<std::int64_t> tensors;
+  std::vector<StageUnit> units;
 };
 
-const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition) {
+const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition, int pieces) {
   static std::mutex mutex;
   static std::map<ShardKey, Shards> cache;
   std::vector<std::pair<int, int>> chunks;
   for (const LayerRange& r : partition.chunks) chunks.emplace_back(r.begin, r.end);
   ShardKey key{model.family,       model.layers,       model.heads,         model.kv_heads, model.ffn_hidden,
                model.channels,     model.max_seq_len,  model.vocab_size,    model.padded_vocab,
-               partition.tp_size,  std::move(chunks),  partition.embedding, partition.head};
+               partition.tp_size,  std::move(chunks),  partition.embedding, partition.head, pieces};
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   Shards sizes;
-  // unit key: -1 the embedding, the layer, `layers` the final norm, `layers + 1` llama's lm_head (its
-  // own unit, "head": models/gpt.cpp's gpt_param_units)
-  std::map<int, std::int64_t> units;
-  for (const ParamShard& shard : gpt_param_shards(model, partition)) {
+  std::vector<ParamSpec> specs;
+  for (const ParamShard& shard : gpt_param_shards(model, partition, pieces)) {
     sizes.tensors.push_back(shard.local.numel());
-    const ParamKind kind = shard.full.kind;
-    const bool lnf_unit = kind == ParamKind::LnfWeight || kind == ParamKind::LnfBias;
-    const int unit = shard.full.layer >= 0           ? shard.full.layer
-                     : lnf_unit                      ? model.layers
-                     : kind == ParamKind::LmHead     ? model.layers + 1
-                                                     : -1;
-    units[unit] += shard.local.numel();
+    specs.push_back(shard.local);
   }
-  for (const auto& [unit, numel] : units) sizes.units.push_back(numel);
+  // A unit's blocks as parallel/unit_shards.h cuts them: one, the token embedding's own apart.
+  for (const ParamUnit& unit : gpt_param_units(specs)) {
+    StageUnit u{unit.name, {}};
+    bool open = false;
+    for (std::size_t i = unit.first; i < unit.first + unit.count; ++i) {
+      const bool alone = specs[i].kind == ParamKind::TokenEmbedding;
+      if (alone || !open) u.blocks.push_back(0);
+      u.blocks.back() += specs[i].numel();
+      open = !alone;
+    }
+    sizes.units.push_back(std::move(u));
+  }
   return cache.emplace(std::move(key), std::move(sizes)).first->second;
+}
+
+const Shards& stage_shards(const ModelShape& model, const LayoutPlan& plan, int stage) {
+  MeshCoord coord;
+  coord.pp = stage;  // tensor-parallel rank 0: every rank of the group holds shards of the same sizes
+  const Layout& layout = plan.layout();
+  return shard_sizes(model, plan.partition(coord), gpt_vocab_pieces(model, layout.tp, layout.zero));
 }
 
 }  // namespace
@@ -106,15 +116,19 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
 }
 
 std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const LayoutPlan& plan, int stage) {
-  MeshCoord coord;
-  coord.pp = stage;  // tensor-parallel rank 0: every rank of the group holds shards of the same sizes
-  return shard_sizes(model, plan.partition(coord)).tensors;
+  return stage_shards(model, plan, stage).tensors;
+}
+
+std::int64_t StageUnit::numel() const { return std::accumulate(blocks.begin(), blocks.end(), std::int64_t{0}); }
+
+const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage) {
+  return stage_shards(model, plan, stage).units;
 }
 
 std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage) {
-  MeshCoord coord;
-  coord.pp = stage;
-  return shard_sizes(model, plan.partition(coord)).units;
+  std::vector<std::int64_t> numels;
+  for (const StageUnit& u : stage_units(model, plan, stage)) numels.push_back(u.numel());
+  return numels;
 }
 
 std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, int stage) {

@@ -6,7 +6,7 @@
 // (parallel/layout_plan.h), as they do for the trainer.
 // defines: ModelShape, Precision, TrainingShape, Layout, describe, LayerWidths, layer_widths,
 //          replicated_kv_rows, ChunkWork, chunk_work, stage_parameter_tensors, stage_parameters,
-//          stage_parameter_units
+//          StageUnit, stage_units, stage_parameter_units
 #pragma once
 
 #include <cstdint>
@@ -80,10 +80,17 @@ ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, con
 // Every tensor-parallel rank holds shards of the same sizes. And their sum.
 std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const LayoutPlan& plan, int stage);
 std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, int stage);
-// The same elements by parameter unit (models/param_use.h: what ZeRO-3 gathers and ZeRO-2/3
-// reduce-scatter as one): the embedding (wte and wpe, or the head's tied wte copy), each layer, the
-// final norm (llama: with lm_head, which follows it in the store: models/gpt.cpp gpt_param_units);
-// in that order, those the stage holds.
+// The same elements by parameter unit (models/gpt_sharding.h gpt_param_units: what ZeRO-3 gathers
+// and ZeRO-2/3 reduce-scatter as one), in store order, those the stage holds: the embedding (wte
+// and wpe, or the head's tied wte copy), each layer, the final norm, llama's lm_head; with ZeRO-3's
+// vocabulary pieces (gpt_vocab_pieces) "embedding.<k>" and "head.<k>". Each with its blocks as
+// parallel/unit_shards.h cuts them (the token embedding in one of its own).
+struct StageUnit {
+  std::string name;
+  std::vector<std::int64_t> blocks;  // elements, before padding
+  std::int64_t numel() const;
+};
+const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage);
 std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage);
 
 }  // namespace mt::perf

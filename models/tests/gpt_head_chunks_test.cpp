@@ -87,6 +87,65 @@ TEST(HeadChunks, SeveralChunksGiveTheLossAndGradientsOfOne) {
   }
 }
 
+// ZeRO-3's vocabulary pieces (GptOptions::vocab_pieces): wte and lm_head as 4 row pieces, each
+// its own parameter, the head's logits and gradients made piece by piece into their columns and
+// the embedding looked up and scattered piece by piece. The pieces lie in the flat store in the
+// whole table's order, so the gradients compare element for element: within 1e-6 relative of the
+// whole table (the pieces' GEMMs may round apart from one over all columns, and dlnf sums the
+// pieces one after the other), also with several row chunks, on the layouts above. The
+// embedding's own gradient rows and its lookup keep their bits (only the head's GEMMs differ).
+TEST(HeadChunks, VocabularyPiecesGiveTheLossAndGradientsOfTheWholeTable) {
+  Communicator& world = testing::test_world();
+  DeviceContext& ctx = testing::test_context();
+  const TensorParallel tp(&world);
+  for (ModelFamily family : {ModelFamily::Gpt2, ModelFamily::Llama}) {
+    const GptConfig config = testing::split_test_config(family);
+    ASSERT_EQ(config.vocab_rows() / tp.size() % 4, 0);
+    auto layouts = testing::split_layouts(config);
+    layouts.resize(2);  // whole, three stages
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (const bool sp : tp.size() > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+        for (const testing::SplitLayout& layout : layouts) {
+          for (const std::int64_t rows : {0, 5}) {
+            SCOPED_TRACE(testing::config_name(config) + ", " + layout.name + ", " + dtype_name(dtype) + ", tp " +
+                         std::to_string(tp.size()) + (sp ? " sequence parallel" : "") + ", head rows " +
+                         std::to_string(rows));
+            GptOptions whole{Recompute::None, sp};
+            whole.head_chunk_rows = rows;
+            GptOptions pieces = whole;
+            pieces.vocab_pieces = 4;
+            const testing::PipelineOutcome want =
+                testing::run_pipeline(ctx, config, layout, dtype, BackwardOrder::Lagged, 2, 2, 8, tp, whole);
+            const testing::PipelineOutcome got =
+                testing::run_pipeline(ctx, config, layout, dtype, BackwardOrder::Lagged, 2, 2, 8, tp, pieces);
+            ASSERT_EQ(got.losses.size(), want.losses.size());
+            for (std::size_t m = 0; m < want.losses.size(); ++m)
+              EXPECT_NEAR(got.losses[m], want.losses[m], 1e-6 * want.losses[m]) << "micro-batch " << m;
+            ASSERT_EQ(got.grads.size(), want.grads.size());
+            for (std::size_t s = 0; s < want.grads.size(); ++s) {
+              ASSERT_EQ(got.grads[s].size(), want.grads[s].size());
+              EXPECT_LE(relative_error(got.grads[s], want.grads[s]), 1e-6) << "stage " << s;
+            }
+            EXPECT_EQ(got.input_grads.size(), want.input_grads.size());
+          }
+        }
+      }
+    }
+  }
+}
+
+// Pieces: the fewest that bring a rank's table within one layer, dividing its rows.
+TEST(HeadChunks, VocabularyPiecesAreTheFewestWithinALayer) {
+  EXPECT_EQ(vocab_pieces(50304, 384, 1774464), 12);  // small: 19.3M in pieces of 4192 rows (1.61M)
+  EXPECT_EQ(vocab_pieces(4096, 64, 49984), 8);         // 512 rows, 32768 elements
+  EXPECT_EQ(vocab_pieces(256, 64, 49984), 1);          // already within a layer
+  EXPECT_EQ(vocab_pieces(7, 64, 100), 7);              // a prime number of rows: one row each
+  GptConfig small = gpt_preset("small");
+  EXPECT_EQ(gpt_vocab_pieces(small, 1, 3), 12);
+  EXPECT_EQ(gpt_vocab_pieces(small, 1, 2), 1);  // only ZeRO-3 gathers per unit
+  EXPECT_EQ(gpt_vocab_pieces(gpt_preset("gpt3-175b"), 8, 3), 1);
+}
+
 GptPartition whole(const GptConfig& c, const TensorParallel& tp) {
   GptPartition p = GptPartition::whole(c);
   p.tp_size = tp.size();

@@ -156,7 +156,9 @@ TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
 // made in the forward, lnf's in the backward): two units in flight at most there too, the largest
 // two here the embedding and a layer (not lnf beside them). The embedding outweighs a layer:
 // vocabulary 4096, wte 262144 elements (its own block), wpe 4096, layers 49984, lnf 128 (512
-// bytes); dp 2, every piece even. The reductions in flight stay two.
+// bytes); dp 2, every piece even. The reductions in flight stay two. ZeRO-3 cuts that embedding
+// into 8 vocabulary pieces of 512 rows (32768 elements, the fewest within a layer's 49984): its two
+// largest units in flight are then two layers.
 TEST(MemoryOptions, ZeroCountsTwoUnitsInFlightAtTheHeadToo) {
   ModelShape m = tiny();
   m.vocab_size = 4096;
@@ -174,7 +176,7 @@ TEST(MemoryOptions, ZeroCountsTwoUnitsInFlightAtTheHeadToo) {
   const double embedding = 4 * wte + 4 * wpe, pieces = 2 * wte + 2 * wpe + block(2 * layer);
   const MemoryBreakdown z2 = at(2), z3 = at(3);
   EXPECT_EQ(z2.gradients, 4 * params / 2 + embedding + 4 * layer + pieces);
-  EXPECT_EQ(z3.parameters, 4 * params / 2 + embedding + 4 * layer);
+  EXPECT_EQ(z3.parameters, 4 * params / 2 + 2 * 4 * layer);
 }
 
 // Recomputation with the backward split (zero-bubble): B recomputes what W reads into a set of its
@@ -226,9 +228,10 @@ TEST(MemoryOptions, ZeroTwoReduceScattersEveryMicroBatch) {
 }
 
 // ZeRO-3 gathers each unit before its use, the next one prefetched: exposed are the first gather and
-// what of each later one the previous unit's compute does not cover; backward goes the other way
-// with twice the layers' compute (the head's GEMMs all ran in its forward). On a link slow enough
-// that the gathers show:
+// what of each later one the previous unit's compute does not cover. Forward: the embedding, the
+// layers, lnf, then the head's tied embedding again (the tiny vocabulary is one piece). Backward:
+// lnf, then the layers the other way with twice their compute (the head's GEMMs all ran in its
+// forward; the embedding's gradient reads no parameters). On a link slow enough that the gathers show:
 TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
   const ModelShape m = tiny();
   const TrainingShape t = fp32_shape(8);
@@ -244,8 +247,8 @@ TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
   const auto g = [&](double numel) { return allgather_s(2, 4 * numel, c.intra); };
   const double ge = g(20480), gl = g(49984), gn = g(128);
   const auto pos = [](double x) { return std::max(0.0, x); };
-  const double forward = ge + gl + 3 * pos(gl - lf) + pos(gn - lf);
-  const double backward = gn + gl + 3 * pos(gl - 2 * lf) + pos(ge - 2 * lf);
+  const double forward = ge + gl + 3 * pos(gl - lf) + pos(gn - lf) + ge;
+  const double backward = gn + gl + 3 * pos(gl - 2 * lf);
   ASSERT_GT(gl, 2 * lf);  // the case where the gathers show
   EXPECT_NEAR(p.time.zero_gather, p.micro_batches * (forward + backward), 1e-12);
   // All of it is data-parallel traffic: twice each unit per micro-batch, plus the reduce-scatters.
