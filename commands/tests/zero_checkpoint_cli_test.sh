@@ -52,5 +52,17 @@ expect_ok "resume zero 2 dp 2 -> dp 4 zero 3" \
   np 4 "${train[@]}" --dp 4 --zero 3 --resume "$dir/c2/step_00000004" --metrics "$dir/m2-3.jsonl"
 same_losses "zero 2 dp 2 -> zero 3 dp 4: steps 5-8 within 1e-5" "$dir/m2.jsonl" "$dir/m2-3.jsonl" 5 8 1e-5
 
+# --- zero 3 with vocabulary pieces (2048 embedding rows: 4 pieces of 512, each a parameter of its
+# own): the pieces save as rows of the one global tensor, resume bit for bit and reshard to zero 0.
+pieces=("${train[@]}" --padded-vocab 2048)
+expect_ok "train dp 2 x pp 2 zero 3 with vocabulary pieces, checkpoints at 4 and 8" \
+  np 4 "${pieces[@]}" --dp 2 --pp 2 --zero 3 --checkpoint-dir "$dir/cv" --save-every 4 --metrics "$dir/mv.jsonl"
+expect_ok "resume it on the same layout from step 4" \
+  np 4 "${pieces[@]}" --dp 2 --pp 2 --zero 3 --resume "$dir/cv/step_00000004" --metrics "$dir/mv-resume.jsonl"
+same_losses "zero 3 pieces, same layout: losses of steps 5-8 bit for bit" "$dir/mv.jsonl" "$dir/mv-resume.jsonl" 5 8 0
+expect_ok "resume zero 3 pieces dp 2 x pp 2 -> dp 4 zero 0" \
+  np 4 "${pieces[@]}" --dp 4 --zero 0 --resume "$dir/cv/step_00000004" --metrics "$dir/mv-0.jsonl"
+same_losses "zero 3 pieces -> zero 0 dp 4: steps 5-8 within 1e-5" "$dir/mv.jsonl" "$dir/mv-0.jsonl" 5 8 1e-5
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
