@@ -67,7 +67,12 @@ struct Case {
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
   bool llama = false;
-  GptConfig config() const { return llama ? llama_tiny_config() : tiny_config(); }
+  std::int64_t padded_vocab = 0;  // 0: the tokenizer's 256
+  GptConfig config() const {
+    GptConfig c = llama ? llama_tiny_config() : tiny_config();
+    if (padded_vocab) c.padded_vocab = padded_vocab;
+    return c;
+  }
   std::string name() const {
     return std::string(llama ? "llama " : "") + "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" +
            std::to_string(pp) + " " +
@@ -76,7 +81,7 @@ struct Case {
            (compute == DType::BF16 ? " bf16" : "") + (validation ? " +val" : "") +
            (global_batch ? " gb" + std::to_string(global_batch) : "") +
            (recompute != Recompute::None ? std::string(" rc-") + recompute_name(recompute) : "") +
-           (sequence_parallel ? " sp" : "");
+           (sequence_parallel ? " sp" : "") + (padded_vocab ? " vocab" + std::to_string(padded_vocab) : "");
   }
   Case& with_zero(int stage) { zero = stage; return *this; }
   Case& with_recompute(Recompute r) { recompute = r; return *this; }
@@ -84,6 +89,8 @@ struct Case {
   Case& with_bf16() { compute = DType::BF16; return *this; }
   Case& with_global_batch(int batch) { global_batch = batch; return *this; }
   Case& with_llama() { llama = true; return *this; }
+  // 2048 embedding rows: 2.6x a layer, cut by ZeRO-3 into 4 vocabulary pieces.
+  Case& with_vocab_pieces() { padded_vocab = 2048; return *this; }
 };
 
 TrainSettings settings(const Case& c) {
@@ -240,7 +247,7 @@ std::vector<Case> cases_for(int world_size) {
               Case{2, 1, 1}.with_zero(2), Case{2, 1, 1}.with_zero(3), Case{2, 1, 1}.with_zero(3).with_bf16(),
               // llama: tp 2 splits its 2 kv heads; the head on the last stage; the head its own ZeRO-3 unit.
               Case{1, 2, 1}.with_llama(), Case{1, 2, 1}.with_llama().with_sp(), Case{1, 1, 2}.with_llama(),
-              Case{2, 1, 1}.with_llama().with_zero(3)};
+              Case{2, 1, 1}.with_llama().with_zero(3), Case{2, 1, 1}.with_zero(3).with_vocab_pieces()};
     }
     case 4: {
       Case zb_h1_long{1, 1, 4, K::ZeroBubbleH1};
@@ -249,7 +256,8 @@ std::vector<Case> cases_for(int world_size) {
               {1, 2, 2, K::ZeroBubbleV, 2},
               Case{1, 2, 2}.with_sp(), Case{1, 2, 2, K::ZeroBubbleH1}.with_sp(),
               Case{4, 1, 1}.with_zero(2), Case{4, 1, 1}.with_zero(3), Case{2, 2, 1}.with_zero(3),
-              Case{2, 1, 2}.with_zero(3),
+              Case{2, 1, 2}.with_zero(3), Case{4, 1, 1}.with_zero(3).with_vocab_pieces(),
+              Case{2, 1, 2}.with_zero(3).with_vocab_pieces(), Case{2, 1, 2}.with_llama().with_zero(3).with_vocab_pieces(),
               // llama: tp 4 replicates its 2 kv heads (a [2 Hkv hs, C] gradient summed per layer).
               Case{1, 4, 1}.with_llama(), Case{1, 2, 2, K::ZeroBubbleV, 2}.with_llama()};
     }
