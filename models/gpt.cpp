@@ -202,7 +202,6 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
   MT_CHECK(tp_.size() == partition_.tp_size && tp_.rank() == partition_.tp_rank, "the tensor-parallel group (rank ",
            tp_.rank(), " of ", tp_.size(), ") does not match the partition (", partition_.tp_rank, " of ",
            partition_.tp_size, ")");
-  vocab_pieces_ = options_.vocab_pieces;
   for (std::size_t i = 0; i < store_.size(); ++i) {
     const ParamKind kind = store_.spec(i).kind;
     if (kind == ParamKind::TokenEmbedding && wte_ < 0) wte_ = static_cast<std::int64_t>(i);
@@ -220,14 +219,14 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
   // The embeddings come first in the store (wte's pieces, then wpe where held).
   const auto piece_units = [&](const std::string& name) {
     std::vector<int> units;
-    if (vocab_pieces_ == 1) return std::vector<int>{unit_named(name)};
-    for (int k = 0; k < vocab_pieces_; ++k) units.push_back(unit_named(name + "." + std::to_string(k)));
+    if (options_.vocab_pieces == 1) return std::vector<int>{unit_named(name)};
+    for (int k = 0; k < options_.vocab_pieces; ++k) units.push_back(unit_named(name + "." + std::to_string(k)));
     return units;
   };
   if (wte_ >= 0) {
     wte_units_ = piece_units("embedding");
     embedding_unit_ = wte_units_.back();
-    MT_CHECK(wte_ == 0 && (wpe_ < 0 || wpe_ == vocab_pieces_), "the embeddings are not first in the store");
+    MT_CHECK(wte_ == 0 && (wpe_ < 0 || wpe_ == options_.vocab_pieces), "the embeddings are not first in the store");
   }
   const bool llama = config_.is_llama(), bias = config_.has_biases();
   const float eps = config_.norm_eps;
@@ -262,7 +261,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
   head_weight_ = config_.tied_head() ? wte_ : lm_head_;
   if (head_weight_ >= 0 && partition_.head) {
     head_units_ = config_.tied_head() ? wte_units_ : piece_units("head");
-    for (int k = 0; vocab_pieces_ > 1 && k < vocab_pieces_; ++k) {
+    for (int k = 0; k < options_.vocab_pieces; ++k) {
       const auto i = static_cast<std::size_t>(head_weight_ + k);
       Linear piece;
       piece.weight = store_.param(i), piece.dweight = store_.grad(i), piece.compute_weight = store_.compute_param(i);
@@ -493,57 +492,52 @@ void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
   s.tokens = Tensor::from_host(inputs, {s.B, s.T}, ctx_);
   // llama has no position embedding (RoPE rotates q and k instead): the lookup alone.
   const Tensor* wpe = wpe_ >= 0 ? &store_.param(static_cast<std::size_t>(wpe_)) : nullptr;
-  if (vocab_pieces_ > 1) {
-    // The pieces' partial sums, over tp as one slice's (below).
-    const bool tp_partial = tp_.active() && tp_.rank() != 0;
-    if (!options_.sequence_parallel) {
-      lookup_pieces(s.tokens, tp_partial ? nullptr : wpe, s.residual[0]);
-      if (tp_.active()) tp_.reduce_forward(s.residual[0]);
-    } else {
-      Scratch& w = scratch(s.B, s.T);
-      lookup_pieces(s.tokens, tp_partial ? nullptr : wpe, w.full);
-      tp_.sequence_reduce_scatter_forward(ctx_, w.full, s.residual[0]);
-    }
-    return;
-  }
-  const UnitUse use(hooks_, embedding_unit_, ParamUse::Forward);
-  const Tensor& wte = store_.param(static_cast<std::size_t>(wte_));
-  // The embedding kernel reads the fp32 tables and rounds their sum once into the activation dtype.
   if (!tp_.active()) {
-    if (wpe) {
-      nn::embedding_forward(ctx_, s.tokens, wte, *wpe, s.residual[0]);
-    } else {
-      nn::embedding_forward_slice(ctx_, s.tokens, wte, 0, nullptr, s.residual[0]);
-    }
+    lookup(s.tokens, wpe, s.residual[0]);
     return;
   }
   // Each rank looks up the tokens of its vocabulary slice (zero elsewhere), rank 0 adds the
   // positions; the sum over the group has exactly one non-zero token row per position.
+  const Tensor* wpe_here = tp_.rank() == 0 ? wpe : nullptr;
   if (!options_.sequence_parallel) {
-    nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_), tp_.rank() == 0 ? wpe : nullptr,
-                                s.residual[0]);
+    lookup(s.tokens, wpe_here, s.residual[0]);
     tp_.reduce_forward(s.residual[0]);
     return;
   }
   Scratch& w = scratch(s.B, s.T);  // every position's partial sum, then this rank's rows of the sum
-  nn::embedding_forward_slice(ctx_, s.tokens, wte, partition_.vocab_begin(config_), tp_.rank() == 0 ? wpe : nullptr,
-                              w.full);
+  lookup(s.tokens, wpe_here, w.full);
   tp_.sequence_reduce_scatter_forward(ctx_, w.full, s.residual[0]);
 }
 
-// The lookup one vocabulary piece (a unit) at a time, the last (with wpe) first: each piece adds
-// its tokens' rows in fp32, and the sum is rounded once into out's dtype. Every element is e + p
-// plus exact zeros, so it has the bits of the single lookup (see embedding_forward_slice).
-void Gpt::lookup_pieces(const Tensor& tokens, const Tensor* wpe, Tensor& out) {
-  const std::int64_t rows = store_.param(static_cast<std::size_t>(wte_)).dim(0);
-  const std::int64_t begin = tp_.active() ? partition_.vocab_begin(config_) : 0;
+// First row of vocabulary piece k of this rank's slice, in the whole vocabulary.
+std::int64_t Gpt::vocab_piece_begin(int k) const {
+  return partition_.vocab_begin(config_) + k * store_.param(static_cast<std::size_t>(wte_)).dim(0);
+}
+
+// This rank's lookup of its vocabulary slice (wpe added where given). The embedding kernel reads
+// the fp32 tables and rounds their sum once into the activation dtype. In vocabulary pieces, one
+// piece (a unit) at a time, the last (with wpe) first: each piece adds its tokens' rows in fp32,
+// and the sum is rounded once into out's dtype. Every element is e + p plus exact zeros, so it has
+// the bits of the single lookup (see embedding_forward_slice).
+void Gpt::lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out) {
+  const int pieces = options_.vocab_pieces;
+  if (pieces == 1) {
+    const UnitUse use(hooks_, embedding_unit_, ParamUse::Forward);
+    const Tensor& wte = store_.param(static_cast<std::size_t>(wte_));
+    if (!tp_.active() && wpe) {
+      nn::embedding_forward(ctx_, tokens, wte, *wpe, out);
+    } else {
+      nn::embedding_forward_slice(ctx_, tokens, wte, vocab_piece_begin(0), wpe, out);
+    }
+    return;
+  }
   Tensor sum = out.dtype() == DType::F32 ? out : Tensor::empty(out.shape(), DType::F32, ctx_);
   Tensor part = Tensor::empty(out.shape(), DType::F32, ctx_);
-  for (int k = vocab_pieces_ - 1; k >= 0; --k) {
+  for (int k = pieces - 1; k >= 0; --k) {
     const UnitUse use(hooks_, wte_units_[static_cast<std::size_t>(k)], ParamUse::Forward);
     const Tensor& piece = store_.param(static_cast<std::size_t>(wte_ + k));
-    const bool last = k == vocab_pieces_ - 1;
-    nn::embedding_forward_slice(ctx_, tokens, piece, begin + k * rows, last ? wpe : nullptr, last ? sum : part);
+    const bool last = k == pieces - 1;
+    nn::embedding_forward_slice(ctx_, tokens, piece, vocab_piece_begin(k), last ? wpe : nullptr, last ? sum : part);
     if (!last) kernels::binary(ctx_, BinaryOp::Add, sum, part, sum);
   }
   if (out.dtype() != DType::F32) kernels::cast(ctx_, sum, out);
@@ -725,10 +719,12 @@ void Gpt::chunk_loss(Tensor& logits, const Tensor& targets, Tensor& losses, Tens
   nn::vocab_parallel_loss(ctx_, row_max, sum_exp, target_logit, losses, lse);
 }
 
-// logits [rows, this rank's vocabulary] = x wte^T, one vocabulary piece (a unit) at a time into its columns.
-void Gpt::head_logits_by_piece(const Tensor& x, Tensor& logits) {
+// logits [rows, this rank's vocabulary] = x wte^T, one vocabulary piece at a time into its columns;
+// piece_uses: each piece within a use of its unit (else the caller holds the head's one unit).
+void Gpt::head_logits(const Tensor& x, Tensor& logits, bool piece_uses) {
   for (std::size_t k = 0; k < head_pieces_.size(); ++k) {
-    const UnitUse use(hooks_, head_units_[k], ParamUse::Forward);
+    std::optional<UnitUse> use;
+    if (piece_uses) use.emplace(hooks_, head_units_[k], ParamUse::Forward);
     head_pieces_[k].forward_columns(ctx_, x, logits, static_cast<std::int64_t>(k) * head_pieces_[k].out_features());
   }
 }
@@ -744,10 +740,9 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
   // The tied embedding: read for the logits, and in training its gradient made here (ZeRO-2/3
   // reduce what this use wrote when it ends). Cut into vocabulary pieces, each piece is used twice
   // per row chunk instead: for its logits, then for its gradients.
-  const bool cut = vocab_pieces_ > 1;
+  const bool cut = head_pieces_.size() > 1;
   std::optional<UnitUse> use_wte;
   if (!cut) use_wte.emplace(hooks_, head_units_[0], training ? ParamUse::ForwardWithGradient : ParamUse::Forward);
-  const Tensor& wte = store_.compute_param(static_cast<std::size_t>(head_weight_));
   const std::int64_t N = s.losses.numel(), R = w.head_logits.shape()[0];
   const float dloss = training ? *loss_weight / static_cast<float>(N) : 0.0f;
   for (std::int64_t first = 0; first < N; first += R) {
@@ -756,11 +751,7 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
     const Tensor x = lnf.narrow(first, rows), targets_c = s.targets.narrow(first, rows);
     Tensor losses = s.losses.narrow(first, rows), lse = s.lse.narrow(first, rows);
     // logits = lnf wte^T over this rank's vocabulary rows (padding columns are ignored by the loss).
-    if (!cut) {
-      matmul(ctx_, x, false, wte, true, logits);
-    } else {
-      head_logits_by_piece(x, logits);
-    }
+    head_logits(x, logits, cut);
     chunk_loss(logits, targets_c, losses, lse, w, first);
     if (!training) continue;
     // dlogits replaces the logits; then through the tied LM head: the embedding's gradient (fp32
@@ -771,21 +762,18 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
       nn::vocab_parallel_cross_entropy_backward(ctx_, logits, targets_c, lse, partition_.vocab_begin(config_),
                                                 config_.vocab_size, dloss, logits);
     }
+    // Over pieces dlnf sums their products in fp32, rounded once into the compute dtype.
     Tensor dlnf = s.dlnf.narrow(first, rows);
-    if (cut) {
-      // dlnf sums the pieces' products in fp32, rounded once into the compute dtype.
-      Tensor sum = dlnf.dtype() == DType::F32 ? dlnf : Tensor::empty(dlnf.shape(), DType::F32, ctx_);
-      for (std::size_t k = 0; k < head_pieces_.size(); ++k) {
-        const UnitUse use(hooks_, head_units_[k], ParamUse::ForwardWithGradient);
-        const std::int64_t col = static_cast<std::int64_t>(k) * head_pieces_[k].out_features();
-        head_pieces_[k].backward_weights_columns(ctx_, logits, col, x);
-        head_pieces_[k].backward_input_columns(ctx_, logits, col, sum, k > 0);
-      }
-      if (dlnf.dtype() != DType::F32) kernels::cast(ctx_, sum, dlnf);
-      continue;
+    const bool widened = cut && dlnf.dtype() != DType::F32;
+    Tensor sum = widened ? Tensor::empty(dlnf.shape(), DType::F32, ctx_) : dlnf;
+    for (std::size_t k = 0; k < head_pieces_.size(); ++k) {
+      std::optional<UnitUse> use;
+      if (cut) use.emplace(hooks_, head_units_[k], ParamUse::ForwardWithGradient);
+      const std::int64_t col = static_cast<std::int64_t>(k) * head_pieces_[k].out_features();
+      head_pieces_[k].backward_weights_columns(ctx_, logits, col, x);
+      head_pieces_[k].backward_input_columns(ctx_, logits, col, sum, k > 0);
     }
-    matmul(ctx_, logits, true, x, false, store_.grad(static_cast<std::size_t>(head_weight_)), 1.0f, 1.0f);
-    matmul(ctx_, logits, false, wte, false, dlnf);
+    if (widened) kernels::cast(ctx_, sum, dlnf);
   }
   s.head_gradient = training;
   return static_cast<float>(kernels::reduce(ctx_, ReduceKind::Sum, s.losses) / static_cast<double>(s.losses.numel()));
@@ -832,7 +820,7 @@ void Gpt::take_head_gradient(Slot& s) {
 
 void Gpt::head_backward(Slot& s, Scratch& w) {
   take_head_gradient(s);
-  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), static_cast<std::size_t>(vocab_pieces_));  // made whole by the forward
+  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), static_cast<std::size_t>(options_.vocab_pieces));  // made whole by the forward
   // The forward made dwte and this rank's part of dlnf; each rank's vocabulary slice contributed
   // part of dlnf: their sum, then lnf.
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Backward);
@@ -889,30 +877,26 @@ void Gpt::embedding_backward(Slot& s, bool gathered_by_b) {
   const Tensor& dout = !tp_.active() ? s.dres
                        : options_.sequence_parallel && gathered_by_b ? s.demb
                                                                      : tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
-  if (vocab_pieces_ > 1) {
+  if (options_.vocab_pieces > 1) {
     // Piece by piece in the forward's order, dwpe with the last: each row of a piece has the bits of
     // the whole table's (embedding_backward_slice).
-    const std::int64_t rows = store_.param(static_cast<std::size_t>(wte_)).dim(0);
-    const std::int64_t begin = tp_.active() ? partition_.vocab_begin(config_) : 0;
-    for (int k = vocab_pieces_ - 1; k >= 0; --k) {
+    for (int k = options_.vocab_pieces - 1; k >= 0; --k) {
       const UnitUse use(hooks_, wte_units_[static_cast<std::size_t>(k)], ParamUse::BackwardWeights);
-      nn::embedding_backward_slice(ctx_, s.tokens, dout, begin + k * rows, store_.grad(static_cast<std::size_t>(wte_ + k)),
-                                   k == vocab_pieces_ - 1 ? dwpe : nullptr);
+      nn::embedding_backward_slice(ctx_, s.tokens, dout, vocab_piece_begin(k), store_.grad(static_cast<std::size_t>(wte_ + k)),
+                                   k == options_.vocab_pieces - 1 ? dwpe : nullptr);
     }
   } else {
     const UnitUse use(hooks_, embedding_unit_, ParamUse::BackwardWeights);
     Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
-    if (tp_.active()) {
-      nn::embedding_backward_slice(ctx_, s.tokens, dout, partition_.vocab_begin(config_), dwte, dwpe);
-    } else if (dwpe) {
+    if (!tp_.active() && dwpe) {
       nn::embedding_backward(ctx_, s.tokens, dout, dwte, *dwpe);
     } else {
-      nn::embedding_backward_slice(ctx_, s.tokens, dout, 0, dwte, nullptr);
+      nn::embedding_backward_slice(ctx_, s.tokens, dout, vocab_piece_begin(0), dwte, dwpe);
     }
   }
   if (wpe_ >= 0) ready(static_cast<std::size_t>(wpe_), 1);
   // The tied embedding is complete here only if the head's contribution came from this rank too.
-  if (!config_.tied_head() || partition_.head) ready(static_cast<std::size_t>(wte_), static_cast<std::size_t>(vocab_pieces_));
+  if (!config_.tied_head() || partition_.head) ready(static_cast<std::size_t>(wte_), static_cast<std::size_t>(options_.vocab_pieces));
 }
 
 // ---- Split backward (B, then W) ---------------------------------------------------------------
@@ -974,7 +958,7 @@ void Gpt::head_backward_input(Slot& s) {
 }
 
 void Gpt::head_backward_weights(Slot& s) {
-  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), static_cast<std::size_t>(vocab_pieces_));  // made whole by the forward
+  if (lm_head_ >= 0) ready(static_cast<std::size_t>(lm_head_), static_cast<std::size_t>(options_.vocab_pieces));  // made whole by the forward
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardWeights);
   layernorm_backward_params(lnf_, head_dlnf(s), s.residual.back(), s.lnf_mean, s.lnf_rstd, scratch(s.B, s.T));
   ready(static_cast<std::size_t>(lnf_first_), units_[static_cast<std::size_t>(lnf_unit_)].count);
@@ -1122,12 +1106,7 @@ void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
       s.bytes += static_cast<std::int64_t>(s.logits.nbytes());
     }
     const Tensor& lnf = head_input(s, w);
-    if (vocab_pieces_ > 1) {
-      head_logits_by_piece(lnf, s.logits);
-    } else {
-      const UnitUse use_wte(hooks_, head_units_[0], ParamUse::Forward);
-      matmul(ctx_, lnf, false, store_.compute_param(static_cast<std::size_t>(head_weight_)), true, s.logits);
-    }
+    head_logits(lnf, s.logits, true);
   } catch (...) {
     release(0, 0);
     throw;

@@ -205,8 +205,9 @@ class Gpt {
   Slot& live(int chunk, int micro) const;
   Scratch& scratch(int B, int T);
   void embed(Slot& s, std::span<const std::int32_t> inputs);
-  void lookup_pieces(const Tensor& tokens, const Tensor* wpe, Tensor& out);
-  void head_logits_by_piece(const Tensor& x, Tensor& logits);
+  void lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out);
+  std::int64_t vocab_piece_begin(int k) const;
+  void head_logits(const Tensor& x, Tensor& logits, bool piece_uses);
   // The head's forward: lnf into the scratch (gathered with sequence parallelism), then the chunks.
   const Tensor& head_input(Slot& s, Scratch& w);
   float head_loss(Slot& s, std::span<const std::int32_t> targets, std::optional<float> loss_weight);
@@ -273,8 +274,7 @@ class Gpt {
   // Parameter indices (-1: not held). head_weight_: what the LM head reads (wte tied, or lm_head).
   // wte, lm_head and head_weight_ are the first of vocab_pieces consecutive row pieces.
   std::int64_t wte_ = -1, wpe_ = -1, lnf_first_ = -1, lm_head_ = -1, head_weight_ = -1;
-  int vocab_pieces_ = 1;
-  std::vector<Linear> head_pieces_;  // the LM head's pieces as bias-free linears (vocab_pieces > 1)
+  std::vector<Linear> head_pieces_;  // the LM head's weight, by vocabulary piece, as bias-free linears
   nn::AttentionHeads attention_heads_;  // this rank's q and kv heads (models/gpt_sharding.h)
   std::vector<ParamUnit> units_;
   // Indices into units_ (-1: not held). embedding_unit_: the unit with wpe and (uncut) wte; with

@@ -122,11 +122,14 @@ int vocab_pieces(std::int64_t local_vocab_rows, std::int64_t channels, std::int6
 
 int gpt_vocab_pieces(const GptConfig& config, int tp_size, int zero_stage) {
   if (zero_stage < 3 || config.layers < 1) return 1;
-  GptPartition one_layer;  // tp rank 0 of layer 0: every rank's layers are cut alike
-  one_layer.chunks = {{0, 1}};
+  // Layer 0 on tp rank 0 (every rank's layers are cut alike) of a one-layer copy: the layout search
+  // asks this per layout, and a whole model's shards would be listed each time.
+  GptConfig one = config;
+  one.layers = 1;
+  GptPartition one_layer = GptPartition::whole(one);
   one_layer.tp_size = tp_size;
   std::int64_t layer_numel = 0;
-  for (const ParamShard& s : gpt_param_shards(config, one_layer))
+  for (const ParamShard& s : gpt_param_shards(one, one_layer))
     if (s.full.layer == 0) layer_numel += s.local.numel();
   return vocab_pieces(config.vocab_rows() / tp_size, config.channels, layer_numel);
 }

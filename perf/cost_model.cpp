@@ -213,9 +213,8 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   double lnf = -1;
   const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
   const std::vector<StageUnit>& units = stage_units(model, plan, s);
-  int head_pieces = 0;
-  for (const StageUnit& u : units)
-    if ((model.tied_head() && named(u, "embedding")) || (!model.tied_head() && named(u, "head"))) ++head_pieces;
+  const auto head_weight_unit = [&](const StageUnit& u) { return named(u, model.tied_head() ? "embedding" : "head"); };
+  const auto head_pieces = static_cast<int>(std::count_if(units.begin(), units.end(), head_weight_unit));
   for (const StageUnit& u : units) {
     const double g = gather(u.numel());
     if (named(u, "h.")) {
@@ -225,8 +224,7 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
       lnf = g;
     }
     if (named(u, "embedding") && embedding_stage) forward.emplace_back(g, 0.0);
-    if ((model.tied_head() && named(u, "embedding")) || (!model.tied_head() && named(u, "head")))
-      head_weight.emplace_back(g, head_f / head_pieces);
+    if (head_weight_unit(u)) head_weight.emplace_back(g, head_f / head_pieces);
   }
   if (lnf >= 0) {  // the head stage
     forward.emplace_back(lnf, 0.0);
