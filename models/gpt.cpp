@@ -53,7 +53,7 @@ struct Gpt::Block {
   Linear qkv, kv, attn_proj, fc, fc_proj;
   std::size_t first_param = 0;  // the layer's parameters are consecutive in the store
   std::size_t params = 0;       // how many: 12 for gpt2 (weights and biases), 7 for llama
-  int unit = -1;                // its index in units_
+  int attn_unit = -1, mlp_unit = -1;  // its two halves' indices in units_
 };
 
 // One layer's activations, as forward writes them and backward reads them.
@@ -246,10 +246,13 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
       blk.fc_proj = Linear::from_store(store_, p + "mlp.proj", bias);
       blk.first_param = store_.index_of(p + "ln1.weight");
       blk.params = llama ? 7 : 12;
-      blk.unit = unit_named("h." + std::to_string(l));
-      const ParamUnit& unit = units_[static_cast<std::size_t>(blk.unit)];
-      MT_CHECK(unit.first == blk.first_param && unit.count == blk.params, "layer ", l,
-               "'s parameters are not one run starting at its ln1.weight");
+      blk.attn_unit = unit_named("h." + std::to_string(l) + ".attn");
+      blk.mlp_unit = unit_named("h." + std::to_string(l) + ".mlp");
+      const ParamUnit& attn = units_[static_cast<std::size_t>(blk.attn_unit)];
+      const ParamUnit& mlp = units_[static_cast<std::size_t>(blk.mlp_unit)];
+      MT_CHECK(attn.first == blk.first_param && mlp.first == store_.index_of(p + "ln2.weight") &&
+                   attn.count + mlp.count == blk.params && attn.first + attn.count == mlp.first,
+               "layer ", l, "'s parameters are not two runs, from its ln1.weight and from its ln2.weight");
       blocks_.push_back(std::move(blk));
     }
   }
@@ -546,22 +549,27 @@ void Gpt::lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out) {
 void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = 0; i < c.layers.size(); ++i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
-    const UnitUse use(hooks_, blk.unit, ParamUse::Forward);
     LayerActs a = layer_buffers(s, w, i, nullptr);
     layer_forward(blk, s.residual[static_cast<std::size_t>(i)], a, w, &s.residual[static_cast<std::size_t>(i) + 1]);
   }
 }
 
-// One layer's forward from its input x into a; `out` null stops it where backward no longer
-// reads anything (after GELU): the recomputation, which runs these very kernels on the very same
-// inputs, with the same tensor-parallel collectives up to there on every rank of the group.
+// One layer's forward from its input x into a, each half within a forward use of its unit; `out`
+// null stops it where backward no longer reads anything (after GELU): the recomputation, which
+// runs these very kernels on the very same inputs, with the same tensor-parallel collectives up to
+// there on every rank of the group, within the backward's uses of both units (no uses of its own).
 void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out) {
+  ParamUseHooks* hooks = out ? hooks_ : nullptr;
   const bool add_row_bias = tp_.rank() == 0;  // a row-parallel layer's bias is added once, before the sum
-  blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
-  qkv_forward(blk, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
-  nn::attention_forward(ctx_, a.qkv, attention_heads_, a.atty, a.att);
-  blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
-  kernels::binary(ctx_, BinaryOp::Add, x, tp_leave(w.branch, w.branch_local), a.res2);
+  {
+    const UnitUse use(hooks, blk.attn_unit, ParamUse::Forward);
+    blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
+    qkv_forward(blk, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
+    nn::attention_forward(ctx_, a.qkv, attention_heads_, a.atty, a.att);
+    blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
+    kernels::binary(ctx_, BinaryOp::Add, x, tp_leave(w.branch, w.branch_local), a.res2);
+  }
+  const UnitUse use(hooks, blk.mlp_unit, ParamUse::Forward);
   blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
   blk.fc.forward(ctx_, tp_enter(a.ln2, w.full), a.fch);
   mlp_activation(a.fch, a.fch_gelu);
@@ -833,17 +841,23 @@ void Gpt::head_backward(Slot& s, Scratch& w) {
 void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
-    const UnitUse use(hooks_, blk.unit, ParamUse::Backward);
     LayerActs a = layer_buffers(s, w, i, nullptr);
-    recompute_layer(blk, s, w, i, a);
-    // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
-    // collects the branch's contribution.
-    // With sequence parallelism the GEMMs' inputs are gathered again (forward kept this rank's rows).
-    blk.fc_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.fch_gelu, &w.dact);
-    mlp_activation_backward(a.fch, w.dact, w.dfch);
-    blk.fc.backward(ctx_, w.dfch, tp_enter(a.ln2, w.full), &w.dln);
-    layernorm_backward(blk.ln2, tp_enter_backward(w.dln, w.dln_local), a.res2, a.ln2_mean, a.ln2_rstd, s.dres, w);
+    // The MLP's unit, then the attention's; a full recomputation runs the attention again first.
+    std::optional<UnitUse> attn_use;
+    if (options_.recompute == Recompute::Full) attn_use.emplace(hooks_, blk.attn_unit, ParamUse::Backward);
+    {
+      const UnitUse mlp_use(hooks_, blk.mlp_unit, ParamUse::Backward);
+      recompute_layer(blk, s, w, i, a);
+      // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
+      // collects the branch's contribution.
+      // With sequence parallelism the GEMMs' inputs are gathered again (forward kept this rank's rows).
+      blk.fc_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.fch_gelu, &w.dact);
+      mlp_activation_backward(a.fch, w.dact, w.dfch);
+      blk.fc.backward(ctx_, w.dfch, tp_enter(a.ln2, w.full), &w.dln);
+      layernorm_backward(blk.ln2, tp_enter_backward(w.dln, w.dln_local), a.res2, a.ln2_mean, a.ln2_rstd, s.dres, w);
+    }
     // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
+    if (!attn_use) attn_use.emplace(hooks_, blk.attn_unit, ParamUse::Backward);
     blk.attn_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.atty, &w.datty);
     attention_backward(w.datty, a, w.dqkv);
     qkv_backward_weights(blk, w.dqkv, tp_enter(a.ln1, w.full), w);  // then the input: Linear::backward's order
@@ -967,19 +981,35 @@ void Gpt::head_backward_weights(Slot& s) {
 void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
-    const UnitUse use(hooks_, blk.unit, ParamUse::BackwardInput);
     LayerActs a = layer_buffers(s, w, i, s.recomputed.get());
-    recompute_layer(blk, s, w, i, a);
     auto& g = (s.recomputed ? s.recomputed->grads : s.grads)[static_cast<std::size_t>(i)];
-    if (options_.sequence_parallel) {
-      // The fused backward's collectives in its order; W reads the gathered gradients and inputs.
-      tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dmlp_out);
-      blk.fc_proj.backward_input(ctx_, g.dmlp_out, w.dact);
-      mlp_activation_backward(a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu, not fch
-      tp_.sequence_gather_forward(ctx_, a.ln2, g.ln2_full);
-      blk.fc.backward_input(ctx_, a.fch, w.dln);
-      tp_.sequence_gather_backward(ctx_, w.dln, g.dln2);
+    const bool sp = options_.sequence_parallel;
+    // The fused backward's units in its order.
+    std::optional<UnitUse> attn_use;
+    if (options_.recompute == Recompute::Full) attn_use.emplace(hooks_, blk.attn_unit, ParamUse::BackwardInput);
+    {
+      const UnitUse mlp_use(hooks_, blk.mlp_unit, ParamUse::BackwardInput);
+      recompute_layer(blk, s, w, i, a);
+      if (sp) {
+        // The fused backward's collectives in its order; W reads the gathered gradients and inputs.
+        tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dmlp_out);
+        blk.fc_proj.backward_input(ctx_, g.dmlp_out, w.dact);
+        mlp_activation_backward(a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu, not fch
+        tp_.sequence_gather_forward(ctx_, a.ln2, g.ln2_full);
+        blk.fc.backward_input(ctx_, a.fch, w.dln);
+        tp_.sequence_gather_backward(ctx_, w.dln, g.dln2);
+      } else {
+        tp_.reduce_backward(s.dres);
+        g.dmlp_out.copy_from(s.dres, ctx_.stream());  // dres collects the branches' gradients from here on
+        blk.fc_proj.backward_input(ctx_, s.dres, w.dact);
+        mlp_activation_backward(a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu, not fch
+        blk.fc.backward_input(ctx_, a.fch, g.dln2);
+        tp_.copy_backward(g.dln2);
+      }
       blk.ln2.backward_input(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
+    }
+    if (!attn_use) attn_use.emplace(hooks_, blk.attn_unit, ParamUse::BackwardInput);
+    if (sp) {
       tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dattn_out);
       blk.attn_proj.backward_input(ctx_, g.dattn_out, w.datty);
       attention_backward(w.datty, a, g.dqkv);
@@ -989,13 +1019,6 @@ void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
       blk.ln1.backward_input(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
       continue;
     }
-    tp_.reduce_backward(s.dres);
-    g.dmlp_out.copy_from(s.dres, ctx_.stream());  // dres collects the branches' gradients from here on
-    blk.fc_proj.backward_input(ctx_, s.dres, w.dact);
-    mlp_activation_backward(a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu, not fch
-    blk.fc.backward_input(ctx_, a.fch, g.dln2);
-    tp_.copy_backward(g.dln2);
-    blk.ln2.backward_input(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
     tp_.reduce_backward(s.dres);
     g.dattn_out.copy_from(s.dres, ctx_.stream());
     blk.attn_proj.backward_input(ctx_, s.dres, w.datty);
@@ -1009,13 +1032,16 @@ void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
 void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
     Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
-    const UnitUse use(hooks_, blk.unit, ParamUse::BackwardWeights);
     const LayerActs a = layer_buffers(s, w, i, s.recomputed.get());  // no qkv nor att: B's alone
     const auto& g = (s.recomputed ? s.recomputed->grads : s.grads)[static_cast<std::size_t>(i)];
     const bool sp = options_.sequence_parallel;
-    blk.fc_proj.backward_weights(ctx_, g.dmlp_out, a.fch_gelu);
-    blk.fc.backward_weights(ctx_, a.fch, sp ? g.ln2_full : a.ln2);  // fch holds dfch since B
-    layernorm_backward_params(blk.ln2, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, w);
+    {
+      const UnitUse mlp_use(hooks_, blk.mlp_unit, ParamUse::BackwardWeights);
+      blk.fc_proj.backward_weights(ctx_, g.dmlp_out, a.fch_gelu);
+      blk.fc.backward_weights(ctx_, a.fch, sp ? g.ln2_full : a.ln2);  // fch holds dfch since B
+      layernorm_backward_params(blk.ln2, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, w);
+    }
+    const UnitUse attn_use(hooks_, blk.attn_unit, ParamUse::BackwardWeights);
     blk.attn_proj.backward_weights(ctx_, g.dattn_out, a.atty);
     qkv_backward_weights(blk, g.dqkv, sp ? g.ln1_full : a.ln1, w);
     layernorm_backward_params(blk.ln1, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, w);

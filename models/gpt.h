@@ -112,8 +112,9 @@ class Gpt {
   const GptOptions& options() const { return options_; }
 
   // The store's parameters in units (models/param_use.h), in store order: "embedding" (wte and wpe,
-  // or the tied wte alone on a last stage that holds no embedding layer), "h.<l>" per layer,
-  // "lnf", llama's "head". The head uses "lnf", then "embedding" (its tied wte) or "head". With
+  // or the tied wte alone on a last stage that holds no embedding layer), "h.<l>.attn" and
+  // "h.<l>.mlp" per layer (a full recomputation holds both through the layer's backward), "lnf",
+  // llama's "head". The head uses "lnf", then "embedding" (its tied wte) or "head". With
   // vocabulary pieces, "embedding.<k>" per wte piece (the last with wpe) and "head.<k>".
   const std::vector<ParamUnit>& param_units() const { return units_; }
   // Told around every use of a unit from now on (null: nobody). Must outlive the model's use of it.

@@ -1,5 +1,6 @@
 #include "models/gpt_sharding.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -112,11 +113,11 @@ std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptParti
   return shards;
 }
 
-int vocab_pieces(std::int64_t local_vocab_rows, std::int64_t channels, std::int64_t layer_numel) {
-  MT_CHECK(local_vocab_rows >= 1 && channels >= 1 && layer_numel >= 1, "vocabulary pieces of ", local_vocab_rows,
-           " x ", channels, " against a layer of ", layer_numel);
+int vocab_pieces(std::int64_t local_vocab_rows, std::int64_t channels, std::int64_t unit_numel) {
+  MT_CHECK(local_vocab_rows >= 1 && channels >= 1 && unit_numel >= 1, "vocabulary pieces of ", local_vocab_rows,
+           " x ", channels, " against a unit of ", unit_numel);
   for (std::int64_t k = 1; k < local_vocab_rows; ++k)
-    if (local_vocab_rows % k == 0 && local_vocab_rows / k * channels <= layer_numel) return static_cast<int>(k);
+    if (local_vocab_rows % k == 0 && local_vocab_rows / k * channels <= unit_numel) return static_cast<int>(k);
   return static_cast<int>(local_vocab_rows);
 }
 
@@ -128,10 +129,16 @@ int gpt_vocab_pieces(const GptConfig& config, int tp_size, int zero_stage) {
   one.layers = 1;
   GptPartition one_layer = GptPartition::whole(one);
   one_layer.tp_size = tp_size;
-  std::int64_t layer_numel = 0;
-  for (const ParamShard& s : gpt_param_shards(one, one_layer))
-    if (s.full.layer == 0) layer_numel += s.local.numel();
-  return vocab_pieces(config.vocab_rows() / tp_size, config.channels, layer_numel);
+  std::vector<ParamSpec> specs;
+  for (const ParamShard& s : gpt_param_shards(one, one_layer)) specs.push_back(s.local);
+  std::int64_t largest = 0;
+  for (const ParamUnit& u : gpt_param_units(specs)) {
+    if (specs[u.first].layer != 0) continue;
+    std::int64_t numel = 0;
+    for (std::size_t p = u.first; p < u.first + u.count; ++p) numel += specs[p].numel();
+    largest = std::max(largest, numel);
+  }
+  return vocab_pieces(config.vocab_rows() / tp_size, config.channels, largest);
 }
 
 bool is_primary_copy(const ParamShard& shard, const GptPartition& partition) {
@@ -145,8 +152,13 @@ std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs) {
     const ParamSpec& s = specs[i];
     ParamUnit unit{"", i, 1};
     if (s.layer >= 0) {
-      unit.name = "h." + std::to_string(s.layer);
-      while (i + unit.count < specs.size() && specs[i + unit.count].layer == s.layer) ++unit.count;
+      // A layer is two units: its attention (ln1 to attn.proj), then its MLP (from ln2 on). Each
+      // is used alone in the forward and the backward, so ZeRO-3 holds half a layer at a time.
+      const bool mlp = s.kind == ParamKind::Ln2Weight;
+      unit.name = "h." + std::to_string(s.layer) + (mlp ? ".mlp" : ".attn");
+      while (i + unit.count < specs.size() && specs[i + unit.count].layer == s.layer &&
+             (mlp || specs[i + unit.count].kind != ParamKind::Ln2Weight))
+        ++unit.count;
     } else if (s.kind == ParamKind::TokenEmbedding || s.kind == ParamKind::LmHead) {
       // llama's untied LM head is "head". Vocabulary pieces (GptOptions::vocab_pieces) are a unit
       // each, "embedding.<k>"; wpe joins the last.

@@ -71,16 +71,17 @@ struct ParamShard {
 // wte and lm_head each as `pieces` consecutive row pieces (vocab_pieces) when pieces > 1.
 std::vector<ParamShard> gpt_param_shards(const GptConfig& config, const GptPartition& partition, int pieces = 1);
 
-// The fewest pieces that bring a rank's [local_vocab_rows, channels] table within one layer's
-// parameters on that rank (1 when it is already): a divisor of local_vocab_rows, so the pieces are equal.
-int vocab_pieces(std::int64_t local_vocab_rows, std::int64_t channels, std::int64_t layer_numel);
-// The same for a model at tp_size: the pieces ZeRO-3 cuts wte and lm_head into (1 below stage 3).
+// The fewest pieces that bring a rank's [local_vocab_rows, channels] table within unit_numel
+// elements (1 when it is already): a divisor of local_vocab_rows, so the pieces are equal.
+int vocab_pieces(std::int64_t local_vocab_rows, std::int64_t channels, std::int64_t unit_numel);
+// The same for a model at tp_size against a layer's largest unit on a rank (its MLP): the pieces
+// ZeRO-3 cuts wte and lm_head into (1 below stage 3), so no piece outweighs a layer's unit.
 int gpt_vocab_pieces(const GptConfig& config, int tp_size, int zero_stage);
 
 // A stage's parameter units (models/param_use.h) from its store's specs, in store order: what
 // Gpt::param_units() will return, known before the model (and its store) is built. "embedding"
-// (wte, and wpe where held), "h.<l>" per layer, "lnf", llama's "head"; vocabulary pieces are a unit
-// each, "embedding.<k>" (wpe joins the last) and "head.<k>".
+// (wte, and wpe where held), "h.<l>.attn" and "h.<l>.mlp" per layer, "lnf", llama's "head";
+// vocabulary pieces are a unit each, "embedding.<k>" (wpe joins the last) and "head.<k>".
 std::vector<ParamUnit> gpt_param_units(const std::vector<ParamSpec>& specs);
 
 // Whether `shard`, as `partition` holds it, is the copy that counts among the copies inside one

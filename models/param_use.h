@@ -1,7 +1,7 @@
 // When a model reads a unit of its parameters and writes its gradients: the hooks ZeRO-3 gathers
 // parameters on (and frees them after), and ZeRO-2/3 reduce-scatter gradients on. A unit is a run
 // of consecutive parameters of the model's ParameterStore used together: the embeddings a rank
-// holds, one transformer layer, the final layernorm.
+// holds, one half of a transformer layer (its attention or its MLP), the final layernorm.
 // defines: ParamUse, ParamUnit, ParamUseHooks, reads_parameters, writes_gradients
 #pragma once
 
@@ -23,7 +23,7 @@ constexpr bool writes_gradients(ParamUse use) {
 }
 
 struct ParamUnit {
-  std::string name;            // "embedding", "h.3", "lnf"
+  std::string name;            // "embedding", "h.3.attn", "h.3.mlp", "lnf"
   std::size_t first = 0;       // the unit's parameters are [first, first + count) of the store
   std::size_t count = 0;
 };

@@ -215,11 +215,30 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   const std::vector<StageUnit>& units = stage_units(model, plan, s);
   const auto head_weight_unit = [&](const StageUnit& u) { return named(u, model.tied_head() ? "embedding" : "head"); };
   const auto head_pieces = static_cast<int>(std::count_if(units.begin(), units.end(), head_weight_unit));
+  // A layer is two units, its attention then its MLP, each computing its GEMMs' share of the
+  // layer's (the attention also its core) in both directions. The backward uses the MLP's, then the
+  // attention's; a full recomputation begins the attention's first and holds it through the whole
+  // layer, so the MLP's gather, launched then, has no compute to hide behind.
+  const double layer_gemm = layer.forward_flops - layer.attention_flops;
+  const double backward_per_forward = layer_b / layer_f;
+  const bool full = layout.recompute == Recompute::Full;
+  std::int64_t attention_numel = 0;
   for (const StageUnit& u : units) {
     const double g = gather(u.numel());
-    if (named(u, "h.")) {
-      forward.emplace_back(g, layer_f);
-      backward.emplace(backward.begin(), g, layer_b);
+    if (named(u, "h.") && u.name.ends_with(".attn")) {
+      attention_numel = u.numel();
+    } else if (named(u, "h.")) {
+      const double attention_g = gather(attention_numel);
+      const double share = static_cast<double>(attention_numel) / static_cast<double>(attention_numel + u.numel());
+      const double attention_f = (layer_gemm * share + layer.attention_flops) / rate, mlp_f = layer_f - attention_f;
+      forward.emplace_back(attention_g, attention_f);
+      forward.emplace_back(g, mlp_f);
+      if (full) {
+        backward.insert(backward.begin(), {{attention_g, 0.0}, {g, layer_b}});
+      } else {
+        backward.insert(backward.begin(),
+                        {{g, mlp_f * backward_per_forward}, {attention_g, attention_f * backward_per_forward}});
+      }
     } else if (named(u, "lnf")) {
       lnf = g;
     }

@@ -294,14 +294,30 @@ struct ZeroBlocks {
       for (const double padded : unit) numel += padded / dp;
     return block(numel * 4.0);
   }
-  // The most of f(unit) for two units at once (the one in use and the one prefetched or being
-  // reduced; the reductions in flight). The head too uses one unit at a time: its lnf, then its tied
-  // embedding (the embedding's gradient made in the forward, lnf's in the backward).
-  double two_largest(const std::function<double(std::size_t)>& f) const {
+  // With a full recomputation a layer's backward runs its forward again first, so its attention's
+  // use spans its MLP's (models/gpt.cpp): these pairs of units are held together, with one more.
+  std::vector<std::pair<std::size_t, std::size_t>> held_together;
+
+  // The most of f(unit) for the units held at once: any two (the one in use and the one prefetched
+  // or being reduced), or (held_pairs) a pair held together and any third. The head too uses one
+  // unit at a time: its lnf, then its tied embedding (the embedding's gradient made in the forward,
+  // lnf's in the backward). The reductions in flight stay two whatever is held (each use's end
+  // waits for the one before): held_pairs false.
+  double in_flight(const std::function<double(std::size_t)>& f, bool held_pairs = true) const {
     std::vector<double> each;
-    for (std::size_t u = 0; u < units.size(); ++u) each.push_back(f(u));
-    std::sort(each.begin(), each.end(), std::greater<>());
-    return std::accumulate(each.begin(), each.begin() + static_cast<long>(std::min<std::size_t>(2, each.size())), 0.0);
+    std::vector<std::size_t> order;
+    for (std::size_t u = 0; u < units.size(); ++u) each.push_back(f(u)), order.push_back(u);
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return each[a] > each[b]; });
+    double most = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(2, order.size()); ++i) most += each[order[i]];
+    if (!held_pairs) return most;
+    for (const auto& [a, b] : held_together) {
+      double third = 0;
+      for (std::size_t i = 0; i < std::min<std::size_t>(3, order.size()); ++i)
+        if (order[i] != a && order[i] != b) third = std::max(third, each[order[i]]);
+      most = std::max(most, each[a] + each[b] + third);
+    }
+    return most;
   }
 };
 
@@ -321,9 +337,12 @@ ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stag
   const double dp = plan.layout().dp;
   ZeroBlocks z;
   z.dp = plan.layout().dp;
-  for (const StageUnit& unit : stage_units(model, plan, stage)) {
+  const std::vector<StageUnit>& units = stage_units(model, plan, stage);
+  for (std::size_t u = 0; u < units.size(); ++u) {
     z.units.emplace_back();
-    for (const std::int64_t numel : unit.blocks) z.units.back().push_back(std::ceil(static_cast<double>(numel) / dp) * dp);
+    for (const std::int64_t numel : units[u].blocks) z.units.back().push_back(std::ceil(static_cast<double>(numel) / dp) * dp);
+    const bool mlp = units[u].name.ends_with(".mlp");
+    if (mlp && u > 0 && plan.layout().recompute == Recompute::Full) z.held_together.emplace_back(u - 1, u);
   }
   return z;
 }
@@ -348,14 +367,14 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     m.gradients = block(numel * 4.0);
   } else {
     // ZeRO-2: this rank's shard of the gradients, and the full gradients of the units in flight
-    // (ZeroBlocks::two_largest) and the reduce-scatter outputs of the two being reduced; the
+    // (ZeroBlocks::in_flight) and the reduce-scatter outputs of the two being reduced; the
     // parameters in per-block buffers. ZeRO-3 likewise for the parameters: the owned shard, and the
     // gathered units in flight with their bf16 copy under bf16 compute.
     const ZeroBlocks z = zero_blocks(model, plan, s);
-    m.gradients = z.owned() + z.two_largest([&](std::size_t u) { return z.full(u, 4.0); });
-    m.gradients += z.two_largest([&](std::size_t u) { return z.pieces(u); });
+    m.gradients = z.owned() + z.in_flight([&](std::size_t u) { return z.full(u, 4.0); });
+    m.gradients += z.in_flight([&](std::size_t u) { return z.pieces(u); }, /*held_pairs=*/false);
     const auto gathered = [&](std::size_t u) { return z.full(u, 4.0) + (bf16 ? z.full(u, 2.0) : 0.0); };
-    m.parameters = layout.zero == 3 ? z.owned() + z.two_largest(gathered)
+    m.parameters = layout.zero == 3 ? z.owned() + z.in_flight(gathered)
                                     : z.every_full(4.0) + (bf16 ? z.every_full(2.0) : 0.0);
   }
   // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 and above per piece of one in this

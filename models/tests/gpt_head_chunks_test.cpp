@@ -135,13 +135,15 @@ TEST(HeadChunks, VocabularyPiecesGiveTheLossAndGradientsOfTheWholeTable) {
 }
 
 // Pieces: the fewest that bring a rank's table within one layer, dividing its rows.
-TEST(HeadChunks, VocabularyPiecesAreTheFewestWithinALayer) {
-  EXPECT_EQ(vocab_pieces(50304, 384, 1774464), 12);  // small: 19.3M in pieces of 4192 rows (1.61M)
+TEST(HeadChunks, VocabularyPiecesAreTheFewestWithinALayersUnit) {
+  EXPECT_EQ(vocab_pieces(50304, 384, 1774464), 12);  // 19.3M in pieces of 4192 rows (1.61M)
+  EXPECT_EQ(vocab_pieces(50304, 384, 1182336), 24);  // small's MLP unit: pieces of 2096 rows (0.80M)
   EXPECT_EQ(vocab_pieces(4096, 64, 49984), 8);         // 512 rows, 32768 elements
   EXPECT_EQ(vocab_pieces(256, 64, 49984), 1);          // already within a layer
   EXPECT_EQ(vocab_pieces(7, 64, 100), 7);              // a prime number of rows: one row each
   GptConfig small = gpt_preset("small");
-  EXPECT_EQ(gpt_vocab_pieces(small, 1, 3), 12);
+  EXPECT_EQ(gpt_vocab_pieces(small, 1, 3), 24);
+  EXPECT_EQ(gpt_vocab_pieces(small, 2, 3), 24);  // 25152 rows against an MLP of 0.59M: 1048 rows each
   EXPECT_EQ(gpt_vocab_pieces(small, 1, 2), 1);  // only ZeRO-3 gathers per unit
   EXPECT_EQ(gpt_vocab_pieces(gpt_preset("gpt3-175b"), 8, 3), 1);
 }

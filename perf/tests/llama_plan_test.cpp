@@ -65,9 +65,12 @@ TEST(LlamaShape, StageParametersHoldAnUntiedHeadAndReplicatedKvHeads) {
   l.pp = 2;
   const LayoutPlan two = plan_of(m, 64, l);
   EXPECT_EQ(stage_parameters(m, two, 0) + stage_parameters(m, two, 1), m.parameter_count());
-  // The last stage's units: its two layers, lnf, lm_head (as models/gpt.cpp's gpt_param_units cut them).
-  EXPECT_EQ(stage_parameter_units(m, two, 1), (std::vector<std::int64_t>{43136, 43136, 64, 256 * 64}));
-  EXPECT_EQ(stage_parameter_units(m, two, 0), (std::vector<std::int64_t>{256 * 64, 43136, 43136}));
+  // The last stage's units: its two layers, each its attention (ln1, q, kv, proj) and its MLP (ln2,
+  // [gate | up], down), lnf, lm_head (as models/gpt_sharding.cpp's gpt_param_units cut them).
+  const std::int64_t attention = 64 + 3 * 64 * 64, mlp = 64 + 3 * 160 * 64;
+  ASSERT_EQ(attention + mlp, 43136);
+  EXPECT_EQ(stage_parameter_units(m, two, 1), (std::vector<std::int64_t>{attention, mlp, attention, mlp, 64, 256 * 64}));
+  EXPECT_EQ(stage_parameter_units(m, two, 0), (std::vector<std::int64_t>{256 * 64, attention, mlp, attention, mlp}));
   // tp 2 splits every matrix; the norms (2 per layer, lnf) are on every rank.
   l.pp = 1;
   l.tp = 2;

@@ -247,7 +247,8 @@ std::vector<Case> cases_for(int world_size) {
               Case{2, 1, 1}.with_zero(2), Case{2, 1, 1}.with_zero(3), Case{2, 1, 1}.with_zero(3).with_bf16(),
               // llama: tp 2 splits its 2 kv heads; the head on the last stage; the head its own ZeRO-3 unit.
               Case{1, 2, 1}.with_llama(), Case{1, 2, 1}.with_llama().with_sp(), Case{1, 1, 2}.with_llama(),
-              Case{2, 1, 1}.with_llama().with_zero(3), Case{2, 1, 1}.with_zero(3).with_vocab_pieces()};
+              Case{2, 1, 1}.with_llama().with_zero(3), Case{2, 1, 1}.with_zero(3).with_vocab_pieces(),
+              Case{2, 1, 1}.with_zero(3).with_recompute(R::Full), Case{2, 1, 1}.with_zero(2).with_recompute(R::Selective)};
     }
     case 4: {
       Case zb_h1_long{1, 1, 4, K::ZeroBubbleH1};
@@ -257,6 +258,9 @@ std::vector<Case> cases_for(int world_size) {
               Case{1, 2, 2}.with_sp(), Case{1, 2, 2, K::ZeroBubbleH1}.with_sp(),
               Case{4, 1, 1}.with_zero(2), Case{4, 1, 1}.with_zero(3), Case{2, 2, 1}.with_zero(3),
               Case{2, 1, 2}.with_zero(3), Case{4, 1, 1}.with_zero(3).with_vocab_pieces(),
+              // A full recomputation holds a layer's two ZeRO-3 units through its backward.
+              Case{4, 1, 1}.with_zero(3).with_recompute(R::Full),
+              Case{2, 1, 2, K::ZeroBubbleH1}.with_zero(3).with_recompute(R::Full),
               Case{2, 1, 2}.with_zero(3).with_vocab_pieces(), Case{2, 1, 2}.with_llama().with_zero(3).with_vocab_pieces(),
               // llama: tp 4 replicates its 2 kv heads (a [2 Hkv hs, C] gradient summed per layer).
               Case{1, 4, 1}.with_llama(), Case{1, 2, 2, K::ZeroBubbleV, 2}.with_llama()};

@@ -118,52 +118,59 @@ TEST(MemoryOptions, SequenceParallelShrinksThePipelineMessagesByTp) {
   EXPECT_LT(sp.memory.total(), plain.memory.total());
 }
 
-// dp 2, one stage: 220544 parameters in units embedding 20480, 4 layers of 49984, lnf 128. ZeRO-2
-// keeps half of the gradients plus the two largest units' in full, and the reduce-scatter outputs
-// of the two being reduced (half a layer each: 99968 bytes, 391 blocks; counted since
-// memory_bound_test ran ZeRO-2, whose peak they pass); ZeRO-3 the same of the parameters too (and
-// their bf16 copy with bf16 compute); AdamW's moments as ZeRO-1's, ZeRO-3 with a piece more per unit.
+// dp 2, one stage: 220544 parameters in units embedding 20480, 4 layers of 49984 each cut into its
+// attention (16768) and its MLP (33216), lnf 128. ZeRO-2 keeps half of the gradients plus the two
+// largest units' in full, and the reduce-scatter outputs of the two being reduced (half an MLP
+// each: 66432 bytes, 260 blocks; counted since memory_bound_test ran ZeRO-2, whose peak they
+// pass); ZeRO-3 the same of the parameters too (and their bf16 copy with bf16 compute); AdamW's
+// moments as ZeRO-1's, ZeRO-3 with a piece more per unit (10).
 TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
-  const double params = 220544, layer = 49984;
-  ASSERT_EQ(params, 256 * 64 + 64 * 64 + 4 * layer + 2 * 64);
+  const double params = 220544, attention = 16768, mlp = 33216;
+  ASSERT_EQ(params, 256 * 64 + 64 * 64 + 4 * (attention + mlp) + 2 * 64);
   Layout l;
   l.dp = 2;
   l.micro_batch = 2;
   const Cluster c = two_ranks();
-  const auto at = [&](int zero, Precision precision) {
+  const auto at = [&](int zero, Precision precision, Recompute recompute = Recompute::None) {
     Layout z = l;
     z.zero = zero;
+    z.recompute = recompute;
     TrainingShape t = fp32_shape(4);
     t.precision = precision;
     return predict_step(tiny(), t, z, c).memory;
   };
   const MemoryBreakdown z1 = at(1, Precision::FP32), z2 = at(2, Precision::FP32), z3 = at(3, Precision::FP32);
   EXPECT_EQ(z1.gradients, 4 * params);
-  const double pieces = 2 * 391 * 256.0;
-  EXPECT_EQ(z2.gradients, 4 * params / 2 + 2 * 4 * layer + pieces);
+  const double pieces = 2 * 260 * 256.0;
+  EXPECT_EQ(z2.gradients, 4 * params / 2 + 2 * 4 * mlp + pieces);
   EXPECT_EQ(z2.parameters, 4 * params);
   EXPECT_EQ(z2.optimizer, z1.optimizer);
   EXPECT_EQ(z3.gradients, z2.gradients);
-  EXPECT_EQ(z3.parameters, 4 * params / 2 + 2 * 4 * layer);
-  EXPECT_EQ(z3.optimizer, z1.optimizer + 2 * 256.0 * 6);
+  EXPECT_EQ(z3.parameters, 4 * params / 2 + 2 * 4 * mlp);
+  EXPECT_EQ(z3.optimizer, z1.optimizer + 2 * 256.0 * 10);
   EXPECT_EQ(z3.activations, z1.activations);
-  // bf16: two gathered units' bf16 copies, each rounded up to whole blocks (99968 bytes: 391 blocks).
+  // bf16: two gathered units' bf16 copies, each rounded up to whole blocks (66432 bytes: 260 blocks).
   const MemoryBreakdown z3_bf16 = at(3, Precision::BF16);
-  EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 2 * 4 * layer + 2 * 391 * 256.0);
+  EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 2 * 4 * mlp + 2 * 260 * 256.0);
+  // A full recomputation holds a layer's two units through its backward, and one more beside them:
+  // counted as a whole layer and the largest other unit, an MLP; the reductions in flight stay two.
+  const MemoryBreakdown z3_full = at(3, Precision::FP32, Recompute::Full);
+  EXPECT_EQ(z3_full.parameters, 4 * params / 2 + 4 * (attention + mlp + mlp));
+  EXPECT_EQ(z3_full.gradients, 4 * params / 2 + 4 * (attention + mlp + mlp) + pieces);
 }
 
 // The head uses lnf and then its tied embedding, one after the other (the embedding's gradient is
 // made in the forward, lnf's in the backward): two units in flight at most there too, the largest
-// two here the embedding and a layer (not lnf beside them). The embedding outweighs a layer:
-// vocabulary 4096, wte 262144 elements (its own block), wpe 4096, layers 49984, lnf 128 (512
-// bytes); dp 2, every piece even. The reductions in flight stay two. ZeRO-3 cuts that embedding
-// into 8 vocabulary pieces of 512 rows (32768 elements, the fewest within a layer's 49984): its two
-// largest units in flight are then two layers.
+// two here the embedding and an MLP (not lnf beside them). The embedding outweighs a layer:
+// vocabulary 4096, wte 262144 elements (its own block), wpe 4096, layers 16768 + 33216, lnf 128
+// (512 bytes); dp 2, every piece even. The reductions in flight stay two. ZeRO-3 cuts that
+// embedding into 8 vocabulary pieces of 512 rows (32768 elements, the fewest within an MLP's
+// 33216): its two largest units in flight are then the last piece, which wpe joins, and an MLP.
 TEST(MemoryOptions, ZeroCountsTwoUnitsInFlightAtTheHeadToo) {
   ModelShape m = tiny();
   m.vocab_size = 4096;
-  const double wte = 4096 * 64, wpe = 64 * 64, layer = 49984, lnf = 128;
-  const double params = wte + wpe + 4 * layer + lnf;
+  const double wte = 4096 * 64, wpe = 64 * 64, mlp = 33216, lnf = 128;
+  const double params = wte + wpe + 4 * (16768 + mlp) + lnf;
   Layout l;
   l.dp = 2;
   l.micro_batch = 2;
@@ -173,10 +180,10 @@ TEST(MemoryOptions, ZeroCountsTwoUnitsInFlightAtTheHeadToo) {
     return predict_step(m, fp32_shape(4), z, two_ranks()).memory;
   };
   const auto block = [](double bytes) { return std::ceil(bytes / 256) * 256; };
-  const double embedding = 4 * wte + 4 * wpe, pieces = 2 * wte + 2 * wpe + block(2 * layer);
+  const double embedding = 4 * wte + 4 * wpe, pieces = 2 * wte + 2 * wpe + block(2 * mlp);
   const MemoryBreakdown z2 = at(2), z3 = at(3);
-  EXPECT_EQ(z2.gradients, 4 * params / 2 + embedding + 4 * layer + pieces);
-  EXPECT_EQ(z3.parameters, 4 * params / 2 + 2 * 4 * layer);
+  EXPECT_EQ(z2.gradients, 4 * params / 2 + embedding + 4 * mlp + pieces);
+  EXPECT_EQ(z3.parameters, 4 * params / 2 + 4 * (wte / 8 + wpe) + 4 * mlp);
 }
 
 // Recomputation with the backward split (zero-bubble): B recomputes what W reads into a set of its
@@ -228,10 +235,12 @@ TEST(MemoryOptions, ZeroTwoReduceScattersEveryMicroBatch) {
 }
 
 // ZeRO-3 gathers each unit before its use, the next one prefetched: exposed are the first gather and
-// what of each later one the previous unit's compute does not cover. Forward: the embedding, the
-// layers, lnf, then the head's tied embedding again (the tiny vocabulary is one piece). Backward:
-// lnf, then the layers the other way with twice their compute (the head's GEMMs all ran in its
-// forward; the embedding's gradient reads no parameters). On a link slow enough that the gathers show:
+// what of each later one the previous unit's compute does not cover. Forward: the embedding, each
+// layer's attention then MLP, lnf, then the head's tied embedding again (the tiny vocabulary is one
+// piece). Backward: lnf, then the layers the other way, each its MLP then its attention, with twice
+// their compute (the head's GEMMs all ran in its forward; the embedding's gradient reads no
+// parameters). An attention computes its GEMMs' share of the layer's (by parameters) and the
+// attention core. On a link slow enough that the gathers show:
 TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
   const ModelShape m = tiny();
   const TrainingShape t = fp32_shape(8);
@@ -241,19 +250,29 @@ TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
   l.zero = 3;
   Cluster c = two_ranks();
   c.intra = Link{2e8, 1e-6};
-  const Prediction p = predict_step(m, t, l, c);
   const double rate = c.peak_flops * c.achieved_fraction;
-  const double lf = chunk_work(m, t, l, 1, false, false).forward_flops / rate;
+  const ChunkWork layer = chunk_work(m, t, l, 1, false, false);
+  const double attention = 16768, mlp = 33216;
+  const double af = ((layer.forward_flops - layer.attention_flops) * attention / (attention + mlp) + layer.attention_flops) / rate;
+  const double mf = layer.forward_flops / rate - af;
   const auto g = [&](double numel) { return allgather_s(2, 4 * numel, c.intra); };
-  const double ge = g(20480), gl = g(49984), gn = g(128);
+  const double ge = g(20480), ga = g(attention), gm = g(mlp), gn = g(128);
   const auto pos = [](double x) { return std::max(0.0, x); };
-  const double forward = ge + gl + 3 * pos(gl - lf) + pos(gn - lf) + ge;
-  const double backward = gn + gl + 3 * pos(gl - 2 * lf);
-  ASSERT_GT(gl, 2 * lf);  // the case where the gathers show
+  const double forward = ge + ga + pos(gm - af) + 3 * (pos(ga - mf) + pos(gm - af)) + pos(gn - mf) + ge;
+  const double backward = gn + gm + pos(ga - 2 * mf) + 3 * (pos(gm - 2 * af) + pos(ga - 2 * mf));
+  ASSERT_GT(gm, 2 * af);  // the case where the gathers show
+  const Prediction p = predict_step(m, t, l, c);
   EXPECT_NEAR(p.time.zero_gather, p.micro_batches * (forward + backward), 1e-12);
   // All of it is data-parallel traffic: twice each unit per micro-batch, plus the reduce-scatters.
   EXPECT_NEAR(p.time.dp_total,
-              p.micro_batches * (2 * (ge + 4 * gl + gn) + reduce_scatter_s(2, 4 * 220544.0, c.intra)), 1e-12);
+              p.micro_batches * (2 * (ge + 4 * (ga + gm) + gn) + reduce_scatter_s(2, 4 * 220544.0, c.intra)), 1e-12);
+  // A full recomputation holds the attention through its layer's backward, begun before the MLP:
+  // the MLP's gather is then exposed whole, the next attention's hidden by the layer's backward.
+  l.recompute = Recompute::Full;
+  const double full_b = (2.0 * layer.forward_flops + layer.layer_flops) / rate;
+  const double full_backward = gn + ga + gm + 3 * (pos(ga - full_b) + gm);
+  const Prediction full = predict_step(m, t, l, c);
+  EXPECT_NEAR(full.time.zero_gather, full.micro_batches * (forward + full_backward), 1e-12);
 }
 
 TEST(MemoryOptions, SequenceParallelNeedsTensorParallelism) {

@@ -402,19 +402,23 @@ TEST(ParallelEquivalence, ZeroBubbleH1WithSequenceParallelismTrainsTheBitsOfOneF
 
 // Recomputation runs the forward's kernels again on the same inputs: training with --recompute
 // selective or full gives the bits of training without, with the fused backward and with B and W
-// split (ZB-H1), on one rank and on dp 2 x tp 2 x pp 2.
+// split (ZB-H1), on one rank and on dp 2 x tp 2 x pp 2; and under ZeRO-3 on dp 2 x pp 2, where a
+// full recomputation holds a layer's two units through its backward (its attention's use spans the
+// MLP's) and the other ways use them one after the other.
 TEST(ParallelEquivalence, RecomputationTrainsTheBitsOfKeepingTheActivations) {
   const int n = test_world().size();
   std::vector<Layout> layouts;
+  int zero = 1;
   if (n == 1) layouts = {{1, 1, 1}, {1, 1, 1, ScheduleKind::ZeroBubbleV, 2}};
+  if (n == 4) layouts = {{2, 1, 2}, {2, 1, 2, ScheduleKind::ZeroBubbleH1}}, zero = 3;
   if (n == 8) layouts = {{2, 2, 2}, {2, 2, 2, ScheduleKind::ZeroBubbleH1}};
-  if (layouts.empty()) GTEST_SKIP() << "runs on 1 and 8 ranks";
+  if (layouts.empty()) GTEST_SKIP() << "runs on 1, 4 and 8 ranks";
   for (Layout layout : layouts) {
-    const std::vector<double> kept = train_bits(layout, 2);
+    const std::vector<double> kept = train_bits(layout, 2, zero);
     for (Recompute recompute : {Recompute::Selective, Recompute::Full}) {
       layout.recompute = recompute;
       SCOPED_TRACE(layout.name());
-      const std::vector<double> recomputed = train_bits(layout, 2);
+      const std::vector<double> recomputed = train_bits(layout, 2, zero);
       ASSERT_EQ(kept.size(), recomputed.size());
       std::size_t differ = 0;
       for (std::size_t i = 0; i < kept.size(); ++i) differ += kept[i] != recomputed[i];
