@@ -2,7 +2,7 @@
 // parameters on (and frees them after), and ZeRO-2/3 reduce-scatter gradients on. A unit is a run
 // of consecutive parameters of the model's ParameterStore used together: the embeddings a rank
 // holds, one half of a transformer layer (its attention or its MLP), the final layernorm.
-// defines: ParamUse, ParamUnit, ParamUseHooks, reads_parameters, writes_gradients
+// defines: ParamUse, ParamUnit, ParamUseHooks, reads_parameters, writes_gradients, kPrefetchUnits
 #pragma once
 
 #include <cstddef>
@@ -21,6 +21,11 @@ constexpr bool reads_parameters(ParamUse use) { return use != ParamUse::Backward
 constexpr bool writes_gradients(ParamUse use) {
   return use == ParamUse::Backward || use == ParamUse::BackwardWeights || use == ParamUse::ForwardWithGradient;
 }
+
+// How many units ahead ZeRO-3 gathers (parallel/unit_shards.h) in the order of use: a layer's two
+// (its attention and its MLP), so a layer's gathers hide behind about a layer's compute. The memory
+// model counts the same (perf/memory_model.h).
+constexpr int kPrefetchUnits = 2;
 
 struct ParamUnit {
   std::string name;            // "embedding", "h.3.attn", "h.3.mlp", "lnf"

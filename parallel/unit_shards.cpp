@@ -168,12 +168,13 @@ void UnitShards::begin(int unit, ParamUse use) {
         following_ = false;  // another order than learned: no more prefetching this round
       }
       ++position_;
-      prefetched_ = -1;
-      if (following_ && prefetch_ && position_ < trace.size()) {
-        prefetched_ = trace[position_];
-        const auto next = static_cast<std::size_t>(prefetched_);
+      prefetched_.clear();
+      const std::size_t ahead = following_ && prefetch_ ? static_cast<std::size_t>(kPrefetchUnits) : 0;
+      for (std::size_t k = position_; k < std::min(trace.size(), position_ + ahead); ++k) {
+        const auto next = static_cast<std::size_t>(trace[k]);
+        prefetched_.push_back(trace[k]);
         if (!gathered_[next] && gathers_[next].empty()) {
-          launch_gather(prefetched_);
+          launch_gather(trace[k]);
           ++stats_.prefetched;
         }
       }
@@ -191,7 +192,8 @@ void UnitShards::end(int unit, ParamUse use) {
   }
   if (stage_ == 3 && reads_parameters(use)) {
     MT_CHECK(active_reads_[u] > 0, "end of unit '", units_[u].name, "''s use without its begin");
-    if (--active_reads_[u] == 0 && unit != prefetched_) release_params(unit);
+    if (--active_reads_[u] == 0 && std::find(prefetched_.begin(), prefetched_.end(), unit) == prefetched_.end())
+      release_params(unit);
   }
 }
 
@@ -279,7 +281,7 @@ void UnitShards::start_round(int kind) {
   position_ = 0;
   recording_ = traces_[static_cast<std::size_t>(kind)].empty();
   following_ = !recording_;
-  prefetched_ = -1;
+  prefetched_.clear();
 }
 
 void UnitShards::finish_round() {
@@ -292,7 +294,7 @@ void UnitShards::finish_round() {
     }
   }
   kind_ = -1;
-  prefetched_ = -1;
+  prefetched_.clear();
 }
 
 void UnitShards::materialize(int unit, bool gather) {

@@ -20,9 +20,12 @@
 // Parameters (stage 3): the full parameters of a unit are all-gathered from the owned shards before
 // a use that reads them (and, with bf16 compute, cast into the unit's own bf16 copy), kept while in
 // use, and released after its end(). The order of uses is learned in the first round of each kind
-// (a training step, an evaluation) and from then on the NEXT unit is prefetched one ahead, its
-// all-gather running on the communicator's engine while the current unit computes. Bound: the
-// unit in use plus the prefetched one (the head uses lnf, then its tied embedding).
+// (a training step, an evaluation) and from then on the next kPrefetchUnits units are prefetched,
+// their all-gathers running on the communicator's engine while the current unit computes: a
+// layer's two units (its attention and its MLP, models/gpt_sharding.h), so that a layer's gathers
+// have about a layer's compute to hide behind, as with whole layers one ahead, while the gradients
+// stay at half a layer. Bound: the unit in use plus the prefetched ones (the head uses lnf, then its
+// tied embedding).
 //
 // The store is built in these blocks from the start (ParameterStore's blocks, GptOptions::
 // store_blocks): each block's parameters, compute copy and gradients have buffers of their own,
@@ -80,10 +83,12 @@ struct UnitShardStats {
 
 class UnitShards : public ParamUseHooks {
  public:
+
   // stage: 2 or 3. store: built in store_blocks(make_shard_blocks(units, its numels, alone, dp size))
   // (Error otherwise); its parameters start at zero: stage 2 takes every block's parameters for
   // good, stage 3 only the owned shards. dp: the data-parallel group; ctx, dp and store must
-  // outlive this. prefetch: stage 3 prefetches the next unit (false: every gather waits at begin).
+  // outlive this. prefetch: stage 3 prefetches the next kPrefetchUnits units (false: every gather
+  // waits at begin).
   UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,
              std::vector<char> alone, int stage, bool prefetch = true);
   UnitShards(const UnitShards&) = delete;
@@ -160,7 +165,7 @@ class UnitShards : public ParamUseHooks {
   int kind_ = -1;
   std::size_t position_ = 0;
   bool recording_ = false, following_ = false;
-  int prefetched_ = -1;
+  std::vector<int> prefetched_;  // the next units in the learned order, gathered ahead
   UnitShardStats stats_;
 };
 

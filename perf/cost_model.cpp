@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "models/param_use.h"
 #include "parallel/mesh.h"
 #include "parallel/schedule.h"
 #include "perf/comm_model.h"
@@ -184,13 +185,21 @@ struct StageTimes {
   double cost() const { return compute_f + compute_b + tp_f + tp_b + gather_f + gather_b; }
 };
 
-// ZeRO-3 gathers each parameter unit before its use, one unit ahead: the first unit's gather is
-// exposed, each later one by what the previous unit's compute does not cover. `units` in the order of
-// use, each {gather seconds, compute seconds}.
+// ZeRO-3 gathers each parameter unit before its use, kPrefetchUnits ahead in the order of use
+// (parallel/unit_shards.h): unit i's gather is launched when unit i - kPrefetchUnits begins (those
+// of the first units when the first begins), after the gathers before it (one communicator); unit
+// i begins when its gather and unit i - 1's compute are done. `units` in the order of use, each
+// {gather seconds, compute seconds}. Returns how long the units waited for their gathers.
 double exposed_gathers(const std::vector<std::pair<double, double>>& units) {
-  double exposed = 0;
-  for (std::size_t i = 0; i < units.size(); ++i)
-    exposed += i == 0 ? units[i].first : std::max(0.0, units[i].first - units[i - 1].second);
+  std::vector<double> begins(units.size());
+  double comm_free = 0, compute_end = 0, exposed = 0;
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    const std::size_t launcher = i > static_cast<std::size_t>(kPrefetchUnits) ? i - kPrefetchUnits : 0;
+    comm_free = std::max(comm_free, i == 0 ? 0.0 : begins[launcher]) + units[i].first;
+    begins[i] = std::max(compute_end, comm_free);
+    exposed += begins[i] - compute_end;
+    compute_end = begins[i] + units[i].second;
+  }
   return exposed;
 }
 
@@ -502,7 +511,7 @@ std::string describe(const Prediction& p) {
   line("embedding sync", t.embedding_sync, "tied embedding between first and last stage");
   line("norm", t.norm, "gradient-norm allreduce");
   line("optimizer", t.optimizer, "AdamW, zeroing, norm pass (memory bound)");
-  if (t.zero_gather > 0) line("zero-3 gathers", t.zero_gather, "parameter all-gathers not hidden by the unit before");
+  if (t.zero_gather > 0) line("zero-3 gathers", t.zero_gather, "parameter all-gathers their prefetch does not hide");
   if (t.core_wait > 0) line("core wait", t.core_wait, "ranks outnumber the cores: waiting for a core");
   os << "memory per device: " << describe(p.memory);
   std::snprintf(buf, sizeof buf, " of %.2f GiB: %s", p.memory_capacity / (1024.0 * 1024 * 1024),

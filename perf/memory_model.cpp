@@ -1,6 +1,7 @@
 #include "perf/memory_model.h"
 
 #include "models/head_chunks.h"
+#include "models/param_use.h"
 
 #include <algorithm>
 #include <climits>
@@ -298,24 +299,26 @@ struct ZeroBlocks {
   // use spans its MLP's (models/gpt.cpp): these pairs of units are held together, with one more.
   std::vector<std::pair<std::size_t, std::size_t>> held_together;
 
-  // The most of f(unit) for the units held at once: any two (the one in use and the one prefetched
-  // or being reduced), or (held_pairs) a pair held together and any third. The head too uses one
-  // unit at a time: its lnf, then its tied embedding (the embedding's gradient made in the forward,
-  // lnf's in the backward). The reductions in flight stay two whatever is held (each use's end
-  // waits for the one before): held_pairs false.
-  double in_flight(const std::function<double(std::size_t)>& f, bool held_pairs = true) const {
+  // The most of f(unit) for `count` units held at once: any `count`, or (held_pairs) a pair held
+  // together and any count - 1 others. The gradients: the unit in use and the one being reduced
+  // (2). ZeRO-3's parameters: the unit in use and the kPrefetchUnits gathered ahead (3). The head
+  // too uses one unit at a time: its lnf, then its tied embedding (the embedding's gradient made in
+  // the forward, lnf's in the backward). The reductions in flight stay two whatever is held (each
+  // use's end waits for the one before): held_pairs false.
+  double in_flight(const std::function<double(std::size_t)>& f, std::size_t count, bool held_pairs = true) const {
     std::vector<double> each;
     std::vector<std::size_t> order;
     for (std::size_t u = 0; u < units.size(); ++u) each.push_back(f(u)), order.push_back(u);
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return each[a] > each[b]; });
     double most = 0;
-    for (std::size_t i = 0; i < std::min<std::size_t>(2, order.size()); ++i) most += each[order[i]];
+    for (std::size_t i = 0; i < std::min(count, order.size()); ++i) most += each[order[i]];
     if (!held_pairs) return most;
     for (const auto& [a, b] : held_together) {
-      double third = 0;
-      for (std::size_t i = 0; i < std::min<std::size_t>(3, order.size()); ++i)
-        if (order[i] != a && order[i] != b) third = std::max(third, each[order[i]]);
-      most = std::max(most, each[a] + each[b] + third);
+      double sum = each[a] + each[b];
+      std::size_t others = 0;
+      for (std::size_t i = 0; i < order.size() && others + 1 < count; ++i)
+        if (order[i] != a && order[i] != b) sum += each[order[i]], ++others;
+      most = std::max(most, sum);
     }
     return most;
   }
@@ -371,10 +374,10 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     // parameters in per-block buffers. ZeRO-3 likewise for the parameters: the owned shard, and the
     // gathered units in flight with their bf16 copy under bf16 compute.
     const ZeroBlocks z = zero_blocks(model, plan, s);
-    m.gradients = z.owned() + z.in_flight([&](std::size_t u) { return z.full(u, 4.0); });
-    m.gradients += z.in_flight([&](std::size_t u) { return z.pieces(u); }, /*held_pairs=*/false);
+    m.gradients = z.owned() + z.in_flight([&](std::size_t u) { return z.full(u, 4.0); }, 2);
+    m.gradients += z.in_flight([&](std::size_t u) { return z.pieces(u); }, 2, /*held_pairs=*/false);
     const auto gathered = [&](std::size_t u) { return z.full(u, 4.0) + (bf16 ? z.full(u, 2.0) : 0.0); };
-    m.parameters = layout.zero == 3 ? z.owned() + z.in_flight(gathered)
+    m.parameters = layout.zero == 3 ? z.owned() + z.in_flight(gathered, 1 + kPrefetchUnits)
                                     : z.every_full(4.0) + (bf16 ? z.every_full(2.0) : 0.0);
   }
   // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 and above per piece of one in this

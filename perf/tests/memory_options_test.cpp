@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/param_use.h"
 #include "perf/comm_model.h"
 #include "perf/cost_model.h"
 #include "runtime/error.h"
@@ -122,8 +123,9 @@ TEST(MemoryOptions, SequenceParallelShrinksThePipelineMessagesByTp) {
 // attention (16768) and its MLP (33216), lnf 128. ZeRO-2 keeps half of the gradients plus the two
 // largest units' in full, and the reduce-scatter outputs of the two being reduced (half an MLP
 // each: 66432 bytes, 260 blocks; counted since memory_bound_test ran ZeRO-2, whose peak they
-// pass); ZeRO-3 the same of the parameters too (and their bf16 copy with bf16 compute); AdamW's
-// moments as ZeRO-1's, ZeRO-3 with a piece more per unit (10).
+// pass); ZeRO-3 the owned shard of the parameters too and, gathered, the unit in use and the two
+// prefetched (kPrefetchUnits; with their bf16 copy under bf16 compute): three MLPs; AdamW's moments
+// as ZeRO-1's, ZeRO-3 with a piece more per unit (10).
 TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
   const double params = 220544, attention = 16768, mlp = 33216;
   ASSERT_EQ(params, 256 * 64 + 64 * 64 + 4 * (attention + mlp) + 2 * 64);
@@ -146,16 +148,18 @@ TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
   EXPECT_EQ(z2.parameters, 4 * params);
   EXPECT_EQ(z2.optimizer, z1.optimizer);
   EXPECT_EQ(z3.gradients, z2.gradients);
-  EXPECT_EQ(z3.parameters, 4 * params / 2 + 2 * 4 * mlp);
+  static_assert(kPrefetchUnits == 2);
+  EXPECT_EQ(z3.parameters, 4 * params / 2 + 3 * 4 * mlp);
   EXPECT_EQ(z3.optimizer, z1.optimizer + 2 * 256.0 * 10);
   EXPECT_EQ(z3.activations, z1.activations);
-  // bf16: two gathered units' bf16 copies, each rounded up to whole blocks (66432 bytes: 260 blocks).
+  // bf16: three gathered units' bf16 copies, each rounded up to whole blocks (66432 bytes: 260 blocks).
   const MemoryBreakdown z3_bf16 = at(3, Precision::BF16);
-  EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 2 * 4 * mlp + 2 * 260 * 256.0);
-  // A full recomputation holds a layer's two units through its backward, and one more beside them:
-  // counted as a whole layer and the largest other unit, an MLP; the reductions in flight stay two.
+  EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 3 * 4 * mlp + 3 * 260 * 256.0);
+  // A full recomputation holds a layer's two units through its backward, beside the prefetched two
+  // and the one being reduced: counted as a whole layer and the largest others, MLPs; the
+  // reductions in flight stay two.
   const MemoryBreakdown z3_full = at(3, Precision::FP32, Recompute::Full);
-  EXPECT_EQ(z3_full.parameters, 4 * params / 2 + 4 * (attention + mlp + mlp));
+  EXPECT_EQ(z3_full.parameters, 4 * params / 2 + 4 * (attention + mlp + 2 * mlp));
   EXPECT_EQ(z3_full.gradients, 4 * params / 2 + 4 * (attention + mlp + mlp) + pieces);
 }
 
@@ -165,7 +169,8 @@ TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
 // vocabulary 4096, wte 262144 elements (its own block), wpe 4096, layers 16768 + 33216, lnf 128
 // (512 bytes); dp 2, every piece even. The reductions in flight stay two. ZeRO-3 cuts that
 // embedding into 8 vocabulary pieces of 512 rows (32768 elements, the fewest within an MLP's
-// 33216): its two largest units in flight are then the last piece, which wpe joins, and an MLP.
+// 33216): its three largest units gathered at once are then the last piece, which wpe joins, and
+// two MLPs.
 TEST(MemoryOptions, ZeroCountsTwoUnitsInFlightAtTheHeadToo) {
   ModelShape m = tiny();
   m.vocab_size = 4096;
@@ -183,7 +188,7 @@ TEST(MemoryOptions, ZeroCountsTwoUnitsInFlightAtTheHeadToo) {
   const double embedding = 4 * wte + 4 * wpe, pieces = 2 * wte + 2 * wpe + block(2 * mlp);
   const MemoryBreakdown z2 = at(2), z3 = at(3);
   EXPECT_EQ(z2.gradients, 4 * params / 2 + embedding + 4 * mlp + pieces);
-  EXPECT_EQ(z3.parameters, 4 * params / 2 + 4 * (wte / 8 + wpe) + 4 * mlp);
+  EXPECT_EQ(z3.parameters, 4 * params / 2 + 4 * (wte / 8 + wpe) + 2 * 4 * mlp);
 }
 
 // Recomputation with the backward split (zero-bubble): B recomputes what W reads into a set of its
@@ -234,14 +239,19 @@ TEST(MemoryOptions, ZeroTwoReduceScattersEveryMicroBatch) {
   EXPECT_EQ(z2.time.zero_gather, 0.0);
 }
 
-// ZeRO-3 gathers each unit before its use, the next one prefetched: exposed are the first gather and
-// what of each later one the previous unit's compute does not cover. Forward: the embedding, each
-// layer's attention then MLP, lnf, then the head's tied embedding again (the tiny vocabulary is one
-// piece). Backward: lnf, then the layers the other way, each its MLP then its attention, with twice
-// their compute (the head's GEMMs all ran in its forward; the embedding's gradient reads no
-// parameters). An attention computes its GEMMs' share of the layer's (by parameters) and the
-// attention core. On a link slow enough that the gathers show:
-TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
+// ZeRO-3 gathers each unit before its use, two ahead (kPrefetchUnits): a unit's gather is launched
+// when the unit two before it begins, after the gathers before it. Forward: the embedding (no
+// compute), each layer's attention then MLP, lnf (none), then the head's tied embedding again (the
+// tiny vocabulary is one piece). Backward: lnf, then the layers the other way, each its MLP then
+// its attention, with twice their compute (the head's GEMMs all ran in its forward; the
+// embedding's gradient reads no parameters). An attention computes its GEMMs' share of the layer's
+// (by parameters) and the attention core. Two regimes worked by hand:
+// - a fast link: every gather hides behind the computing units before it, but those after a unit
+//   with none: the embedding's and the first attention's forward, lnf's and the last MLP's backward;
+// - a link so slow that each unit waits for its gather: the gathers run back to back, so a pass
+//   takes all its gathers and the last unit's compute, and the wait is that less all its compute.
+TEST(MemoryOptions, ZeroThreeExposesTheGathersItsPrefetchDoesNotHide) {
+  static_assert(kPrefetchUnits == 2);
   const ModelShape m = tiny();
   const TrainingShape t = fp32_shape(8);
   Layout l;
@@ -249,30 +259,36 @@ TEST(MemoryOptions, ZeroThreeExposesTheGathersTheUnitBeforeDoesNotHide) {
   l.micro_batch = 2;
   l.zero = 3;
   Cluster c = two_ranks();
-  c.intra = Link{2e8, 1e-6};
   const double rate = c.peak_flops * c.achieved_fraction;
   const ChunkWork layer = chunk_work(m, t, l, 1, false, false);
   const double attention = 16768, mlp = 33216;
   const double af = ((layer.forward_flops - layer.attention_flops) * attention / (attention + mlp) + layer.attention_flops) / rate;
-  const double mf = layer.forward_flops / rate - af;
-  const auto g = [&](double numel) { return allgather_s(2, 4 * numel, c.intra); };
-  const double ge = g(20480), ga = g(attention), gm = g(mlp), gn = g(128);
-  const auto pos = [](double x) { return std::max(0.0, x); };
-  const double forward = ge + ga + pos(gm - af) + 3 * (pos(ga - mf) + pos(gm - af)) + pos(gn - mf) + ge;
-  const double backward = gn + gm + pos(ga - 2 * mf) + 3 * (pos(gm - 2 * af) + pos(ga - 2 * mf));
-  ASSERT_GT(gm, 2 * af);  // the case where the gathers show
-  const Prediction p = predict_step(m, t, l, c);
-  EXPECT_NEAR(p.time.zero_gather, p.micro_batches * (forward + backward), 1e-12);
+  const double lf = layer.forward_flops / rate;
+  const auto predict = [&](const Link& link, double* ge, double* ga, double* gm, double* gn) {
+    c.intra = link;
+    const auto g = [&](double numel) { return allgather_s(2, 4 * numel, link); };
+    *ge = g(20480), *ga = g(attention), *gm = g(mlp), *gn = g(128);
+    return predict_step(m, t, l, c);
+  };
+  double ge, ga, gm, gn;
+  const Prediction fast = predict(Link{1e15, 1e-12}, &ge, &ga, &gm, &gn);
+  ASSERT_LT(ge, af);  // the case where the prefetch hides them
+  EXPECT_NEAR(fast.time.zero_gather, fast.micro_batches * ((ge + ga) + (gn + gm)), 1e-15);
+  const Prediction slow = predict(Link{1e4, 1e-6}, &ge, &ga, &gm, &gn);
+  ASSERT_GT(gn, 2 * lf);  // the case where every unit waits
+  const double forward = 2 * ge + 4 * (ga + gm) + gn - 4 * lf;  // the head's compute last: cancels
+  const double backward = gn + 4 * (ga + gm) - 4 * 2 * lf + 2 * af;  // layer 0's attention last
+  EXPECT_NEAR(slow.time.zero_gather, slow.micro_batches * (forward + backward), 1e-9);
   // All of it is data-parallel traffic: twice each unit per micro-batch, plus the reduce-scatters.
-  EXPECT_NEAR(p.time.dp_total,
-              p.micro_batches * (2 * (ge + 4 * (ga + gm) + gn) + reduce_scatter_s(2, 4 * 220544.0, c.intra)), 1e-12);
-  // A full recomputation holds the attention through its layer's backward, begun before the MLP:
-  // the MLP's gather is then exposed whole, the next attention's hidden by the layer's backward.
+  EXPECT_NEAR(slow.time.dp_total,
+              slow.micro_batches * (2 * (ge + 4 * (ga + gm) + gn) + reduce_scatter_s(2, 4 * 220544.0, c.intra)), 1e-9);
+  // A full recomputation begins a layer's attention before its MLP and runs the layer's forward
+  // again inside its backward: the same gathers, a third more compute in the backward.
   l.recompute = Recompute::Full;
-  const double full_b = (2.0 * layer.forward_flops + layer.layer_flops) / rate;
-  const double full_backward = gn + ga + gm + 3 * (pos(ga - full_b) + gm);
-  const Prediction full = predict_step(m, t, l, c);
-  EXPECT_NEAR(full.time.zero_gather, full.micro_batches * (forward + full_backward), 1e-12);
+  const double full_b = 2 * lf + layer.layer_flops / rate;  // the last unit, layer 0's MLP, computes it all
+  const double full_backward = gn + 4 * (ga + gm) - 3 * full_b;
+  const Prediction full = predict(Link{1e4, 1e-6}, &ge, &ga, &gm, &gn);
+  EXPECT_NEAR(full.time.zero_gather, full.micro_batches * (forward + full_backward), 1e-9);
 }
 
 TEST(MemoryOptions, SequenceParallelNeedsTensorParallelism) {
