@@ -70,7 +70,7 @@ po::options_description overlap_options() {
        "gradient bucket size in MiB (meshtrain train --bucket-mb; not used by --zero 3)")
       ("zero", po::value<int>()->default_value(0),
        "0: allreduce the buckets; 1: reduce-scatter them (ZeRO-1); 3: ZeRO-3, parameters sharded over the "
-       "ranks and all-gathered per unit before each use: forward + backward steps with the next unit's gather "
+       "ranks and all-gathered per unit before each use: forward + backward steps with the next units' gathers "
        "prefetched and without, and the share of the gather wait that prefetching hides (twice the steps)");
   add_repeat_options(desc, 5, "timed repetitions of each measurement", "untimed repetitions first");
   add_json_option(desc, "append one JSON line (bench \"overlap\") to this file");
@@ -85,7 +85,7 @@ const char* kSummary =
     "the buckets: --no-overlap) and overlapped (buckets launched as backward finishes them). Overlap "
     "efficiency = (serial - overlapped) / min(compute, communication): the share of the smaller part that "
     "was hidden. The forward pass runs before each timed region, untimed. With --zero 3: forward and "
-    "backward steps of a ZeRO-3 model (meshtrain train --zero 3) with the next unit's all-gather prefetched "
+    "backward steps of a ZeRO-3 model (meshtrain train --zero 3) with the next units' all-gathers prefetched "
     "and without; each reports its step time and the time its uses waited for gathers, and the share of "
     "that wait prefetching hides.";
 

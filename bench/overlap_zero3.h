@@ -2,7 +2,7 @@
 // whole GPT on every rank, its parameters sharded over dp = world (parallel/unit_shards.h); a step
 // is forward and backward, each unit's parameters all-gathered before each use and its gradients
 // reduce-scattered after backward. The same steps run twice: prefetch off (every gather waits at
-// the unit's first use) and on (the next unit's gather runs while the current one computes).
+// the unit's first use) and on (the next units' gathers run while the current one computes).
 // The exposed gather wait is the host time the uses waited for gathers (UnitShardStats).
 // defines: GatherRun, Zero3Overlap, measure_zero3_overlap
 #pragma once

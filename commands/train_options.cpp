@@ -122,10 +122,10 @@ po::options_description layout_options() {
        "(gradients reduce-scattered, parameters all-gathered after the update: an allreduce's bytes); "
        "2: the gradients (4 bytes) too: each bucket is reduce-scattered after every micro-batch's backward "
        "and only the owned shard kept (gradient accumulation then communicates once per micro-batch); "
-       "3: the parameters (4 bytes) too: each layer's are all-gathered before its forward and again before "
-       "its backward, the next one prefetched, and freed after use (1.5x ZeRO-1's bytes per micro-batch); "
-       "an embedding larger than a layer is cut into vocabulary-row pieces gathered one at a time, twice "
-       "per chunk of the LM head's rows")
+       "3: the parameters (4 bytes) too: each layer's attention and MLP are all-gathered before their "
+       "forward and again before their backward, the next layer's prefetched, and freed after use (1.5x "
+       "ZeRO-1's bytes per micro-batch); an embedding larger than a layer's MLP is cut into vocabulary-row "
+       "pieces gathered one at a time, twice per chunk of the LM head's rows")
       ("recompute", po::value<std::string>()->default_value("none"),
        "activation recomputation: none (forward keeps all backward reads); selective (keep the GEMMs' inputs "
        "and outputs, recompute attention scores/softmax and GELU in backward: saves the [B, heads, T, T] "
