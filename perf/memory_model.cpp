@@ -296,7 +296,7 @@ struct ZeroBlocks {
     return block(numel * 4.0);
   }
   // With a full recomputation a layer's backward runs its forward again first, so its attention's
-  // use spans its MLP's (models/gpt.cpp): these pairs of units are held together, with one more.
+  // use spans its MLP's (models/gpt.cpp): these pairs of units are held together, beside others.
   std::vector<std::pair<std::size_t, std::size_t>> held_together;
 
   // The most of f(unit) for `count` units held at once: any `count`, or (held_pairs) a pair held

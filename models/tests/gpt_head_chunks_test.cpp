@@ -134,7 +134,8 @@ TEST(HeadChunks, VocabularyPiecesGiveTheLossAndGradientsOfTheWholeTable) {
   }
 }
 
-// Pieces: the fewest that bring a rank's table within one layer, dividing its rows.
+// Pieces: the fewest that bring a rank's table within a layer's largest unit (its MLP), dividing its
+// rows.
 TEST(HeadChunks, VocabularyPiecesAreTheFewestWithinALayersUnit) {
   EXPECT_EQ(vocab_pieces(50304, 384, 1774464), 12);  // 19.3M in pieces of 4192 rows (1.61M)
   EXPECT_EQ(vocab_pieces(50304, 384, 1182336), 24);  // small's MLP unit: pieces of 2096 rows (0.80M)
