@@ -122,17 +122,17 @@ std::optional<std::int64_t> latest_step(const fs::path& root) {
 }
 
 // --resume of a checkpoint root: the complete checkpoint its `latest` names.
-fs::path resolve_latest(const fs::path& root) {
+fs::path resolve_latest(const fs::path& root, const std::string& option) {
   const fs::path latest = root / kLatestName;
-  MT_REQUIRE(fs::exists(latest), "--resume: ", root.string(), " has no checkpoint yet (no ", latest.string(), ")");
+  MT_REQUIRE(fs::exists(latest), option, ": ", root.string(), " has no checkpoint yet (no ", latest.string(), ")");
   const std::optional<std::int64_t> step = latest_step(root);
-  MT_REQUIRE(step, "--resume: ", latest.string(), " does not name a step_N directory");
+  MT_REQUIRE(step, option, ": ", latest.string(), " does not name a step_N directory");
   const fs::path dir = root / step_dir_name(*step);
   // A commit replacing step_N died between moving the old one aside and renaming the new one in:
   // the old one, which `latest` named, is still whole under its aside name.
   const fs::path aside = root / ("." + step_dir_name(*step) + ".old");
   if (!fs::exists(dir) && is_complete(aside)) return aside;
-  MT_REQUIRE(is_complete(dir), "--resume: ", latest.string(), " names ", dir.string(),
+  MT_REQUIRE(is_complete(dir), option, ": ", latest.string(), " names ", dir.string(),
              ", which is not a complete checkpoint (no ", kManifestName, ")");
   return dir;
 }
@@ -289,24 +289,24 @@ std::vector<std::int64_t> remove_partial_saves(const fs::path& root) {
   return removed;
 }
 
-fs::path resolve_checkpoint(const std::string& spec, const fs::path& root) {
+fs::path resolve_checkpoint(const std::string& spec, const fs::path& root, const std::string& option) {
   if (spec.empty() || spec == "latest") {
-    MT_REQUIRE(!root.empty(), "--resume latest needs --checkpoint-dir");
-    return resolve_latest(root);
+    MT_REQUIRE(!root.empty(), option, " latest needs --checkpoint-dir");
+    return resolve_latest(root, option);
   }
   const fs::path path = spec;
-  MT_REQUIRE(fs::exists(path), "--resume: ", spec, " does not exist");
-  MT_REQUIRE(fs::is_directory(path), "--resume: ", spec, " is not a directory (expected a checkpoint step_N or a ",
+  MT_REQUIRE(fs::exists(path), option, ": ", spec, " does not exist");
+  MT_REQUIRE(fs::is_directory(path), option, ": ", spec, " is not a directory (expected a checkpoint step_N or a ",
              "checkpoint directory holding `latest`)");
   const std::string name = path.filename().empty() ? path.parent_path().filename().string() : path.filename().string();
   const bool partial = name.starts_with('.') && name.ends_with(".partial");
-  MT_REQUIRE(!partial || !is_complete(path), "--resume: ", spec,
+  MT_REQUIRE(!partial || !is_complete(path), option, ": ", spec,
              " is not a complete checkpoint (a save that did not finish: it was never renamed to step_N)");
   if (is_complete(path)) return path;
-  if (fs::exists(path / kLatestName)) return resolve_latest(path);
-  MT_REQUIRE(!name.starts_with("step_") && !name.starts_with(".step_"), "--resume: ", spec,
+  if (fs::exists(path / kLatestName)) return resolve_latest(path, option);
+  MT_REQUIRE(!name.starts_with("step_") && !name.starts_with(".step_"), option, ": ", spec,
              " is not a complete checkpoint (no ", kManifestName, ": a save that did not finish)");
-  MT_FAIL("--resume: ", spec, " has no checkpoint yet (no ", (path / kLatestName).string(),
+  MT_FAIL_AS(UsageError, option, ": ", spec, " has no checkpoint yet (no ", (path / kLatestName).string(),
           ") and is not one itself (no ", kManifestName, ")");
 }
 

@@ -109,8 +109,10 @@ std::vector<std::int64_t> remove_partial_saves(const std::filesystem::path& root
 // a path to a step_N directory -> itself; a path to a checkpoint root (holding `latest`) -> its
 // latest. Errors: no --checkpoint-dir for "latest"; ROOT has no
 // `latest` (nothing saved yet); the path does not exist; the directory has no manifest.json (a
-// save that never finished, named as such).
-std::filesystem::path resolve_checkpoint(const std::string& spec, const std::filesystem::path& root);
+// save that never finished, named as such). Every error is a UsageError naming `option`, the option
+// the user gave the path with (--resume, sample's --weights, convert's --from).
+std::filesystem::path resolve_checkpoint(const std::string& spec, const std::filesystem::path& root,
+                                         const std::string& option = "--resume");
 
 // Reads and parses DIR/manifest.json (Manifest::parse, errors naming the file).
 Manifest read_manifest(const std::filesystem::path& step_dir);

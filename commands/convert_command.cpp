@@ -102,7 +102,7 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
     base.rng = {{"state", "converted from safetensors"}};
     source = "safetensors folder " + from.string();
   } else if (std::filesystem::is_directory(from)) {
-    const std::filesystem::path step_dir = ckpt::resolve_checkpoint(from.string(), "");
+    const std::filesystem::path step_dir = ckpt::resolve_checkpoint(from.string(), "", "--from");
     state = read_full_state(step_dir, !to_llmc && !to_safetensors && !vm["weights-only"].as<bool>());
     base = ckpt::read_manifest(step_dir);
     source = "checkpoint " + step_dir.string() + " (step " + std::to_string(base.step) + ")";

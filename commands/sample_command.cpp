@@ -85,7 +85,7 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   GptConfig config;
   run_agreed(*session.world, ctx, [&] {
     if (std::filesystem::is_directory(weights))
-      checkpoint = read_full_state(ckpt::resolve_checkpoint(weights.string(), ""), false);
+      checkpoint = read_full_state(ckpt::resolve_checkpoint(weights.string(), "", "--weights"), false);
     config = checkpoint ? checkpoint->config : read_llmc_header(weights);
   });
   if (tokenizer_vocab_size(name) != config.vocab_size)
