@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <map>
 #include <sstream>
 #include <system_error>
+#include <thread>
 
 #include "runtime/error.h"
 
@@ -317,6 +319,105 @@ Manifest read_manifest(const fs::path& step_dir) {
   return Manifest::parse(read_text(path), path.string());
 }
 
+namespace {
+
+// The directory a checkpoint sits in ("CK/step_00000050/" -> "CK").
+fs::path parent_of_checkpoint(const fs::path& dir) {
+  const fs::path normal = dir.lexically_normal();
+  return normal.has_filename() ? normal.parent_path() : normal.parent_path().parent_path();
+}
+
+// The step of a checkpoint directory's name: step_N, or .step_N.old (a replaced one still in force).
+std::optional<std::int64_t> checkpoint_step(const fs::path& dir) {
+  const fs::path normal = dir.lexically_normal();
+  const std::string name = (normal.has_filename() ? normal : normal.parent_path()).filename().string();
+  if (const auto step = parse_step_dir_name(name)) return step;
+  return hidden_step(name, ".old");
+}
+
+// "step_00000050" or "step_00000050 to step_00000110 (3 checkpoints)".
+std::string describe_steps(const std::vector<std::int64_t>& steps) {
+  if (steps.size() == 1) return step_dir_name(steps.front());
+  return step_dir_name(steps.front()) + " to " + step_dir_name(steps.back()) + " (" + std::to_string(steps.size()) +
+         " checkpoints)";
+}
+
+// Unlisted first, as prune does: a crash in the middle of remove_all leaves no manifest naming lost files.
+void remove_checkpoint(const fs::path& dir) {
+  remove_or_fail(dir / kManifestName);
+  fsync_dir(dir);
+  remove_all_or_fail(dir);
+}
+
+}  // namespace
+
+RunStart plan_run_start(const fs::path& root, const std::optional<std::string>& resume, bool overwrite) {
+  RunStart start;
+  // auto: the latest checkpoint when there is one (a requeued job), otherwise a fresh start.
+  if (resume && (*resume != "auto" || fs::exists(root / kLatestName)))
+    start.resume_dir = resolve_checkpoint(*resume == "auto" ? "latest" : *resume, root);
+  const std::vector<std::int64_t> steps = list_checkpoints(root);
+  std::error_code ec;
+  if (!start.resume_dir.empty() && fs::equivalent(parent_of_checkpoint(start.resume_dir), root, ec)) {
+    MT_REQUIRE(!overwrite, "--overwrite-checkpoints would delete ", start.resume_dir.string(),
+               ", the checkpoint --resume continues from: give one of the two");
+    start.resumed_step = checkpoint_step(start.resume_dir);
+    MT_CHECK(start.resumed_step, "resolve_checkpoint gave ", start.resume_dir.string(), ", not a step directory");
+    for (const std::int64_t step : steps)
+      if (step > *start.resumed_step) start.newer_steps.push_back(step);
+    return start;
+  }
+  if (steps.empty()) return start;
+  if (overwrite) {
+    start.overwritten_steps = steps;
+    return start;
+  }
+  if (start.resume_dir.empty()) {
+    MT_FAIL_AS(UsageError, "--checkpoint-dir ", root.string(), " already holds the checkpoints of an earlier run (",
+               describe_steps(steps), "): continue that run with --resume, start this one in another ",
+               "--checkpoint-dir, or add --overwrite-checkpoints to delete them");
+  }
+  MT_FAIL_AS(UsageError, "--checkpoint-dir ", root.string(), " holds the checkpoints of another run (",
+             describe_steps(steps), "), and --resume takes ", start.resume_dir.string(),
+             " from outside it: continue the directory's own run with --resume alone, save into another ",
+             "--checkpoint-dir, or add --overwrite-checkpoints to delete its checkpoints");
+}
+
+std::vector<std::string> apply_run_start(const fs::path& root, const RunStart& start, const std::string& utc_time) {
+  std::vector<std::string> lines;
+  if (!start.newer_steps.empty()) {
+    const std::string resumed = step_dir_name(*start.resumed_step);
+    // `latest` first: a crash half-way leaves it naming the resumed step, the line this run continues.
+    set_latest(root, *start.resumed_step);
+    const fs::path base = root / kSetAsideDir / (utc_time + "_after_" + resumed);
+    fs::path aside = base;
+    for (int n = 2; fs::exists(aside); ++n) aside = fs::path(base) += "_" + std::to_string(n);
+    std::error_code ec;
+    fs::create_directories(aside, ec);
+    MT_REQUIRE(!ec, "cannot create ", aside.string(), ": ", ec.message());
+    for (const std::int64_t step : start.newer_steps) {
+      fs::rename(root / step_dir_name(step), aside / step_dir_name(step), ec);
+      MT_REQUIRE(!ec, "cannot move ", (root / step_dir_name(step)).string(), " to ", aside.string(), ": ", ec.message());
+    }
+    set_latest(aside, start.newer_steps.back());
+    fsync_dir(root);
+    lines.push_back("resuming " + resumed + " of " + root.string() + ", which held newer checkpoints of a run that went " +
+                    "further (" + describe_steps(start.newer_steps) + "): moved to " + aside.string() +
+                    ", a checkpoint directory of its own (--checkpoint-dir " + aside.string() +
+                    " --resume continues that run); `latest` names " + resumed);
+  }
+  if (!start.overwritten_steps.empty()) {
+    remove_or_fail(root / kLatestName);
+    fsync_dir(root);
+    for (const std::int64_t step : start.overwritten_steps) remove_checkpoint(root / step_dir_name(step));
+    auto is_old = [](const std::string& name) { return hidden_step(name, ".old").has_value(); };
+    for (const fs::path& old : entries_named(root, is_old)) remove_all_or_fail(old);
+    lines.push_back("--overwrite-checkpoints: deleted the earlier run's checkpoints in " + root.string() + " (" +
+                    describe_steps(start.overwritten_steps) + ")");
+  }
+  return lines;
+}
+
 bool SaveFault::fires(const std::string& here, std::int64_t save_step, int my_rank) const {
   return point == here && rank == my_rank && (!step || *step == save_step);
 }
@@ -326,7 +427,7 @@ std::optional<SaveFault> save_fault_from_env() {
   if (!value || !*value) return std::nullopt;
   const std::string text = value;
   auto malformed = [&](const std::string& why) {
-    MT_FAIL(kFaultVariable, "='", text, "': ", why, " (expected [kill-|full-]POINT[:STEP][@RANK], POINT one of shard, ",
+    MT_FAIL(kFaultVariable, "='", text, "': ", why, " (expected [kill-|full-|pause-]POINT[:STEP][@RANK], POINT one of shard, ",
             "sidecar, manifest, rename, latest, prune)");
   };
   auto number = [&](std::string_view digits, const char* what) {
@@ -351,10 +452,13 @@ std::optional<SaveFault> save_fault_from_env() {
   }
   constexpr std::string_view kKillPrefix = "kill-";
   constexpr std::string_view kFullPrefix = "full-";
-  fault.kill = rest.starts_with(kKillPrefix);
-  if (fault.kill) rest.remove_prefix(kKillPrefix.size());
-  fault.full = !fault.kill && rest.starts_with(kFullPrefix);
-  if (fault.full) rest.remove_prefix(kFullPrefix.size());
+  constexpr std::string_view kPausePrefix = "pause-";
+  for (auto [prefix, flag] : {std::pair{kKillPrefix, &fault.kill}, {kFullPrefix, &fault.full}, {kPausePrefix, &fault.pause}}) {
+    if (!rest.starts_with(prefix)) continue;
+    *flag = true;
+    rest.remove_prefix(prefix.size());
+    break;
+  }
   fault.point = std::string(rest);
   if (std::find(kFaultPoints.begin(), kFaultPoints.end(), fault.point) == kFaultPoints.end()) {
     malformed("unknown point '" + fault.point + "'");
@@ -368,10 +472,16 @@ void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here,
     MT_FAIL("cannot write the checkpoint of step ", save_step, " at '", here, "': ", errno_text(ENOSPC),
             " (injected fault: ", kFaultVariable, ")");
   }
+  const std::string what = fault->pause ? "pauses " + std::to_string(kFaultPauseSeconds) + " s"
+                           : fault->kill ? "is killed (SIGKILL)"
+                                         : "crashes";
   std::fprintf(stderr, "meshtrain: injected fault: rank %d %s at '%s' of the save of step %lld (%s)\n", my_rank,
-               fault->kill ? "is killed (SIGKILL)" : "crashes", here.c_str(), static_cast<long long>(save_step),
-               kFaultVariable);
+               what.c_str(), here.c_str(), static_cast<long long>(save_step), kFaultVariable);
   std::fflush(stderr);
+  if (fault->pause) {
+    std::this_thread::sleep_for(std::chrono::seconds(kFaultPauseSeconds));
+    return;
+  }
   if (fault->kill) {
     ::raise(SIGKILL);  // cannot be caught or ignored: the process ends here
     std::abort();      // not reached

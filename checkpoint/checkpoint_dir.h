@@ -13,8 +13,8 @@
 // or the new one complete: a directory without manifest.json is never taken for a checkpoint.
 // defines: step_dir_name, partial_dir, shard_file_name, sidecar_name, prepare_partial,
 //          write_sidecar, assemble_manifest, commit_checkpoint, set_latest, list_checkpoints,
-//          prune_checkpoints, remove_partial_saves, resolve_checkpoint, read_manifest, SaveFault,
-//          save_fault_from_env
+//          prune_checkpoints, remove_partial_saves, resolve_checkpoint, read_manifest, RunStart,
+//          plan_run_start, apply_run_start, kSetAsideDir, SaveFault, save_fault_from_env
 #pragma once
 
 #include <cstdint>
@@ -32,30 +32,35 @@ std::filesystem::path partial_dir(const std::filesystem::path& root, std::int64_
 std::string shard_file_name(int rank);                                            // "rank_00003.bin"
 std::string sidecar_name(int rank);                                               // "rank_00003.json"
 
-// Fault injection for tests: MESHTRAIN_FAULT_SAVE=[kill-|full-]POINT[:STEP][@RANK] makes that rank
-// (default 0) end abruptly at POINT of the save of STEP (default: the first save): std::_Exit(75)
+// Fault injection for tests: MESHTRAIN_FAULT_SAVE=[kill-|full-|pause-]POINT[:STEP][@RANK] makes that
+// rank (default 0) end abruptly at POINT of the save of STEP (default: every save): std::_Exit(75)
 // (no cleanup, as a crash), or with the "kill-" prefix a real SIGKILL, so the launcher sees a
 // process killed by a signal (as the OOM killer or a node failure would). With the "full-" prefix
 // the process lives on and the save fails there with an Error as a full disk would (ENOSPC), so
-// the job's agreed error path runs. Points, in save order:
+// the job's agreed error path runs. With the "pause-" prefix it sleeps kFaultPauseSeconds there, as
+// a slow file system would, and goes on: time for a test to signal the job in the middle of a save.
+// Points, in save order:
 // "shard" (its shard file half written), "sidecar" (shard done, sidecar not written), "manifest"
 // (rank 0: every rank done, manifest not written), "rename" (manifest written, directory not
 // renamed), "latest" (renamed, `latest` not moved), "prune" (`latest` moved; an old checkpoint
 // being removed has lost its manifest, not yet its files; fires only when --keep removes one).
+inline constexpr int kFaultPauseSeconds = 3;
 struct SaveFault {
   std::string point;
   std::optional<std::int64_t> step;
   int rank = 0;
-  bool kill = false;  // raise(SIGKILL) instead of _Exit(75)
-  bool full = false;  // throw "No space left on device" instead of ending
-  // True when this rank must die (or fail) at `here` during the save of `step`.
+  bool kill = false;   // raise(SIGKILL) instead of _Exit(75)
+  bool full = false;   // throw "No space left on device" instead of ending
+  bool pause = false;  // sleep kFaultPauseSeconds, then go on
+  // True when this rank must die (or fail, or pause) at `here` during the save of `step`.
   bool fires(const std::string& here, std::int64_t save_step, int my_rank) const;
 };
 // Parses the variable; nullopt when unset. Error naming the variable for a malformed value or an
 // unknown point.
 std::optional<SaveFault> save_fault_from_env();
 // Ends the process as a crash would when `fault` fires here (prints one line to stderr first), or
-// for a "full-" fault throws the Error a full disk would. Never returns when it fires.
+// for a "full-" fault throws the Error a full disk would; never returns then. A "pause-" fault
+// prints its line, sleeps, and returns.
 void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank);
 
 // Rank 0, before any rank writes: creates ROOT (and parents) and an empty partial directory for
@@ -116,5 +121,35 @@ std::filesystem::path resolve_checkpoint(const std::string& spec, const std::fil
 
 // Reads and parses DIR/manifest.json (Manifest::parse, errors naming the file).
 Manifest read_manifest(const std::filesystem::path& step_dir);
+
+// ROOT holds one line of checkpoints: a run and its resumptions, so that `latest` is that line's
+// newest and --keep prunes only its steps. A run that would start a second line there is refused or
+// moves the other aside, before anything is written:
+// - a fresh run (no --resume) in a ROOT holding checkpoints is refused, naming the newest and the ways
+//   on (--resume, another directory, --overwrite-checkpoints, which deletes them);
+// - a resume of a step of ROOT older than its newest continues from there: the newer steps (of the
+//   run that went further) move to ROOT/set_aside/<UTC time>_after_step_N/, itself a checkpoint
+//   directory (with its own `latest`), so `--checkpoint-dir THERE --resume` continues that run;
+// - a resume of a checkpoint from elsewhere is a fresh line for ROOT: refused as above when ROOT
+//   holds checkpoints.
+inline constexpr const char* kSetAsideDir = "set_aside";
+
+struct RunStart {
+  std::filesystem::path resume_dir;             // the checkpoint to load (resolve_checkpoint); empty: none
+  std::optional<std::int64_t> resumed_step;     // its step, when it is one of ROOT's
+  std::vector<std::int64_t> newer_steps;        // ROOT's steps beyond it: to be set aside
+  std::vector<std::int64_t> overwritten_steps;  // --overwrite-checkpoints: ROOT's steps, to be deleted
+};
+
+// Rank 0, holding ROOT's lock: what a run given `resume` (the --resume value, if any: "auto" is
+// "latest" where ROOT has a `latest`, else a fresh start) and `overwrite` does with ROOT. Touches nothing. UsageError for a second line refused as above, for
+// --overwrite-checkpoints with a resume of ROOT's own checkpoint, and resolve_checkpoint's errors.
+RunStart plan_run_start(const std::filesystem::path& root, const std::optional<std::string>& resume, bool overwrite);
+
+// Rank 0, once the run has loaded its checkpoint: sets the newer steps aside (moving `latest` back to
+// the resumed step) or deletes the overwritten ones. Returns a line for the user per change (none
+// when there was nothing to do). `utc_time`: the set-aside folder's time stamp, "20261127T213000Z".
+std::vector<std::string> apply_run_start(const std::filesystem::path& root, const RunStart& start,
+                                         const std::string& utc_time);
 
 }  // namespace mt::ckpt

@@ -42,6 +42,12 @@ std::vector<std::string> allgather_strings(Communicator& comm, DeviceContext& ct
   return out;
 }
 
+int agree_on_max(Communicator& comm, DeviceContext& ctx, int mine) {
+  Tensor value = Tensor::from_host(std::vector<std::int32_t>{mine}, {1}, ctx);
+  comm.allreduce(value, {.op = ReduceOp::Max});
+  return value.to_host<std::int32_t>()[0];
+}
+
 void agree_on_error(Communicator& comm, DeviceContext& ctx, const std::optional<std::string>& mine) {
   const auto n = static_cast<std::size_t>(comm.size());
   std::string text;
@@ -82,16 +88,26 @@ void agree_on_first_rank_error(Communicator& comm, DeviceContext& ctx, const std
   MT_FAIL_AS(JobError, decode(chars.to_host<std::int32_t>().data(), size));
 }
 
-void run_agreed(Communicator& comm, DeviceContext& ctx, const std::function<void()>& body) {
-  std::optional<std::string> error;
+namespace {
+// What `body` threw, as a message; nullopt when it returned.
+std::optional<std::string> error_of(const std::function<void()>& body) {
   try {
     body();
   } catch (const Error& e) {
-    error = e.message();
+    return e.message();
   } catch (const std::exception& e) {
-    error = e.what();
+    return e.what();
   }
-  agree_on_error(comm, ctx, error);
+  return std::nullopt;
+}
+}  // namespace
+
+void run_agreed(Communicator& comm, DeviceContext& ctx, const std::function<void()>& body) {
+  agree_on_error(comm, ctx, error_of(body));
+}
+
+void run_on_first_rank_agreed(Communicator& comm, DeviceContext& ctx, const std::function<void()>& body) {
+  agree_on_first_rank_error(comm, ctx, comm.rank() == 0 ? error_of(body) : std::nullopt);
 }
 
 }  // namespace mt

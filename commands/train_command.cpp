@@ -1,6 +1,7 @@
 // `meshtrain train`: trains a GPT on token shards on any dp x tp x pp layout of the job's ranks
 // (one rank included), through the ParallelTrainer. The command is a sequence of phases:
-// parse -> plan (commands/train_options.h) -> session -> data -> trainer -> restore -> loop -> finish.
+// parse -> plan (commands/train_options.h) -> session -> checkpoint directory -> data -> trainer -> restore -> loop
+// (until the last step, or a stop asked by SIGTERM or Ctrl-C) -> finish.
 #include "commands/train_command.h"
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "data/shard.h"
 #include "launch/command_line.h"
 #include "launch/session.h"
+#include "launch/stop_signals.h"
 #include "models/gpt_weights.h"
 #include "parallel/groups.h"
 #include "parallel/layout_check.h"
@@ -97,11 +99,10 @@ std::unique_ptr<ParallelTrainer> build_trainer(Session& session, ParallelGroups&
 
 // Where the weights come from: a checkpoint (with the optimizer and the data position), llm.c
 // weights or a safetensors folder, or the seed.
-std::optional<ResumeReport> restore(ParallelTrainer& trainer, Session& session, const TrainJob& job) {
+std::optional<ResumeReport> restore(ParallelTrainer& trainer, Session& session, const TrainJob& job,
+                                    const std::filesystem::path& from) {
   DeviceContext& ctx = *session.context;
-  if (job.resume) {
-    std::filesystem::path from;
-    run_agreed(*session.world, ctx, [&] { from = ckpt::resolve_checkpoint(*job.resume, job.checkpoints.dir); });
+  if (!from.empty()) {
     ResumeReport resumed = load_checkpoint(trainer, from, {.lr_decay_steps_given = job.lr_decay_steps_given});
     if (resumed.step >= job.settings.steps)
       MT_FAIL_AS(JobError, "the checkpoint ", from.string(), " is at step ", resumed.step, ": --steps ",
@@ -182,7 +183,8 @@ std::string memory_split(const TrainJob& job, const DeviceContext& ctx, bool val
 
 // What rank 0 prints before the first step: model, data, batches, device, layout, every rank's place.
 void print_start(const TrainJob& job, const ParallelTrainer& trainer, const TrainData& data, DeviceContext& ctx,
-                 double peak, const std::vector<std::string>& places, const std::optional<ResumeReport>& resumed) {
+                 double peak, const std::vector<std::string>& places, const std::optional<ResumeReport>& resumed,
+                 const std::vector<std::string>& checkpoint_dir_notes) {
   const GptConfig& config = job.config;
   const TrainSettings& settings = job.settings;
   std::printf("meshtrain train: %s, %s parameters\n", config.describe().c_str(),
@@ -205,33 +207,74 @@ void print_start(const TrainJob& job, const ParallelTrainer& trainer, const Trai
                 resumed->saved_layout.c_str(), resumed->optimizer_state ? "" : ", weights only");
     for (const std::string& note : resumed->notes) std::printf("  note: %s\n", note.c_str());
   }
+  for (const std::string& note : checkpoint_dir_notes) std::printf("  note: %s\n", note.c_str());
   std::fflush(stdout);
 }
 
-void save_and_report(ParallelTrainer& trainer, Session& session, const TrainJob& job, int step) {
+std::filesystem::path save_and_report(ParallelTrainer& trainer, Session& session, const TrainJob& job, int step) {
   session.watchdog->mark("saving the checkpoint of step " + std::to_string(step));
   const SaveResult saved = save_checkpoint(trainer, job.checkpoints.dir, job.checkpoints.keep,
                                            RunIdentity{job.seed, job.data_dir.string(), job.tokenizer});
-  if (session.world->rank() != 0) return;
+  if (session.world->rank() != 0) return saved.dir;
   std::printf("saved checkpoint %s (%s bytes, %.1f s)", saved.dir.c_str(),
               format_count(static_cast<double>(saved.bytes)).c_str(), saved.seconds);
   for (const std::int64_t pruned : saved.pruned) std::printf(", removed %s", ckpt::step_dir_name(pruned).c_str());
   std::printf("\n");
   std::fflush(stdout);
+  return saved.dir;
 }
 
-// Steps to the end, with progress lines and checkpoints as due; returns the last step's record.
-StepRecord run_loop(ParallelTrainer& trainer, Session& session, const TrainJob& job, MetricsWriter* metrics) {
-  const int steps = job.settings.steps;
-  ProgressReporter progress(*session.world, *session.context, trainer.steps_done() + 1, steps, job.log_every, metrics);
+// How the loop ended: every step done, or a stop asked for by a signal (StopSignals).
+struct LoopEnd {
   StepRecord last;
+  int stop_signal = 0;  // 0: every step done
+};
+
+// Whether any rank was asked to stop (collective: every rank stops after the same step).
+int agreed_stop(Session& session) {
+  return agree_on_max(*session.world, *session.context, StopSignals::requested());
+}
+
+// Rank 0's one line on a stop: what was saved and how to go on.
+void report_stop(int signal, int step, const std::filesystem::path& saved) {
+  const std::string why = "stopped by " + StopSignals::describe(signal);
+  if (step == 0) {
+    std::printf("%s before the first step: nothing to save\n", why.c_str());
+  } else if (saved.empty()) {
+    std::printf("%s at step %d: nothing saved (no --checkpoint-dir)\n", why.c_str(), step);
+  } else {
+    std::printf("%s at step %d: saved %s; resume with --resume\n", why.c_str(), step, saved.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// Steps to the end, with progress lines and checkpoints as due, until every step is done or a rank
+// is asked to stop (SIGTERM, Ctrl-C): then the ranks save the step they are at (unless it was just
+// saved) and end.
+LoopEnd run_loop(ParallelTrainer& trainer, Session& session, const TrainJob& job, MetricsWriter* metrics) {
+  const int steps = job.settings.steps;
+  const bool root = session.world->rank() == 0;
+  LoopEnd end;
+  if (const int signal = agreed_stop(session)) {
+    if (root) report_stop(signal, 0, {});
+    return {.stop_signal = signal};
+  }
+  ProgressReporter progress(*session.world, *session.context, trainer.steps_done() + 1, steps, job.log_every, metrics);
   while (trainer.steps_done() < steps) {
     session.watchdog->mark("began step " + std::to_string(trainer.steps_done() + 1) + " of " + std::to_string(steps));
-    last = trainer.step();
-    progress.after_step(last);
-    if (job.checkpoints.due(last.step, steps)) save_and_report(trainer, session, job, last.step);
+    end.last = trainer.step();
+    progress.after_step(end.last);
+    std::filesystem::path saved;
+    if (job.checkpoints.due(end.last.step, steps)) saved = save_and_report(trainer, session, job, end.last.step);
+    if (trainer.steps_done() == steps) break;
+    // Asked after the save, so a signal that came during it finds the step saved already.
+    end.stop_signal = agreed_stop(session);
+    if (end.stop_signal == 0) continue;
+    if (saved.empty() && !job.checkpoints.dir.empty()) saved = save_and_report(trainer, session, job, end.last.step);
+    if (root) report_stop(end.stop_signal, end.last.step, saved);
+    break;
   }
-  return last;
+  return end;
 }
 
 // The allocator's peak of every rank (collective), the highest next to the estimate printed at the
@@ -279,8 +322,11 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   Session session = open_session(job.runtime);
   DeviceContext& ctx = *session.context;
   const bool root = session.world->rank() == 0;
-  // Held until the run ends: no other job saves into (or prunes) this directory meanwhile.
-  const auto checkpoint_lock = claim_checkpoint_dir(*session.world, ctx, job.checkpoints.dir);
+  // From here a SIGTERM or Ctrl-C ends the run after a step, saved (launch/stop_signals.h).
+  const StopSignals stop_signals(stop_options_for(session.launch.launcher, session.world->rank()));
+  // The lock is held until the run ends: no other job saves into (or prunes) this directory meanwhile.
+  const ClaimedDir checkpoint_dir =
+      claim_checkpoint_dir(*session.world, ctx, job.checkpoints.dir, job.resume, job.checkpoints.overwrite);
   TrainData data = open_data(session, job);
   TrainSettings run = job.settings;
   run.peak_flops = peak_flops(job, ctx);
@@ -288,16 +334,19 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
                          session.world->backend_name());
   ParallelGroups groups = build_groups(*session.world, Mesh(job.plan.mesh()));
   const std::unique_ptr<ParallelTrainer> trainer = build_trainer(session, groups, job, data, run);
-  const std::optional<ResumeReport> resumed = restore(*trainer, session, job);
+  const std::optional<ResumeReport> resumed = restore(*trainer, session, job, checkpoint_dir.start.resume_dir);
+  const std::vector<std::string> dir_notes =
+      settle_checkpoint_dir(*session.world, ctx, job.checkpoints.dir, checkpoint_dir.start);
 
   // Every rank's place, printed by rank 0 in rank order.
   const std::vector<std::string> places = allgather_strings(*session.world, ctx, trainer->describe_rank());
   std::unique_ptr<MetricsWriter> metrics;
   if (root && job.metrics) metrics = open_metrics(job, *trainer, ctx, run.peak_flops, resumed);
-  if (root) print_start(job, *trainer, data, ctx, run.peak_flops, places, resumed);
-  const StepRecord last = run_loop(*trainer, session, job, metrics.get());
+  if (root) print_start(job, *trainer, data, ctx, run.peak_flops, places, resumed, dir_notes);
+  const LoopEnd end = run_loop(*trainer, session, job, metrics.get());
+  if (end.stop_signal != 0) return kExitStopped;
   report_peak_memory(session, job, data.val != nullptr);
-  finish(*trainer, job, root, last);
+  finish(*trainer, job, root, end.last);
   return 0;
 }
 

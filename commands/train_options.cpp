@@ -152,15 +152,22 @@ po::options_description checkpoint_options() {
        "save checkpoints here as step_NNNNNNNN/ (every rank writes its shards, rank 0 a manifest.json with "
        "checksums); `latest` names the newest complete one. Saves are atomic: a run killed while saving leaves "
        "the previous checkpoint in force. One job at a time: rank 0 locks DIR/.lock (flock) for the run, a second "
-       "job is refused naming the holder, a killed job's lock goes with it")
+       "job is refused naming the holder, a killed job's lock goes with it. DIR holds one run's line of "
+       "checkpoints: a run without --resume is refused where DIR already holds some, and a --resume of a step "
+       "older than DIR's newest moves the newer ones aside to DIR/set_aside/ (said at start)")
+      ("overwrite-checkpoints", po::bool_switch(),
+       "start afresh in a --checkpoint-dir that holds an earlier run's checkpoints, deleting them once this run "
+       "has its weights (without it such a run is refused, so a relaunch that forgets --resume loses nothing)")
       ("save-every", po::value<int>()->default_value(0),
        "steps between checkpoints (0: only after the last step); needs --checkpoint-dir")
       ("keep", po::value<int>()->default_value(3), "keep the newest K checkpoints, deleting older ones (0: keep all)")
-      ("resume", path_value(PathKind::ReadDir, "latest")->implicit_value("latest"),
+      ("resume", path_value(PathKind::ReadDir, {"latest", "auto"})->implicit_value("latest"),
        "continue a run: --resume alone takes the latest checkpoint of --checkpoint-dir, --resume DIR/step_N a given "
-       "one. Parameters, AdamW state, the step and the data position are restored, so the same layout continues "
-       "bit for bit and another layout within fp32 rounding; --steps is the total to reach, and the learning "
-       "rate keeps the checkpoint's decay horizon (see --lr-decay-steps)");
+       "one, --resume auto the latest when there is one and otherwise the start the other options give (the seed or "
+       "--init-weights: for a job script that is requeued). Parameters, AdamW state, the step and the data position "
+       "are restored, so the same layout continues bit for bit and another layout within fp32 rounding; --steps is "
+       "the total to reach, and the learning rate keeps the checkpoint's decay horizon (see --lr-decay-steps). "
+       "A run stopped by SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 saves the step it is at and exits with 3: resume it");
   return checkpoints;
 }
 
@@ -287,6 +294,8 @@ CheckpointPolicy read_checkpoint_policy(const po::variables_map& vm) {
   p.keep = get<int>(vm, "keep");
   if (p.save_every < 0 || p.keep < 0) throw UsageError("--save-every and --keep must be at least 0");
   if (p.save_every > 0 && p.dir.empty()) throw UsageError("--save-every needs --checkpoint-dir");
+  p.overwrite = get<bool>(vm, "overwrite-checkpoints");
+  if (p.overwrite && p.dir.empty()) throw UsageError("--overwrite-checkpoints needs --checkpoint-dir");
   return p;
 }
 
@@ -309,8 +318,11 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
   const int log_every = get<int>(vm, "log-every");
   if (log_every < 1) throw UsageError("--log-every must be at least 1");
   const CheckpointPolicy checkpoints = read_checkpoint_policy(vm);
-  if (vm.count("resume") && vm.count("init-weights"))
-    throw UsageError("--resume and --init-weights exclude each other (a checkpoint holds the weights)");
+  const std::optional<std::string> resume = optional_value<std::string>(vm, "resume");
+  if (resume && *resume != "auto" && vm.count("init-weights"))
+    throw UsageError("--resume and --init-weights exclude each other (a checkpoint holds the weights; --resume auto "
+                     "takes --init-weights where there is no checkpoint yet)");
+  if (resume == "auto" && checkpoints.dir.empty()) throw UsageError("--resume auto needs --checkpoint-dir");
   if (vm.count("init-weights")) {
     const std::filesystem::path weights = get<std::string>(vm, "init-weights");
     if (std::filesystem::is_directory(weights) && !is_hf_folder(weights))
@@ -335,7 +347,7 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
                   .save_dtype = save_dtype,
                   .log_every = log_every,
                   .checkpoints = checkpoints,
-                  .resume = optional_value<std::string>(vm, "resume"),
+                  .resume = resume,
                   .lr_decay_steps_given = vm.count("lr-decay-steps") > 0,
                   .init_weights = optional_value<std::string>(vm, "init-weights"),
                   .save_weights = optional_value<std::string>(vm, "save-weights"),

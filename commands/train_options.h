@@ -35,6 +35,7 @@ struct CheckpointPolicy {
   std::filesystem::path dir;  // empty: none
   int save_every = 0;         // 0: after the last step only
   int keep = 3;               // 0: all
+  bool overwrite = false;     // --overwrite-checkpoints: an earlier run's checkpoints in `dir` are deleted
   bool due(int step, int last_step) const {
     return !dir.empty() && ((save_every > 0 && step % save_every == 0) || step == last_step);
   }
@@ -50,7 +51,7 @@ struct TrainJob {
   DType save_dtype = DType::F32;
   int log_every = 10;
   CheckpointPolicy checkpoints;
-  std::optional<std::string> resume;  // "latest" or a step directory
+  std::optional<std::string> resume;  // "latest", "auto" or a step directory
   bool lr_decay_steps_given = false;
   std::optional<std::filesystem::path> init_weights, save_weights, metrics;
   std::filesystem::path data_dir;

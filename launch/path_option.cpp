@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -20,9 +21,10 @@ namespace {
 template <class T>
 class PathTypedValue final : public po::typed_value<T>, public PathSemantic {
  public:
-  PathTypedValue(PathKind k, std::string keyword_text, std::string suffix_text) : po::typed_value<T>(nullptr) {
+  PathTypedValue(PathKind k, std::vector<std::string> keyword_texts, std::string suffix_text)
+      : po::typed_value<T>(nullptr) {
     kind = k;
-    keyword = std::move(keyword_text);
+    keywords = std::move(keyword_texts);
     suffix = std::move(suffix_text);
   }
 };
@@ -90,20 +92,20 @@ void check_creatable(const std::string& option, const std::string& path) {
 }  // namespace
 
 bool PathSemantic::is_path(const std::string& value) const {
-  if (value.empty() || (!keyword.empty() && value == keyword)) return false;
+  if (value.empty() || std::find(keywords.begin(), keywords.end(), value) != keywords.end()) return false;
   return suffix.empty() || (value.size() > suffix.size() && value.ends_with(suffix));
 }
 
-po::typed_value<std::string>* path_value(PathKind kind, std::string keyword) {
-  return new PathTypedValue<std::string>(kind, std::move(keyword), "");
+po::typed_value<std::string>* path_value(PathKind kind, std::vector<std::string> keywords) {
+  return new PathTypedValue<std::string>(kind, std::move(keywords), "");
 }
 
 po::typed_value<std::string>* preset_or_file_value(std::string suffix) {
-  return new PathTypedValue<std::string>(PathKind::ReadFile, "", std::move(suffix));
+  return new PathTypedValue<std::string>(PathKind::ReadFile, {}, std::move(suffix));
 }
 
 po::typed_value<std::vector<std::string>>* path_values(PathKind kind) {
-  return new PathTypedValue<std::vector<std::string>>(kind, "", "");
+  return new PathTypedValue<std::vector<std::string>>(kind, {}, "");
 }
 
 const PathSemantic* path_semantic(const po::option_description& option) {

@@ -21,12 +21,12 @@ enum class PathKind {
   WriteDir,       // a directory written into, created when missing: the same, for a directory
 };
 
-// What marks an option's value semantic as a path. `keyword`: a value that is no path (--resume's
-// "latest"); `suffix`: when set, only values ending in it are paths, others are names (--cluster:
+// What marks an option's value semantic as a path. `keywords`: values that are no path (--resume's
+// "latest" and "auto"); `suffix`: when set, only values ending in it are paths, others are names (--cluster:
 // a preset name, or an .ini file).
 struct PathSemantic {
   PathKind kind = PathKind::ReadFile;
-  std::string keyword;
+  std::vector<std::string> keywords;
   std::string suffix;
   virtual ~PathSemantic() = default;
   // Whether `value` names a path to check and resolve (not empty, not a keyword).
@@ -34,7 +34,7 @@ struct PathSemantic {
 };
 
 // One path: the value semantic of a string option, chained as usual (->default_value(...)).
-boost::program_options::typed_value<std::string>* path_value(PathKind kind, std::string keyword = "");
+boost::program_options::typed_value<std::string>* path_value(PathKind kind, std::vector<std::string> keywords = {});
 // A preset name, or a file to read when the value ends in `suffix` (".ini").
 boost::program_options::typed_value<std::string>* preset_or_file_value(std::string suffix);
 // A list of paths (repeatable, or ->multitoken()).

@@ -1,6 +1,7 @@
 #include "train/checkpointing.h"
 
 #include <chrono>
+#include <ctime>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -304,23 +305,35 @@ ckpt::Slice shard_slice(const ParamShard& shard, std::int64_t begin, std::int64_
   return slice;
 }
 
-std::unique_ptr<ckpt::CheckpointDirLock> claim_checkpoint_dir(Communicator& world, DeviceContext& ctx,
-                                                              const std::filesystem::path& root) {
-  if (root.empty()) return nullptr;
-  std::unique_ptr<ckpt::CheckpointDirLock> lock;
-  std::optional<std::string> refused;
-  if (world.rank() == 0) {
-    try {
-      lock = std::make_unique<ckpt::CheckpointDirLock>(root);
-      ckpt::remove_partial_saves(root);
-    } catch (const Error& e) {
-      refused = e.message();
-    } catch (const std::exception& e) {
-      refused = e.what();
-    }
+ClaimedDir claim_checkpoint_dir(Communicator& world, DeviceContext& ctx, const std::filesystem::path& root,
+                                const std::optional<std::string>& resume, bool overwrite) {
+  ClaimedDir claimed;
+  if (root.empty()) {
+    if (resume) run_agreed(world, ctx, [&] { claimed.start.resume_dir = ckpt::resolve_checkpoint(*resume, root); });
+    return claimed;
   }
-  agree_on_first_rank_error(world, ctx, refused);
-  return lock;
+  run_on_first_rank_agreed(world, ctx, [&] {
+    claimed.lock = std::make_unique<ckpt::CheckpointDirLock>(root);
+    ckpt::remove_partial_saves(root);
+    claimed.start = ckpt::plan_run_start(root, resume, overwrite);
+  });
+  if (resume) claimed.start.resume_dir = allgather_strings(world, ctx, claimed.start.resume_dir.string()).front();
+  return claimed;
+}
+
+std::vector<std::string> settle_checkpoint_dir(Communicator& world, DeviceContext& ctx,
+                                               const std::filesystem::path& root, const ckpt::RunStart& start) {
+  std::vector<std::string> lines;
+  if (root.empty()) return lines;
+  run_on_first_rank_agreed(world, ctx, [&] {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+    lines = ckpt::apply_run_start(root, start, stamp);
+  });
+  return lines;
 }
 
 SaveResult save_checkpoint(ParallelTrainer& trainer, const std::filesystem::path& root, int keep,

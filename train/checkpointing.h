@@ -12,7 +12,8 @@
 // learning-rate schedule with its decay horizon), data (sequences consumed, the loader's
 // fingerprint), rng (the seed: training draws no random numbers after initialization, and the data
 // order is a pure function of seed and position).
-// defines: RunIdentity, SaveResult, ResumeReport, ResumeOptions, claim_checkpoint_dir, save_checkpoint, load_checkpoint,
+// defines: RunIdentity, SaveResult, ResumeReport, ResumeOptions, ClaimedDir, claim_checkpoint_dir, settle_checkpoint_dir,
+//          save_checkpoint, load_checkpoint,
 //          lr_schedule_json, resumed_lr_schedule, gpt_config_json, gpt_config_from_json,
 //          required_json_int, layout_json, shard_slice, param_tensor, adam_m_tensor, adam_v_tensor
 #pragma once
@@ -21,9 +22,11 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/dir_lock.h"
 #include "checkpoint/slices.h"
 #include "models/gpt_sharding.h"
@@ -70,13 +73,26 @@ struct RunIdentity {
   std::string tokenizer;
 };
 
-// At the start of a run that saves into ROOT, before anything is written there: rank 0 takes ROOT's
-// lock for the run (checkpoint/dir_lock.h) and, holding it, removes the partial saves a failed run
-// left (remove_partial_saves). Collective over `world`: when rank 0 cannot (another job holds the
-// lock), every rank throws the same JobError with rank 0's message. Returns the lock on rank 0,
-// nullptr on the others and when `root` is empty (no --checkpoint-dir). Keep it for the whole run.
-std::unique_ptr<ckpt::CheckpointDirLock> claim_checkpoint_dir(Communicator& world, DeviceContext& ctx,
-                                                              const std::filesystem::path& root);
+// A run's hold on its checkpoint directory, and what it will do there (checkpoint_dir.h's RunStart).
+struct ClaimedDir {
+  std::unique_ptr<ckpt::CheckpointDirLock> lock;  // rank 0's, kept for the whole run; null elsewhere
+  ckpt::RunStart start;                           // resume_dir on every rank; the rest on rank 0
+};
+
+// At the start of a run, before anything is written: rank 0 takes ROOT's lock for the run
+// (checkpoint/dir_lock.h), removes the partial saves a failed run left (remove_partial_saves) and
+// plans the run's start there (plan_run_start: refuses a second line of checkpoints). The checkpoint
+// `resume` names is resolved once, by rank 0, and handed to every rank. Collective over `world`: when
+// rank 0 cannot (another job holds the lock, a fresh run into a directory of checkpoints, a bad
+// --resume), every rank throws the same JobError with rank 0's message. Without --checkpoint-dir
+// (`root` empty) there is no lock, and every rank resolves `resume` itself.
+ClaimedDir claim_checkpoint_dir(Communicator& world, DeviceContext& ctx, const std::filesystem::path& root,
+                                const std::optional<std::string>& resume, bool overwrite);
+
+// Once the run holds its weights: rank 0 carries out the claim's plan (apply_run_start: sets newer
+// steps aside, or deletes overwritten ones). Collective; returns the lines to show the user (rank 0's).
+std::vector<std::string> settle_checkpoint_dir(Communicator& world, DeviceContext& ctx,
+                                               const std::filesystem::path& root, const ckpt::RunStart& start);
 
 struct SaveResult {
   std::filesystem::path dir;          // ROOT/step_N

@@ -1,10 +1,12 @@
 // The checkpoint directory protocol: names, sidecars assembled into a manifest, the commit and
-// `latest`, listing and pruning, what --resume resolves to (and its errors), and fault injection.
+// `latest`, listing and pruning, what --resume resolves to (and its errors), one line of checkpoints
+// per directory (a fresh run refused, newer steps set aside), and fault injection.
 #include "checkpoint/checkpoint_dir.h"  // defines: prepare_partial, write_sidecar, assemble_manifest
 
 #include <gtest/gtest.h>
 #include <stdlib.h>  // defines: setenv, unsetenv
 
+#include <chrono>
 #include <csignal>  // defines: SIGKILL
 #include <filesystem>
 #include <fstream>
@@ -317,6 +319,143 @@ TEST(ResolveCheckpoint, ErrorsSayWhatIsMissing) {
   EXPECT_TRUE(contains(error_of([&] { resolve_checkpoint(root + "/a_file", ""); }), "is not a directory"));
 }
 
+// sample --weights and convert --from take checkpoints too: their errors name their own option.
+TEST(ResolveCheckpoint, ErrorsNameTheOptionThePathCameWith) {
+  ScratchDir dir("ckpt");
+  const std::string root = dir.path().string();
+  EXPECT_EQ(error_of([&] { resolve_checkpoint(root, "", "--weights"); }),
+            "--weights: " + root + " has no checkpoint yet (no " + root + "/latest) and is not one itself (no manifest.json)");
+  EXPECT_EQ(error_of([&] { resolve_checkpoint(root + "/gone", "", "--from"); }), "--from: " + root + "/gone does not exist");
+  try {
+    resolve_checkpoint(root, "", "--from");
+  } catch (const UsageError&) {  // said as the user's mistake: one line, no source place
+    return;
+  }
+  ADD_FAILURE() << "not a UsageError";
+}
+
+// One line of checkpoints per directory (plan_run_start, apply_run_start).
+TEST(RunStart, AFreshRunInAnEmptyOrMissingDirectoryGoesAhead) {
+  ScratchDir dir("ckpt");
+  const RunStart start = plan_run_start(dir / "new", std::nullopt, false);
+  EXPECT_TRUE(start.resume_dir.empty());
+  EXPECT_TRUE(start.newer_steps.empty() && start.overwritten_steps.empty());
+  prepare_partial(dir.path(), 4);  // debris alone is no earlier run
+  EXPECT_TRUE(plan_run_start(dir.path(), std::nullopt, false).overwritten_steps.empty());
+  EXPECT_TRUE(apply_run_start(dir.path(), start, "20261127T000000Z").empty());
+}
+
+TEST(RunStart, AFreshRunIntoAnEarlierRunsCheckpointsIsRefused) {
+  ScratchDir dir("ckpt");
+  for (std::int64_t step : {50, 100, 110}) save(dir.path(), step);
+  set_latest(dir.path(), 110);
+  const std::string root = dir.path().string();
+  EXPECT_EQ(error_of([&] { plan_run_start(dir.path(), std::nullopt, false); }),
+            "--checkpoint-dir " + root + " already holds the checkpoints of an earlier run (step_00000050 to " +
+                "step_00000110 (3 checkpoints)): continue that run with --resume, start this one in another " +
+                "--checkpoint-dir, or add --overwrite-checkpoints to delete them");
+  EXPECT_EQ(list_checkpoints(dir.path()), (std::vector<std::int64_t>{50, 100, 110}));
+}
+
+TEST(RunStart, OverwriteDeletesTheEarlierRunOnlyWhenApplied) {
+  ScratchDir dir("ckpt");
+  for (std::int64_t step : {50, 100}) save(dir.path(), step);
+  set_latest(dir.path(), 100);
+  fs::create_directory(dir / ".step_00000100.old");
+  touch(dir / ".step_00000100.old" / "manifest.json");
+  const RunStart start = plan_run_start(dir.path(), std::nullopt, true);
+  EXPECT_EQ(start.overwritten_steps, (std::vector<std::int64_t>{50, 100}));
+  EXPECT_EQ(list_checkpoints(dir.path()).size(), 2u);  // planning touches nothing
+  const std::vector<std::string> lines = apply_run_start(dir.path(), start, "20261127T000000Z");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "--overwrite-checkpoints: deleted the earlier run's checkpoints in " + dir.path().string() +
+                          " (step_00000050 to step_00000100 (2 checkpoints))");
+  EXPECT_TRUE(list_checkpoints(dir.path()).empty());
+  EXPECT_FALSE(fs::exists(dir / "latest"));
+  EXPECT_FALSE(fs::exists(dir / ".step_00000100.old"));
+}
+
+TEST(RunStart, ResumingTheNewestStepChangesNothing) {
+  ScratchDir dir("ckpt");
+  for (std::int64_t step : {50, 100}) save(dir.path(), step);
+  set_latest(dir.path(), 100);
+  const RunStart start = plan_run_start(dir.path(), "latest", false);
+  EXPECT_EQ(start.resume_dir, dir / "step_00000100");
+  EXPECT_EQ(start.resumed_step, 100);
+  EXPECT_TRUE(start.newer_steps.empty());
+  EXPECT_TRUE(apply_run_start(dir.path(), start, "20261127T000000Z").empty());
+  EXPECT_EQ(read_text(dir / "latest"), "step_00000100\n");
+}
+
+TEST(RunStart, ResumingAnOlderStepSetsTheNewerOnesAside) {
+  ScratchDir dir("ckpt");
+  for (std::int64_t step : {30, 50, 100, 110}) save(dir.path(), step);
+  set_latest(dir.path(), 110);
+  // Given with a trailing slash, as a shell's completion writes it.
+  const RunStart start = plan_run_start(dir.path(), (dir / "step_00000050").string() + "/", false);
+  EXPECT_EQ(start.resumed_step, 50);
+  EXPECT_EQ(start.newer_steps, (std::vector<std::int64_t>{100, 110}));
+  EXPECT_EQ(list_checkpoints(dir.path()).size(), 4u);  // planning touches nothing
+
+  const std::vector<std::string> lines = apply_run_start(dir.path(), start, "20261127T213000Z");
+  const fs::path aside = dir / "set_aside" / "20261127T213000Z_after_step_00000050";
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "resuming step_00000050 of " + dir.path().string() + ", which held newer checkpoints of a run " +
+                          "that went further (step_00000100 to step_00000110 (2 checkpoints)): moved to " +
+                          aside.string() + ", a checkpoint directory of its own (--checkpoint-dir " + aside.string() +
+                          " --resume continues that run); `latest` names step_00000050");
+  EXPECT_EQ(list_checkpoints(dir.path()), (std::vector<std::int64_t>{30, 50}));
+  EXPECT_EQ(read_text(dir / "latest"), "step_00000050\n");
+  EXPECT_EQ(list_checkpoints(aside), (std::vector<std::int64_t>{100, 110}));
+  EXPECT_EQ(resolve_checkpoint("latest", aside), aside / "step_00000110");
+
+  // --keep now prunes this line alone: the set-aside steps are not among its candidates.
+  save(dir.path(), 60);
+  set_latest(dir.path(), 60);
+  EXPECT_EQ(prune_checkpoints(dir.path(), 1), (std::vector<std::int64_t>{30, 50}));
+  EXPECT_EQ(list_checkpoints(aside), (std::vector<std::int64_t>{100, 110}));
+
+  // A second set-aside in the same second gets a folder of its own.
+  save(dir.path(), 70);
+  const RunStart again = plan_run_start(dir.path(), (dir / "step_00000060").string(), false);
+  apply_run_start(dir.path(), again, "20261127T213000Z");
+  EXPECT_EQ(list_checkpoints(dir / "set_aside" / "20261127T213000Z_after_step_00000060"),
+            (std::vector<std::int64_t>{70}));
+}
+
+TEST(RunStart, ResumingFromElsewhereIntoAnEarlierRunsCheckpointsIsRefused) {
+  ScratchDir dir("ckpt");
+  save(dir / "other", 40);
+  save(dir / "mine", 80);
+  set_latest(dir / "mine", 80);
+  const std::string other = (dir / "other" / "step_00000040").string();
+  EXPECT_EQ(error_of([&] { plan_run_start(dir / "mine", other, false); }),
+            "--checkpoint-dir " + (dir / "mine").string() + " holds the checkpoints of another run (step_00000080), " +
+                "and --resume takes " + other + " from outside it: continue the directory's own run with --resume " +
+                "alone, save into another --checkpoint-dir, or add --overwrite-checkpoints to delete its checkpoints");
+  EXPECT_EQ(plan_run_start(dir / "mine", other, true).overwritten_steps, (std::vector<std::int64_t>{80}));
+  EXPECT_EQ(plan_run_start(dir / "empty", other, false).resume_dir, other);  // a new directory: a new line
+}
+
+// --resume auto, for a job script that is requeued: the latest where there is one, else a fresh start.
+TEST(RunStart, AutoResumesTheLatestWhereThereIsOne) {
+  ScratchDir dir("ckpt");
+  EXPECT_TRUE(plan_run_start(dir.path(), "auto", false).resume_dir.empty());
+  save(dir.path(), 8);
+  EXPECT_TRUE(contains(error_of([&] { plan_run_start(dir.path(), "auto", false); }), "already holds the checkpoints"));
+  set_latest(dir.path(), 8);
+  EXPECT_EQ(plan_run_start(dir.path(), "auto", false).resume_dir, dir / "step_00000008");
+}
+
+TEST(RunStart, OverwritingTheCheckpointBeingResumedIsRefused) {
+  ScratchDir dir("ckpt");
+  save(dir.path(), 8);
+  set_latest(dir.path(), 8);
+  EXPECT_EQ(error_of([&] { plan_run_start(dir.path(), "latest", true); }),
+            "--overwrite-checkpoints would delete " + (dir / "step_00000008").string() +
+                ", the checkpoint --resume continues from: give one of the two");
+}
+
 TEST(ReadManifest, NamesTheFile) {
   ScratchDir dir("ckpt");
   EXPECT_EQ(error_of([&] { read_manifest(dir.path()); }),
@@ -385,7 +524,21 @@ TEST(SaveFault, ParsesTheKillMode) {
   };
   EXPECT_TRUE(contains(message("kill-"), "MESHTRAIN_FAULT_SAVE='kill-': unknown point ''"));
   EXPECT_TRUE(contains(message("kill-kill-shard"), "unknown point 'kill-shard'"));
-  EXPECT_TRUE(contains(message("crash-shard"), "unknown point 'crash-shard' (expected [kill-|full-]POINT[:STEP][@RANK]"));
+  EXPECT_TRUE(contains(message("crash-shard"), "unknown point 'crash-shard' (expected [kill-|full-|pause-]POINT[:STEP][@RANK]"));
+}
+
+// pause-: a slow file system, so that a test can signal a job in the middle of a save.
+TEST(SaveFault, PauseModeSleepsAndGoesOn) {
+  const FaultVariable set("pause-manifest@2");
+  const SaveFault f = save_fault_from_env().value();
+  EXPECT_EQ(f.point, "manifest");
+  EXPECT_EQ(f.rank, 2);
+  EXPECT_TRUE(f.pause && !f.kill && !f.full);
+  const auto start = std::chrono::steady_clock::now();
+  maybe_crash(f, "manifest", 6, 1);  // another rank: nothing
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  maybe_crash(f, "manifest", 6, 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::seconds(kFaultPauseSeconds));
 }
 
 TEST(SaveFault, FullModeThrowsAsAFullDiskWould) {

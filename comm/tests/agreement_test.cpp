@@ -1,5 +1,6 @@
 // agree_on_error: one rank's failure becomes the same JobError on every rank; no failure, no error.
 // agree_on_first_rank_error: the first rank's verdict on work it alone did, the same on every rank.
+// agree_on_max: the largest of the ranks' numbers (a stop asked of one rank stops them all).
 #include "comm/agreement.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,13 @@ std::string job_error_of(const std::optional<std::string>& mine) {
     return e.message();
   }
   return "";
+}
+
+TEST(Agreement, MaxIsTheLargestOfEveryRanksNumber) {
+  const int rank = test_world().rank(), last = test_world().size() - 1;
+  EXPECT_EQ(agree_on_max(test_world(), test_context(), 0), 0);
+  EXPECT_EQ(agree_on_max(test_world(), test_context(), rank == last ? 15 : 0), 15);
+  EXPECT_EQ(agree_on_max(test_world(), test_context(), 10 * rank - 7), 10 * last - 7);
 }
 
 TEST(Agreement, NoFailureThrowsNothing) { EXPECT_EQ(job_error_of(std::nullopt), ""); }

@@ -21,7 +21,7 @@ expect_ok "uninterrupted run under mpirun" np 4 "$meshtrain" train "${fault_trai
   --checkpoint-dir "$dir/c-ref" --metrics "$dir/m-ref.jsonl"
 cluster_up "cluster up" 1
 
-grep -q -E "^exec srun .*--kill-on-bad-exit=1" "$here/train.sbatch" &&
+grep -q -E "^srun .*--kill-on-bad-exit=1" "$here/train.sbatch" &&
   echo "ok   train.sbatch runs srun with --kill-on-bad-exit=1" ||
   fail "train.sbatch lacks --kill-on-bad-exit=1: one dead task would leave the others to the PMIx error handler"
 
