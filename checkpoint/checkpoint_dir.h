@@ -44,7 +44,7 @@ std::string sidecar_name(int rank);                                             
 // (rank 0: every rank done, manifest not written), "rename" (manifest written, directory not
 // renamed), "latest" (renamed, `latest` not moved), "prune" (`latest` moved; an old checkpoint
 // being removed has lost its manifest, not yet its files; fires only when --keep removes one).
-inline constexpr int kFaultPauseSeconds = 3;
+inline constexpr int kFaultPauseSeconds = 5;
 struct SaveFault {
   std::string point;
   std::optional<std::int64_t> step;

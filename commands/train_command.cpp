@@ -255,9 +255,10 @@ LoopEnd run_loop(ParallelTrainer& trainer, Session& session, const TrainJob& job
   const int steps = job.settings.steps;
   const bool root = session.world->rank() == 0;
   LoopEnd end;
-  if (const int signal = agreed_stop(session)) {
-    if (root) report_stop(signal, 0, {});
-    return {.stop_signal = signal};
+  end.stop_signal = agreed_stop(session);
+  if (end.stop_signal != 0) {
+    if (root) report_stop(end.stop_signal, 0, {});
+    return end;
   }
   ProgressReporter progress(*session.world, *session.context, trainer.steps_done() + 1, steps, job.log_every, metrics);
   while (trainer.steps_done() < steps) {
