@@ -44,8 +44,9 @@ void add_run_options(po::options_description& desc) {
        "sequences per optimizer step, whatever the layout (a multiple of dp x --micro-batch)")
       ("micro-batch", po::value<int>(),
        "sequences per forward/backward pass; gradients accumulate over global-batch / (dp x micro-batch) "
-       "passes (default: the largest of 4, 2, 1 that divides --global-batch / dp, so the defaults run on "
-       "any rank count that divides the global batch)")
+       "passes (default: the largest of 4, 2, 1 that divides --global-batch / dp into micro-batches enough "
+       "for --schedule: at least --pp for 1f1b and zb-*, a multiple of --pp for interleaved; so the defaults "
+       "run on any layout whose rank count divides the global batch)")
       ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T (at most the model's context)")
       ("steps", po::value<int>()->default_value(100), "optimizer steps to run")
       ("lr", po::value<float>()->default_value(6e-4f, "6e-4"), "peak learning rate")
@@ -102,7 +103,8 @@ po::options_description layout_options() {
        "how ranks map to coordinates, fastest-varying first: the default puts tensor-parallel groups on "
        "neighbouring ranks (one node), then data parallel, then pipeline stages")
       ("schedule", po::value<std::string>()->default_value("1f1b"),
-       "pipeline schedule (pp > 1), with m micro-batches per step and p stages: gpipe (all forwards, then all "
+       "pipeline schedule (pp > 1; interleaved where --virtual-stages is 2 or more and no schedule is "
+       "named), with m micro-batches per step and p stages: gpipe (all forwards, then all "
        "backwards: activations of all m micro-batches held; bubble (p-1)/(m+p-1)); 1f1b (one forward one "
        "backward: at most p held, same bubble); interleaved (1F1B over --virtual-stages v chunks per stage: "
        "bubble / v, for v times the stage-to-stage messages); zb-h1 (zero bubble: each backward split into "
@@ -111,8 +113,8 @@ po::options_description layout_options() {
        "near zero once m >= 2p, memory like 1F1B's). zb-* pay most where the bubble is large (m close to p); "
        "with m >> p every schedule's bubble is small")
       ("virtual-stages", po::value<int>()->default_value(1),
-       "model chunks per pipeline stage for --schedule interleaved (at least 2; layers divisible by pp x v); "
-       "zb-v always runs 2")
+       "model chunks per pipeline stage for --schedule interleaved (at least 2, layers divisible by pp x v; "
+       "2 or more without --schedule selects interleaved); zb-v always runs 2")
       ("pp-layers", po::value<std::string>()->default_value(""),
        "layers per pipeline stage, e.g. 3,2,1 (default: balanced by estimated cost, the embedding on the "
        "first stage and the LM head on the last)")
@@ -203,14 +205,25 @@ TrainSettings read_settings(const po::variables_map& vm) {
   return s;
 }
 
+namespace {
+
+// Virtual stages are the interleaved schedule's: asking for 2 or more without naming a schedule asks
+// for it (the default, 1f1b, refused them). A schedule named, in a file too, is kept and checked.
+ScheduleKind read_schedule(const po::variables_map& vm, int virtual_stages) {
+  if (vm["schedule"].defaulted() && virtual_stages > 1) return ScheduleKind::Interleaved;
+  return parse_schedule_kind(get<std::string>(vm, "schedule"));
+}
+
+}  // namespace
+
 LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptConfig& config, TrainSettings& settings) {
   LayoutRequest request;
   request.tp = get<int>(vm, "tp");
   request.pp = get<int>(vm, "pp");
   request.order = get<std::string>(vm, "mesh-order");
   request.dp = get<int>(vm, "dp");
-  request.schedule = parse_schedule_kind(get<std::string>(vm, "schedule"));
   request.virtual_stages = get<int>(vm, "virtual-stages");
+  request.schedule = read_schedule(vm, request.virtual_stages);
   const std::string pp_layers = get<std::string>(vm, "pp-layers");
   if (!pp_layers.empty()) {
     MT_REQUIRE(request.virtual_stages == 1, "--pp-layers cannot be combined with --virtual-stages");
