@@ -4,6 +4,7 @@
 #include "commands/train_options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 
@@ -179,6 +180,29 @@ po::options_description train_options() {
   return desc;
 }
 
+namespace {
+
+// The batch and learning-rate options checked by their own names, before TrainSettings::validate and
+// LrSchedule::validate speak of fields: --steps 0 was "--lr-decay-steps must be at least 1" (the
+// decay defaults to --steps), and --warmup 200 "learning-rate warmup_steps must be in [0,
+// total_steps = 100]".
+void check_schedule_options(const TrainSettings& s, bool decay_given) {
+  MT_REQUIRE(s.global_batch >= 1, "--global-batch must be at least 1, got ", s.global_batch);
+  MT_REQUIRE(s.steps >= 1, "--steps must be at least 1, got ", s.steps);
+  const LrSchedule& lr = s.schedule;
+  MT_REQUIRE(lr.total_steps >= 1, "--lr-decay-steps must be at least 1, got ", lr.total_steps);
+  MT_REQUIRE(std::isfinite(lr.max_lr) && lr.max_lr >= 0.0f, "--lr must be a number of at least 0, got ", lr.max_lr);
+  MT_REQUIRE(lr.warmup_steps >= 0, "--warmup must be at least 0, got ", lr.warmup_steps);
+  const char* decay = decay_given ? "--lr-decay-steps" : "--steps";
+  MT_REQUIRE(lr.warmup_steps <= lr.total_steps, "--warmup ", lr.warmup_steps, " is longer than the ", lr.total_steps,
+             " steps the learning rate decays over (", decay, "): give --warmup ", lr.total_steps, " or less, or ",
+             decay_given ? "a larger --lr-decay-steps" : "more --steps");
+  MT_REQUIRE(lr.min_lr_fraction >= 0.0f && lr.min_lr_fraction <= 1.0f, "--min-lr-fraction must be in [0, 1], got ",
+             lr.min_lr_fraction);
+}
+
+}  // namespace
+
 // Reads the options into settings; any invalid value is a usage error (same on every rank).
 TrainSettings read_settings(const po::variables_map& vm) {
   TrainSettings s;
@@ -195,8 +219,8 @@ TrainSettings read_settings(const po::variables_map& vm) {
   s.schedule.max_lr = get<float>(vm, "lr");
   s.schedule.warmup_steps = get<int>(vm, "warmup");
   s.schedule.total_steps = vm.count("lr-decay-steps") ? get<int>(vm, "lr-decay-steps") : s.steps;
-  MT_REQUIRE(s.schedule.total_steps >= 1, "--lr-decay-steps must be at least 1, got ", s.schedule.total_steps);
   s.schedule.min_lr_fraction = get<float>(vm, "min-lr-fraction");
+  check_schedule_options(s, vm.count("lr-decay-steps") > 0);
   MT_REQUIRE(!vm.count("micro-batch") || s.micro_batch >= 1, "--micro-batch must be at least 1, got ", s.micro_batch);
   // 1 stands in for a micro-batch the plan will choose: it divides any global batch.
   TrainSettings checked = s;

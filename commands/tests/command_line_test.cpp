@@ -312,6 +312,29 @@ TEST(Schedule, VirtualStagesWithoutAScheduleMeanInterleaved) {
             "--virtual-stages 2 needs --schedule interleaved, not --schedule gpipe");
 }
 
+// Each value refused names the option the user gave. Before, --steps 0 was refused as
+// "--lr-decay-steps must be at least 1, got 0" (the decay horizon defaults to --steps), and the
+// learning-rate options by the schedule's field names ("learning-rate warmup_steps must be in [0,
+// total_steps = 100], got 200").
+TEST(Settings, RefusalsNameTheOptionGiven) {
+  ScratchDir dir("command_line");
+  const auto error = [&](const std::vector<std::string>& args) {
+    return usage_error_of([&] { read_settings(parse_train(dir, "tokenizer = bytes\n", args)); });
+  };
+  EXPECT_EQ(error({"--steps", "0"}), "--steps must be at least 1, got 0");
+  EXPECT_EQ(error({"--lr-decay-steps", "0"}), "--lr-decay-steps must be at least 1, got 0");
+  EXPECT_EQ(error({"--global-batch", "0"}), "--global-batch must be at least 1, got 0");
+  EXPECT_EQ(error({"--warmup", "200"}), "--warmup 200 is longer than the 100 steps the learning rate decays over "
+                                        "(--steps): give --warmup 100 or less, or more --steps");
+  EXPECT_EQ(error({"--warmup", "50", "--lr-decay-steps", "40"}),
+            "--warmup 50 is longer than the 40 steps the learning rate decays over (--lr-decay-steps): give --warmup "
+            "40 or less, or a larger --lr-decay-steps");
+  EXPECT_EQ(error({"--warmup", "-1"}), "--warmup must be at least 0, got -1");
+  EXPECT_EQ(error({"--lr", "-1"}), "--lr must be a number of at least 0, got -1");
+  EXPECT_EQ(error({"--min-lr-fraction", "2"}), "--min-lr-fraction must be in [0, 1], got 2");
+  EXPECT_NO_THROW(read_settings(parse_train(dir, "tokenizer = bytes\n", {"--warmup", "100"})));
+}
+
 // The llama family's options, from the command line or as config-file keys of the same names, on
 // top of a llama preset; a gpt2 preset refuses them in one line.
 TEST(ModelOptions, LlamaFieldsOverrideALlamaPresetAndAreRefusedForGpt2) {

@@ -157,6 +157,8 @@ cp -r "$data" "$dir/bad"
 printf '\x01\x02\x03\x04' | dd of="$dir/bad/data_train_000000.bin" bs=1 conv=notrunc status=none
 expect_error "corrupt shard (wrong magic)" "data_train_000000.bin\" is not an llm.c token shard: .*not the magic number 20240520" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/bad" --steps 1 --cpu-threads 1
+expect_error "--steps 0 names --steps" "^meshtrain: error: --steps must be at least 1, got 0$" \
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --steps 0 --cpu-threads 1
 printf 'steps = 2\nlearning-rate = 0.1\n' >"$dir/bad.ini"
 expect_error "unknown option in the config file" "config file '$dir/bad.ini': unrecognised option 'learning-rate'" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/bad.ini" --cpu-threads 1
