@@ -159,6 +159,15 @@ expect_error "corrupt shard (wrong magic)" "data_train_000000.bin\" is not an ll
   "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/bad" --steps 1 --cpu-threads 1
 expect_error "--steps 0 names --steps" "^meshtrain: error: --steps must be at least 1, got 0$" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --steps 0 --cpu-threads 1
+# A validation shard shorter than a sequence (the train shard is long enough): the split and its file are named.
+mkdir -p "$dir/short"
+cp "$data/data_train_000000.bin" "$dir/short/s_train_000000.bin"
+printf 'Too short.\n' >"$dir/short.txt"
+expect_ok "prepare a short text" "$meshtrain" prepare --tokenizer bytes --input "$dir/short.txt" --output "$dir/short_src" \
+  --val-fraction 0 && cp "$dir/short_src/short_src_train_000000.bin" "$dir/short/s_val_000000.bin"
+expect_error "a validation shard shorter than a sequence" \
+  "too little data in the validation shards of \"$dir/short\" \(s_val_000000.bin\): a sequence of --seq-len 32 needs 33 tokens in one shard, and the longest holds 12: give a shorter --seq-len \(at most 11\), or prepare more text \(or with a larger --val-fraction\)$" \
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/short" --seq-len 32 --steps 1 --cpu-threads 1
 printf 'steps = 2\nlearning-rate = 0.1\n' >"$dir/bad.ini"
 expect_error "unknown option in the config file" "config file '$dir/bad.ini': unrecognised option 'learning-rate'" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/bad.ini" --cpu-threads 1

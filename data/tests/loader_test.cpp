@@ -216,6 +216,27 @@ TEST(LoaderTest, TooShortDataNamesTheDirectory) {
   EXPECT_FALSE(error_of([&] { DataLoader({}, opts(1, true)); }).empty());
 }
 
+// A split too short for one sequence names the split, its files and the fix. Before, 30 validation
+// tokens under --seq-len 32 said only `too little data in "p_utf8": ... the longest of the 1
+// shard(s) holds 30 tokens`, whatever the split.
+TEST(LoaderTest, TooShortSplitNamesTheSplitTheFilesAndTheFix) {
+  ScratchDir dir;
+  const std::vector<std::uint16_t> train(37, 1), val(30, 1);
+  write_shard(dir / "p_train_000000.bin", std::span<const std::uint16_t>(train));
+  write_shard(dir / "p_val_000000.bin", std::span<const std::uint16_t>(val));
+  EXPECT_NO_THROW(DataLoader::for_split(dir.path(), "train", 32, 1, 0));
+  std::string msg = error_of<UsageError>([&] { DataLoader::for_split(dir.path(), "val", 32, 1, 0); });
+  EXPECT_EQ(msg, "too little data in the validation shards of \"" + dir.path().string() +
+                     "\" (p_val_000000.bin): a sequence of --seq-len 32 needs 33 tokens in one shard, and the longest "
+                     "holds 30: give a shorter --seq-len (at most 29), or prepare more text (or with a larger "
+                     "--val-fraction)");
+  msg = error_of<UsageError>([&] { DataLoader::for_split(dir.path(), "train", 40, 1, 0); });
+  EXPECT_TRUE(contains(msg, "too little data in the train shards of")) << msg;
+  EXPECT_TRUE(contains(msg, "(p_train_000000.bin): a sequence of --seq-len 40 needs 41 tokens")) << msg;
+  EXPECT_TRUE(contains(msg, "(at most 36), or prepare more text")) << msg;
+  EXPECT_FALSE(contains(msg, "--val-fraction")) << msg;
+}
+
 TEST(LoaderTest, ForSplitShufflesTrainOnlyAndMissingSplitThrows) {
   ScratchDir dir;
   make_shards(dir.path());
