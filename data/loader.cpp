@@ -54,6 +54,19 @@ std::string shards_of(const std::string& split) {
   return (split == "val" ? std::string("validation") : split) + " shards";
 }
 
+// Shards of one name written by tokenizers of other vocabularies (version 2 records its own) hold
+// ids of different meanings: refused rather than trained together.
+void require_one_vocabulary(const std::vector<ShardFile>& shards, const std::string& split) {
+  const ShardFile* first = nullptr;
+  for (const ShardFile& s : shards) {
+    if (s.written_vocab() == 0) continue;
+    if (first == nullptr) first = &s;
+    MT_REQUIRE(s.written_vocab() == first->written_vocab(), "the ", shards_of(split), " ", first->path(), " and ",
+               s.path(), " were written by tokenizers of ", first->written_vocab(), " and ", s.written_vocab(),
+               " tokens, and training would mix their token ids: prepare each corpus into a directory of its own");
+  }
+}
+
 // No shard holds a window: which split, where, its files, and what to change.
 std::string too_little_data(const std::vector<ShardFile>& shards, std::int64_t T, const std::string& split) {
   std::set<std::string> dirs;
@@ -131,6 +144,7 @@ DataLoader::DataLoader(std::vector<fs::path> shard_paths, const LoaderOptions& o
   first_window_.push_back(windows_);
   fingerprint_ = fp.value();
 
+  require_one_vocabulary(shards_, options.split);
   if (windows_ == 0) MT_FAIL_AS(UsageError, too_little_data(shards_, T, options.split));
 }
 
@@ -142,7 +156,9 @@ DataLoader DataLoader::for_split(const fs::path& dir, const std::string& split, 
   options.shuffle = split == "train";
   options.vocab_size = vocab_size;
   options.split = split;
-  return DataLoader(find_shards(dir, split), options);
+  std::vector<fs::path> shards = find_shards(dir, split);
+  require_one_shard_set(shards, split);
+  return DataLoader(std::move(shards), options);
 }
 
 std::int64_t DataLoader::window_of(std::int64_t sequence) const {

@@ -45,10 +45,11 @@ class DataLoader {
  public:
   // Opens (maps and validates) every shard. Throws Error when `shards` is empty, seq_len < 1, or any
   // shard is bad (see ShardFile); UsageError when no shard holds seq_len + 1 tokens (naming the
-  // split, the directory, the files and the fix).
+  // split, the directory, the files and the fix) or version-2 shards record different vocabularies.
   DataLoader(std::vector<std::filesystem::path> shards, const LoaderOptions& options);
 
-  // The shards of `split` in `dir` (find_shards), shuffled when split == "train".
+  // The shards of `split` in `dir` (find_shards), shuffled when split == "train". UsageError when
+  // they belong to more than one set (require_one_shard_set).
   static DataLoader for_split(const std::filesystem::path& dir, const std::string& split, int seq_len,
                               std::uint64_t seed, int vocab_size);
 

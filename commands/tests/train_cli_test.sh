@@ -159,6 +159,12 @@ expect_error "corrupt shard (wrong magic)" "data_train_000000.bin\" is not an ll
   "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/bad" --steps 1 --cpu-threads 1
 expect_error "--steps 0 names --steps" "^meshtrain: error: --steps must be at least 1, got 0$" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --steps 0 --cpu-threads 1
+# Two corpora in one directory (another --name, here a copy): training would mix their ids.
+cp -r "$data" "$dir/mixed"
+cp "$data/data_train_000000.bin" "$dir/mixed/other_train_000000.bin"
+expect_error "two corpora in one --data directory" \
+  "data directory \"$dir/mixed\" holds the train shards of 2 corpora, \"data\" \(data_train_000000.bin\) and \"other\" \(other_train_000000.bin\), .*directory of its own" \
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/mixed" --steps 1 --cpu-threads 1
 # A validation shard shorter than a sequence (the train shard is long enough): the split and its file are named.
 mkdir -p "$dir/short"
 cp "$data/data_train_000000.bin" "$dir/short/s_train_000000.bin"

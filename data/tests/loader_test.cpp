@@ -237,6 +237,46 @@ TEST(LoaderTest, TooShortSplitNamesTheSplitTheFilesAndTheFix) {
   EXPECT_FALSE(contains(msg, "--val-fraction")) << msg;
 }
 
+// Two corpora prepared into one directory under two names: training read both sets' shards and mixed
+// their ids (byte ids with GPT-2 ids: "370.3k train tokens in 2 shard(s)"). Refused, naming both; one
+// set's many shards (llm.c's fineweb_train_000001.bin ...), or tinyshakespeare's unnumbered names, pass.
+TEST(LoaderTest, ForSplitRefusesTheShardsOfTwoCorpora) {
+  ScratchDir dir;
+  const std::vector<std::uint16_t> t(50, 1);
+  for (const char* name : {"data_train_000000.bin", "data_val_000000.bin", "other_train_000000.bin",
+                           "other_train_000001.bin"})
+    write_shard(dir / name, std::span<const std::uint16_t>(t));
+  const std::string msg = error_of<UsageError>([&] { DataLoader::for_split(dir.path(), "train", kT, 3, 0); });
+  EXPECT_EQ(msg, "data directory \"" + dir.path().string() + "\" holds the train shards of 2 corpora, \"data\" "
+                 "(data_train_000000.bin) and \"other\" (other_train_000000.bin and 1 more), and training would mix "
+                 "their token ids: prepare each corpus into a directory of its own (meshtrain prepare --output) and "
+                 "train on one");
+  EXPECT_NO_THROW(DataLoader::for_split(dir.path(), "val", kT, 3, 0));  // one set's
+  EXPECT_EQ(shard_set_name(dir / "fineweb_train_000001.bin", "train"), "fineweb");
+  EXPECT_EQ(shard_set_name(dir / "tiny_shakespeare_val.bin", "val"), "tiny_shakespeare");
+
+  ScratchDir llmc;
+  for (const char* name : {"fineweb_val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"})
+    write_shard(llmc / name, std::span<const std::uint16_t>(t));
+  EXPECT_EQ(DataLoader::for_split(llmc.path(), "train", kT, 3, 0).num_shards(), 2u);
+  EXPECT_EQ(DataLoader::for_split(llmc.path(), "val", kT, 3, 0).num_shards(), 1u);
+}
+
+// Version-2 shards record the vocabulary of the tokenizer that wrote them: shards of one name but
+// two vocabularies are two corpora too.
+TEST(LoaderTest, ShardsOfTwoRecordedVocabulariesAreRefused) {
+  ScratchDir dir;
+  const std::vector<std::int32_t> t(50, 70000);
+  write_shard(dir / "c_train_000000.bin", std::span<const std::int32_t>(t), kShardVersionUint32, 100277);
+  write_shard(dir / "c_train_000001.bin", std::span<const std::int32_t>(t), kShardVersionUint32, 200019);
+  const std::string msg = error_of<UsageError>([&] { DataLoader::for_split(dir.path(), "train", kT, 3, 0); });
+  EXPECT_TRUE(contains(msg, "c_train_000000.bin")) << msg;
+  EXPECT_TRUE(contains(msg, "c_train_000001.bin")) << msg;
+  EXPECT_TRUE(contains(msg, "tokenizers of 100277 and 200019 tokens")) << msg;
+  write_shard(dir / "c_train_000001.bin", std::span<const std::int32_t>(t), kShardVersionUint32, 100277);
+  EXPECT_NO_THROW(DataLoader::for_split(dir.path(), "train", kT, 3, 0));
+}
+
 TEST(LoaderTest, ForSplitShufflesTrainOnlyAndMissingSplitThrows) {
   ScratchDir dir;
   make_shards(dir.path());
