@@ -4,6 +4,7 @@
 #include "commands/train_options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 
@@ -44,8 +45,9 @@ void add_run_options(po::options_description& desc) {
        "sequences per optimizer step, whatever the layout (a multiple of dp x --micro-batch)")
       ("micro-batch", po::value<int>(),
        "sequences per forward/backward pass; gradients accumulate over global-batch / (dp x micro-batch) "
-       "passes (default: the largest of 4, 2, 1 that divides --global-batch / dp, so the defaults run on "
-       "any rank count that divides the global batch)")
+       "passes (default: the largest of 4, 2, 1 that divides --global-batch / dp into micro-batches enough "
+       "for --schedule: at least --pp for 1f1b and zb-*, a multiple of --pp for interleaved; so the defaults "
+       "run on any layout whose rank count divides the global batch)")
       ("seq-len", po::value<int>()->default_value(64), "tokens per sequence T (at most the model's context)")
       ("steps", po::value<int>()->default_value(100), "optimizer steps to run")
       ("lr", po::value<float>()->default_value(6e-4f, "6e-4"), "peak learning rate")
@@ -102,7 +104,8 @@ po::options_description layout_options() {
        "how ranks map to coordinates, fastest-varying first: the default puts tensor-parallel groups on "
        "neighbouring ranks (one node), then data parallel, then pipeline stages")
       ("schedule", po::value<std::string>()->default_value("1f1b"),
-       "pipeline schedule (pp > 1), with m micro-batches per step and p stages: gpipe (all forwards, then all "
+       "pipeline schedule (pp > 1; interleaved where --virtual-stages is 2 or more and no schedule is "
+       "named), with m micro-batches per step and p stages: gpipe (all forwards, then all "
        "backwards: activations of all m micro-batches held; bubble (p-1)/(m+p-1)); 1f1b (one forward one "
        "backward: at most p held, same bubble); interleaved (1F1B over --virtual-stages v chunks per stage: "
        "bubble / v, for v times the stage-to-stage messages); zb-h1 (zero bubble: each backward split into "
@@ -111,8 +114,8 @@ po::options_description layout_options() {
        "near zero once m >= 2p, memory like 1F1B's). zb-* pay most where the bubble is large (m close to p); "
        "with m >> p every schedule's bubble is small")
       ("virtual-stages", po::value<int>()->default_value(1),
-       "model chunks per pipeline stage for --schedule interleaved (at least 2; layers divisible by pp x v); "
-       "zb-v always runs 2")
+       "model chunks per pipeline stage for --schedule interleaved (at least 2, layers divisible by pp x v; "
+       "2 or more without --schedule selects interleaved); zb-v always runs 2")
       ("pp-layers", po::value<std::string>()->default_value(""),
        "layers per pipeline stage, e.g. 3,2,1 (default: balanced by estimated cost, the embedding on the "
        "first stage and the LM head on the last)")
@@ -184,6 +187,29 @@ po::options_description train_options() {
   return desc;
 }
 
+namespace {
+
+// The batch and learning-rate options checked by their own names, before TrainSettings::validate and
+// LrSchedule::validate speak of fields: --steps 0 was "--lr-decay-steps must be at least 1" (the
+// decay defaults to --steps), and --warmup 200 "learning-rate warmup_steps must be in [0,
+// total_steps = 100]".
+void check_schedule_options(const TrainSettings& s, bool decay_given) {
+  MT_REQUIRE(s.global_batch >= 1, "--global-batch must be at least 1, got ", s.global_batch);
+  MT_REQUIRE(s.steps >= 1, "--steps must be at least 1, got ", s.steps);
+  const LrSchedule& lr = s.schedule;
+  MT_REQUIRE(lr.total_steps >= 1, "--lr-decay-steps must be at least 1, got ", lr.total_steps);
+  MT_REQUIRE(std::isfinite(lr.max_lr) && lr.max_lr >= 0.0f, "--lr must be a number of at least 0, got ", lr.max_lr);
+  MT_REQUIRE(lr.warmup_steps >= 0, "--warmup must be at least 0, got ", lr.warmup_steps);
+  const char* decay = decay_given ? "--lr-decay-steps" : "--steps";
+  MT_REQUIRE(lr.warmup_steps <= lr.total_steps, "--warmup ", lr.warmup_steps, " is longer than the ", lr.total_steps,
+             " steps the learning rate decays over (", decay, "): give --warmup ", lr.total_steps, " or less, or ",
+             decay_given ? "a larger --lr-decay-steps" : "more --steps");
+  MT_REQUIRE(lr.min_lr_fraction >= 0.0f && lr.min_lr_fraction <= 1.0f, "--min-lr-fraction must be in [0, 1], got ",
+             lr.min_lr_fraction);
+}
+
+}  // namespace
+
 // Reads the options into settings; any invalid value is a usage error (same on every rank).
 TrainSettings read_settings(const po::variables_map& vm) {
   TrainSettings s;
@@ -200,8 +226,8 @@ TrainSettings read_settings(const po::variables_map& vm) {
   s.schedule.max_lr = get<float>(vm, "lr");
   s.schedule.warmup_steps = get<int>(vm, "warmup");
   s.schedule.total_steps = vm.count("lr-decay-steps") ? get<int>(vm, "lr-decay-steps") : s.steps;
-  MT_REQUIRE(s.schedule.total_steps >= 1, "--lr-decay-steps must be at least 1, got ", s.schedule.total_steps);
   s.schedule.min_lr_fraction = get<float>(vm, "min-lr-fraction");
+  check_schedule_options(s, vm.count("lr-decay-steps") > 0);
   MT_REQUIRE(!vm.count("micro-batch") || s.micro_batch >= 1, "--micro-batch must be at least 1, got ", s.micro_batch);
   // 1 stands in for a micro-batch the plan will choose: it divides any global batch.
   TrainSettings checked = s;
@@ -210,14 +236,25 @@ TrainSettings read_settings(const po::variables_map& vm) {
   return s;
 }
 
+namespace {
+
+// Virtual stages are the interleaved schedule's: asking for 2 or more without naming a schedule asks
+// for it (the default, 1f1b, refused them). A schedule named, in a file too, is kept and checked.
+ScheduleKind read_schedule(const po::variables_map& vm, int virtual_stages) {
+  if (vm["schedule"].defaulted() && virtual_stages > 1) return ScheduleKind::Interleaved;
+  return parse_schedule_kind(get<std::string>(vm, "schedule"));
+}
+
+}  // namespace
+
 LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptConfig& config, TrainSettings& settings) {
   LayoutRequest request;
   request.tp = get<int>(vm, "tp");
   request.pp = get<int>(vm, "pp");
   request.order = get<std::string>(vm, "mesh-order");
   request.dp = get<int>(vm, "dp");
-  request.schedule = parse_schedule_kind(get<std::string>(vm, "schedule"));
   request.virtual_stages = get<int>(vm, "virtual-stages");
+  request.schedule = read_schedule(vm, request.virtual_stages);
   const std::string pp_layers = get<std::string>(vm, "pp-layers");
   if (!pp_layers.empty()) {
     MT_REQUIRE(request.virtual_stages == 1, "--pp-layers cannot be combined with --virtual-stages");

@@ -48,6 +48,49 @@ class Fnv64 {
 
 constexpr int kFeistelRounds = 6;
 
+// "train shards", "validation shards", or "shards" for a loader without a split.
+std::string shards_of(const std::string& split) {
+  if (split.empty()) return "shards";
+  return (split == "val" ? std::string("validation") : split) + " shards";
+}
+
+// Shards of one name written by tokenizers of other vocabularies (version 2 records its own) hold
+// ids of different meanings: refused rather than trained together.
+void require_one_vocabulary(const std::vector<ShardFile>& shards, const std::string& split) {
+  const ShardFile* first = nullptr;
+  for (const ShardFile& s : shards) {
+    if (s.written_vocab() == 0) continue;
+    if (first == nullptr) first = &s;
+    MT_REQUIRE(s.written_vocab() == first->written_vocab(), "the ", shards_of(split), " ", first->path(), " and ",
+               s.path(), " were written by tokenizers of ", first->written_vocab(), " and ", s.written_vocab(),
+               " tokens, and training would mix their token ids: prepare each corpus into a directory of its own");
+  }
+}
+
+// No shard holds a window: which split, where, its files, and what to change.
+std::string too_little_data(const std::vector<ShardFile>& shards, std::int64_t T, const std::string& split) {
+  std::set<std::string> dirs;
+  std::int64_t longest = 0;
+  for (const ShardFile& s : shards) {
+    dirs.insert(s.path().parent_path().string());
+    longest = std::max(longest, s.size());
+  }
+  std::ostringstream m;
+  m << "too little data in the " << shards_of(split) << " of ";
+  std::size_t k = 0;
+  for (const std::string& d : dirs) m << (k++ ? ", " : "") << '"' << (d.empty() ? "." : d) << '"';
+  m << " (";
+  constexpr std::size_t kNamed = 3;
+  for (std::size_t i = 0; i < std::min(shards.size(), kNamed); ++i)
+    m << (i ? ", " : "") << shards[i].path().filename().string();
+  if (shards.size() > kNamed) m << " and " << shards.size() - kNamed << " more";
+  m << "): a sequence of --seq-len " << T << " needs " << T + 1 << " tokens in one shard, and the longest holds "
+    << longest << ": give a shorter --seq-len";
+  if (longest >= 2) m << " (at most " << longest - 1 << ")";
+  m << ", or prepare more text" << (split == "val" ? " (or with a larger --val-fraction)" : "");
+  return m.str();
+}
+
 }  // namespace
 
 std::int64_t window_permutation(std::int64_t index, std::int64_t n, std::uint64_t seed, std::int64_t epoch) {
@@ -101,18 +144,8 @@ DataLoader::DataLoader(std::vector<fs::path> shard_paths, const LoaderOptions& o
   first_window_.push_back(windows_);
   fingerprint_ = fp.value();
 
-  if (windows_ == 0) {
-    std::set<std::string> dirs;
-    std::int64_t longest = 0;
-    for (const ShardFile& s : shards_) {
-      dirs.insert(s.path().parent_path().string());
-      longest = std::max(longest, s.size());
-    }
-    std::ostringstream where;
-    for (const std::string& d : dirs) where << (where.tellp() > 0 ? ", " : "") << '"' << (d.empty() ? "." : d) << '"';
-    MT_FAIL("too little data in ", where.str(), ": a sequence of length ", T, " needs ", T + 1,
-            " tokens in one shard, and the longest of the ", shards_.size(), " shard(s) holds ", longest, " tokens");
-  }
+  require_one_vocabulary(shards_, options.split);
+  if (windows_ == 0) MT_FAIL_AS(UsageError, too_little_data(shards_, T, options.split));
 }
 
 DataLoader DataLoader::for_split(const fs::path& dir, const std::string& split, int seq_len, std::uint64_t seed,
@@ -122,7 +155,10 @@ DataLoader DataLoader::for_split(const fs::path& dir, const std::string& split, 
   options.seed = seed;
   options.shuffle = split == "train";
   options.vocab_size = vocab_size;
-  return DataLoader(find_shards(dir, split), options);
+  options.split = split;
+  std::vector<fs::path> shards = find_shards(dir, split);
+  require_one_shard_set(shards, split);
+  return DataLoader(std::move(shards), options);
 }
 
 std::int64_t DataLoader::window_of(std::int64_t sequence) const {

@@ -31,6 +31,7 @@ struct LoaderOptions {
   std::uint64_t seed = 0;     // keys the per-epoch permutations (ignored without shuffle)
   bool shuffle = true;        // train: true; validation: false
   int vocab_size = 0;         // > 0: every token read is checked against it (Error naming file/position)
+  std::string split;          // "train", "val" or empty: which shards the messages name
 };
 
 // Where the stream stands, to save in a checkpoint. The fingerprint covers the shard file names and
@@ -42,11 +43,13 @@ struct LoaderState {
 
 class DataLoader {
  public:
-  // Opens (maps and validates) every shard. Throws Error when `shards` is empty, seq_len < 1, or no
-  // shard holds seq_len + 1 tokens (naming the directory), or any shard is bad (see ShardFile).
+  // Opens (maps and validates) every shard. Throws Error when `shards` is empty, seq_len < 1, or any
+  // shard is bad (see ShardFile); UsageError when no shard holds seq_len + 1 tokens (naming the
+  // split, the directory, the files and the fix) or version-2 shards record different vocabularies.
   DataLoader(std::vector<std::filesystem::path> shards, const LoaderOptions& options);
 
-  // The shards of `split` in `dir` (find_shards), shuffled when split == "train".
+  // The shards of `split` in `dir` (find_shards), shuffled when split == "train". UsageError when
+  // they belong to more than one set (require_one_shard_set).
   static DataLoader for_split(const std::filesystem::path& dir, const std::string& split, int seq_len,
                               std::uint64_t seed, int vocab_size);
 

@@ -243,6 +243,19 @@ std::string default_prefix(const fs::path& output_dir) {
   return name.empty() ? std::string("data") : name;
 }
 
+// Training reads every shard of a split in its directory: shards of another name there would be
+// trained together with these (refused by the loader too), so prepare says so before tokenizing.
+void refuse_other_shard_sets(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> others = shard_sets_in(dir);
+  std::erase(others, prefix);
+  if (others.empty()) return;
+  std::string names;
+  for (const std::string& name : others) names += (names.empty() ? "\"" : ", \"") + name + "\"";
+  MT_FAIL_AS(PrepareError, "output directory ", dir, " already holds the shards of ", names, ": shards named \"",
+             prefix, "\" beside them would be trained together with them; give another --output (a directory per "
+             "corpus)", others.size() == 1 ? ", or --name " + others.front() + " to replace them" : std::string());
+}
+
 // Shards <prefix>_{train,val}_NNNNNN.bin in dir that this run did not write: left by an earlier run.
 std::vector<fs::path> remove_stale_shards(const fs::path& dir, const std::string& prefix,
                                           const std::set<fs::path>& written) {
@@ -351,6 +364,7 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
   if (prefix.find('/') != std::string::npos) {
     MT_FAIL_AS(PrepareError, "shard name prefix (--name) \"", prefix, "\" must not hold '/'");
   }
+  refuse_other_shard_sets(options.output_dir, prefix);
 
   // Pass 1: count the documents, so the split can guarantee a document on each side. Splitting is
   // cheap next to tokenizing; the files are read again in pass 2.

@@ -12,6 +12,9 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <system_error>
 #include <tuple>
@@ -294,6 +297,31 @@ std::string shard_file_name(const std::string& prefix, const std::string& split,
   return prefix + "_" + split + "_" + std::string(6 - number.size(), '0') + number + ".bin";
 }
 
+namespace {
+
+struct ShardName {
+  std::string set;         // the prefix
+  long long number = -1;   // -1: none (<prefix>_<split>.bin)
+};
+
+// <prefix>_<split>_<digits>.bin or <prefix>_<split>.bin; nullopt for any other name.
+std::optional<ShardName> parse_shard_name(const std::string& name, const std::string& split) {
+  if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".bin") != 0) return std::nullopt;
+  std::string stem = name.substr(0, name.size() - 4);
+  long long number = -1;
+  std::size_t digits = stem.size();
+  while (digits > 0 && stem[digits - 1] >= '0' && stem[digits - 1] <= '9') --digits;
+  if (digits < stem.size() && digits > 0 && stem[digits - 1] == '_' && stem.size() - digits <= 18) {
+    number = std::stoll(stem.substr(digits));
+    stem.resize(digits - 1);
+  }
+  const std::string tag = "_" + split;
+  if (stem.size() <= tag.size() || stem.compare(stem.size() - tag.size(), tag.size(), tag) != 0) return std::nullopt;
+  return ShardName{stem.substr(0, stem.size() - tag.size()), number};
+}
+
+}  // namespace
+
 std::vector<fs::path> find_shards(const fs::path& dir, const std::string& split) {
   MT_CHECK(!split.empty(), "split name is empty", "");
   const std::string pattern = "*_" + split + "_NNNNNN.bin or *_" + split + ".bin";
@@ -304,21 +332,10 @@ std::vector<fs::path> find_shards(const fs::path& dir, const std::string& split)
   }
   // (prefix, shard number, path): numeric order even where digit counts differ.
   std::vector<std::tuple<std::string, long long, fs::path>> found;
-  const std::string tag = "_" + split;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
     if (!entry.is_regular_file()) continue;
-    const std::string name = entry.path().filename().string();
-    if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".bin") != 0) continue;
-    std::string stem = name.substr(0, name.size() - 4);
-    long long number = -1;
-    std::size_t digits = stem.size();
-    while (digits > 0 && stem[digits - 1] >= '0' && stem[digits - 1] <= '9') --digits;
-    if (digits < stem.size() && digits > 0 && stem[digits - 1] == '_' && stem.size() - digits <= 18) {
-      number = std::stoll(stem.substr(digits));
-      stem.resize(digits - 1);
-    }
-    if (stem.size() <= tag.size() || stem.compare(stem.size() - tag.size(), tag.size(), tag) != 0) continue;
-    found.emplace_back(stem.substr(0, stem.size() - tag.size()), number, entry.path());
+    if (auto shard = parse_shard_name(entry.path().filename().string(), split))
+      found.emplace_back(std::move(shard->set), shard->number, entry.path());
   }
   if (found.empty()) MT_FAIL("no ", split, " shards in ", dir, ": no file matches ", pattern);
   std::sort(found.begin(), found.end());
@@ -326,6 +343,42 @@ std::vector<fs::path> find_shards(const fs::path& dir, const std::string& split)
   shards.reserve(found.size());
   for (auto& f : found) shards.push_back(std::move(std::get<2>(f)));
   return shards;
+}
+
+std::string shard_set_name(const fs::path& file, const std::string& split) {
+  const auto shard = parse_shard_name(file.filename().string(), split);
+  return shard ? shard->set : std::string();
+}
+
+void require_one_shard_set(const std::vector<fs::path>& shards, const std::string& split) {
+  std::map<std::string, std::vector<std::string>> sets;  // set -> its file names, in order
+  for (const fs::path& file : shards) sets[shard_set_name(file, split)].push_back(file.filename().string());
+  if (sets.size() <= 1) return;
+  std::string list;  // "a" (a_train_000000.bin), "b" (b_train_000000.bin and 2 more)
+  std::size_t k = 0;
+  for (const auto& [set, files] : sets) {
+    if (k > 0) list += k + 1 == sets.size() ? " and " : ", ";
+    ++k;
+    list += '"' + set + "\" (" + files.front();
+    if (files.size() > 1) list += " and " + std::to_string(files.size() - 1) + " more";
+    list += ')';
+  }
+  const std::string dir = shards.front().parent_path().string();
+  MT_FAIL_AS(UsageError, "data directory \"", dir.empty() ? "." : dir, "\" holds the ", split, " shards of ",
+             sets.size(), " corpora, ", list, ", and training would mix their token ids: prepare each corpus into a "
+             "directory of its own (meshtrain prepare --output) and train on one");
+}
+
+std::vector<std::string> shard_sets_in(const fs::path& dir) {
+  std::set<std::string> sets;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    for (const char* split : {"train", "val"})
+      if (auto shard = parse_shard_name(entry.path().filename().string(), split)) sets.insert(shard->set);
+  }
+  return {sets.begin(), sets.end()};
 }
 
 }  // namespace mt::data

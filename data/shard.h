@@ -7,7 +7,8 @@
 // Written atomically (temporary file in the same directory, fsync, rename); read through a
 // read-only memory map so a loader over many GB of shards keeps only the pages it touches.
 // defines: kShardMagic, kShardVersion, kShardVersionUint32, kShardHeaderBytes, shard_version_for,
-//          write_shard, ShardFile, read_shard, read_shard_ids, find_shards
+//          write_shard, ShardFile, read_shard, read_shard_ids, find_shards, shard_file_name,
+//          shard_set_name, require_one_shard_set, shard_sets_in
 #pragma once
 
 #include <cstddef>
@@ -98,5 +99,17 @@ std::vector<std::filesystem::path> find_shards(const std::filesystem::path& dir,
 
 // "<prefix>_<split>_<index as 6 digits>.bin", the name prepare_corpus writes.
 std::string shard_file_name(const std::string& prefix, const std::string& split, int index);
+
+// The set a shard of `split` belongs to: the prefix of its name, "fineweb" for
+// fineweb_train_000001.bin (or tinyshakespeare for tinyshakespeare_val.bin); empty for a name of
+// neither form. One `meshtrain prepare --name` (or one llm.c script) writes one set.
+std::string shard_set_name(const std::filesystem::path& file, const std::string& split);
+
+// Throws UsageError when `shards` (find_shards of `split`) belong to more than one set: two corpora
+// prepared into one directory, whose token ids training would mix. Names the sets and the fix.
+void require_one_shard_set(const std::vector<std::filesystem::path>& shards, const std::string& split);
+
+// The sets with train or validation shards in `dir`, sorted; none when `dir` is no directory.
+std::vector<std::string> shard_sets_in(const std::filesystem::path& dir);
 
 }  // namespace mt::data

@@ -88,8 +88,8 @@ void check_batches(const LayoutRequest& request, const LayoutLimits& limits) {
   if (request.schedule != ScheduleKind::GPipe) {
     MT_REQUIRE(micro_batches >= pp, "--schedule ", schedule, " needs at least --pp ", pp,
                " micro-batches per step, but --global-batch ", limits.global_batch, " / (--dp ", dp,
-               " x --micro-batch ", limits.micro_batch, ") = ", micro_batches,
-               " (raise --global-batch, lower --micro-batch, or use --schedule gpipe)");
+               " x --micro-batch ", limits.micro_batch, ") = ", micro_batches, " (raise --global-batch, ",
+               limits.micro_batch > 1 ? "lower --micro-batch, " : "", "or use --schedule gpipe)");
   }
   if (request.schedule == ScheduleKind::Interleaved) {
     MT_REQUIRE(micro_batches % pp == 0, "--schedule interleaved needs the micro-batches per step, --global-batch ",
@@ -116,6 +116,12 @@ void check_layout(const LayoutRequest& request, const LayoutLimits& limits) {
   check_virtual_stages(request);
   check_stage_split(request, limits);
   check_batches(request, limits);
+}
+
+bool schedule_runs(ScheduleKind schedule, int pp, std::int64_t micro_batches) {
+  if (schedule == ScheduleKind::GPipe) return micro_batches >= 1;
+  if (micro_batches < pp) return false;
+  return schedule != ScheduleKind::Interleaved || micro_batches % pp == 0;
 }
 
 int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits) {

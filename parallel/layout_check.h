@@ -2,9 +2,10 @@
 // model, before anything is built: each problem is one mt::Error naming the options, their values
 // and a fix, which the CLI prints once as a usage error.
 // The checks LayoutPlan runs (parallel/layout_plan.h).
-// defines: LayoutLimits, check_layout, micro_batches_per_step, check_pipeline_backend
+// defines: LayoutLimits, check_layout, schedule_runs, micro_batches_per_step, check_pipeline_backend
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ struct LayoutLimits {
 
 // Throws mt::Error with one message for the first problem found; returns when the layout is valid.
 void check_layout(const LayoutRequest& request, const LayoutLimits& limits);
+
+// Whether `schedule` runs `micro_batches` per step on `pp` stages: gpipe any number, 1F1B and the
+// zero-bubble schedules at least pp, interleaved a multiple of pp (check_layout refuses the rest).
+bool schedule_runs(ScheduleKind schedule, int pp, std::int64_t micro_batches);
 
 // global_batch / (dp x micro_batch): the micro-batches each pipeline runs per step.
 int micro_batches_per_step(const LayoutRequest& request, const LayoutLimits& limits);

@@ -10,11 +10,13 @@
 namespace mt {
 namespace {
 
-// The largest of 4, 2, 1 that divides each replica's share of the global batch (1 where dp does not
-// divide it, so that the batch check names only what must change).
-int default_micro_batch(int global_batch, int dp) {
+// The largest of 4, 2, 1 that divides each replica's share of the global batch into enough
+// micro-batches for the schedule (1 where none does, so that the batch check names only what must
+// change): a default of 4 on `--pp 4` left 2 micro-batches, too few for 1F1B, where 2 would run.
+int default_micro_batch(int global_batch, const LayoutRequest& r) {
   for (const int m : {4, 2}) {
-    if (global_batch % (std::int64_t{dp} * m) == 0) return m;
+    const std::int64_t per_step = std::int64_t{r.dp} * m;
+    if (global_batch % per_step == 0 && schedule_runs(r.schedule, r.pp, global_batch / per_step)) return m;
   }
   return 1;
 }
@@ -67,7 +69,7 @@ LayoutPlan::LayoutPlan(LayoutRequest request, const ModelDims& model, int world_
   resolve_data_parallel(layout_, world_size);
   // zb-v always runs two chunks per stage; --virtual-stages may be left at its default.
   if (layout_.schedule == ScheduleKind::ZeroBubbleV && layout_.virtual_stages == 1) layout_.virtual_stages = 2;
-  if (layout_.micro_batch == 0) layout_.micro_batch = default_micro_batch(global_batch, layout_.dp);
+  if (layout_.micro_batch == 0) layout_.micro_batch = default_micro_batch(global_batch, layout_);
   LayoutLimits limits;
   limits.world_size = world_size;
   limits.layers = model.layers;

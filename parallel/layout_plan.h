@@ -40,6 +40,7 @@ struct LayoutRequest : MeshShape {   // dp 0: the ranks tp x pp leaves
   Recompute recompute = Recompute::None;  // --recompute
   bool sequence_parallel = false;         // --sequence-parallel (tp > 1)
   int micro_batch = 1;         // sequences per forward pass; 0: the largest of 4, 2, 1 dividing global/dp
+                               // into micro-batches enough for the schedule (schedule_runs)
   double bucket_mb = 25.0;     // gradient bucket size
   bool overlap = true;         // buckets and pipeline transfers overlap compute
 

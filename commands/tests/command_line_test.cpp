@@ -246,6 +246,95 @@ TEST(MicroBatch, DefaultDividesEachReplicasShare) {
             "takes global-batch/dp sequences in micro-batches of --micro-batch)");
 }
 
+// Without --micro-batch, enough micro-batches per step for the schedule: 1F1B (and zb-*) need --pp
+// of them, interleaved a multiple of --pp. Before, the default ignored --pp: `-np 4 --pp 4` failed with
+// "--schedule 1f1b needs at least --pp 4 micro-batches per step, but --global-batch 8 / (--dp 1 x
+// --micro-batch 4) = 2", though 2 would have run.
+TEST(MicroBatch, DefaultLeavesEnoughMicroBatchesForTheSchedule) {
+  ScratchDir dir("command_line");
+  struct Case {
+    std::vector<std::string> args;
+    int ranks, micro;
+  };
+  const std::vector<Case> cases = {
+      {{"--pp", "4"}, 4, 2},                                  // 4 per step
+      {{"--pp", "2"}, 4, 2},                                  // dp 2: 2 per step
+      {{"--dp", "2", "--tp", "2", "--pp", "2"}, 8, 2},        // dp 2: 2 per step
+      {{"--pp", "2"}, 2, 4},                                  // 4 already gives 2
+      {{"--pp", "4", "--schedule", "gpipe"}, 4, 4},           // gpipe takes any number
+      {{"--pp", "4", "--schedule", "zb-h1"}, 4, 2},
+      {{"--pp", "2", "--schedule", "zb-v"}, 4, 2},
+      {{"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2"}, 2, 4},  // 2 per step, a multiple of 2
+      {{"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2", "--global-batch", "12"}, 2, 2},  // 6, not 3
+      {{"--pp", "4", "--global-batch", "16"}, 4, 4},
+  };
+  for (const Case& c : cases) {
+    const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n", c.args);
+    const GptConfig config = read_model_config(vm, 256);
+    TrainSettings settings = read_settings(vm);
+    const std::string what = ::testing::PrintToString(c.args) + " on " + std::to_string(c.ranks) + " ranks";
+    EXPECT_NO_THROW(read_layout(vm, c.ranks, config, settings)) << what;
+    EXPECT_EQ(settings.micro_batch, c.micro) << what;
+  }
+  // None of 4, 2, 1 is enough: 1, and the message does not ask for a lower --micro-batch.
+  const po::variables_map few = parse_train(dir, "tokenizer = bytes\n", {"--pp", "4", "--global-batch", "2"});
+  const GptConfig config = read_model_config(few, 256);
+  TrainSettings settings = read_settings(few);
+  EXPECT_EQ(usage_error_of([&] { read_layout(few, 4, config, settings); }),
+            "--schedule 1f1b needs at least --pp 4 micro-batches per step, but --global-batch 2 / (--dp 1 x "
+            "--micro-batch 1) = 2 (raise --global-batch, or use --schedule gpipe)");
+  // A given --micro-batch is kept, and refused as before.
+  const po::variables_map given = parse_train(dir, "tokenizer = bytes\n", {"--pp", "4", "--micro-batch", "4"});
+  settings = read_settings(given);
+  EXPECT_EQ(usage_error_of([&] { read_layout(given, 4, config, settings); }),
+            "--schedule 1f1b needs at least --pp 4 micro-batches per step, but --global-batch 8 / (--dp 1 x "
+            "--micro-batch 4) = 2 (raise --global-batch, lower --micro-batch, or use --schedule gpipe)");
+}
+
+// --virtual-stages 2 or more without --schedule runs the interleaved schedule, the one that takes
+// virtual stages; a schedule named (on the command line or in the file) is kept, and refused as before.
+TEST(Schedule, VirtualStagesWithoutAScheduleMeanInterleaved) {
+  ScratchDir dir("command_line");
+  const auto plan_of = [&](const std::string& text, const std::vector<std::string>& args) {
+    const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n" + text, args);
+    const GptConfig config = read_model_config(vm, 256);
+    TrainSettings settings = read_settings(vm);
+    return read_layout(vm, 2, config, settings);
+  };
+  const LayoutPlan plan = plan_of("", {"--pp", "2", "--virtual-stages", "2"});
+  EXPECT_EQ(plan.layout().schedule, ScheduleKind::Interleaved);
+  EXPECT_EQ(plan.layout().virtual_stages, 2);
+  EXPECT_EQ(plan_of("pp = 2\nvirtual-stages = 2\n", {}).layout().schedule, ScheduleKind::Interleaved);
+  EXPECT_EQ(plan_of("", {"--pp", "2"}).layout().schedule, ScheduleKind::OneFOneB);  // the default otherwise
+  EXPECT_EQ(usage_error_of([&] { plan_of("", {"--pp", "2", "--virtual-stages", "2", "--schedule", "1f1b"}); }),
+            "--virtual-stages 2 needs --schedule interleaved, not --schedule 1f1b");
+  EXPECT_EQ(usage_error_of([&] { plan_of("schedule = gpipe\n", {"--pp", "2", "--virtual-stages", "2"}); }),
+            "--virtual-stages 2 needs --schedule interleaved, not --schedule gpipe");
+}
+
+// Each value refused names the option the user gave. Before, --steps 0 was refused as
+// "--lr-decay-steps must be at least 1, got 0" (the decay horizon defaults to --steps), and the
+// learning-rate options by the schedule's field names ("learning-rate warmup_steps must be in [0,
+// total_steps = 100], got 200").
+TEST(Settings, RefusalsNameTheOptionGiven) {
+  ScratchDir dir("command_line");
+  const auto error = [&](const std::vector<std::string>& args) {
+    return usage_error_of([&] { read_settings(parse_train(dir, "tokenizer = bytes\n", args)); });
+  };
+  EXPECT_EQ(error({"--steps", "0"}), "--steps must be at least 1, got 0");
+  EXPECT_EQ(error({"--lr-decay-steps", "0"}), "--lr-decay-steps must be at least 1, got 0");
+  EXPECT_EQ(error({"--global-batch", "0"}), "--global-batch must be at least 1, got 0");
+  EXPECT_EQ(error({"--warmup", "200"}), "--warmup 200 is longer than the 100 steps the learning rate decays over "
+                                        "(--steps): give --warmup 100 or less, or more --steps");
+  EXPECT_EQ(error({"--warmup", "50", "--lr-decay-steps", "40"}),
+            "--warmup 50 is longer than the 40 steps the learning rate decays over (--lr-decay-steps): give --warmup "
+            "40 or less, or a larger --lr-decay-steps");
+  EXPECT_EQ(error({"--warmup", "-1"}), "--warmup must be at least 0, got -1");
+  EXPECT_EQ(error({"--lr", "-1"}), "--lr must be a number of at least 0, got -1");
+  EXPECT_EQ(error({"--min-lr-fraction", "2"}), "--min-lr-fraction must be in [0, 1], got 2");
+  EXPECT_NO_THROW(read_settings(parse_train(dir, "tokenizer = bytes\n", {"--warmup", "100"})));
+}
+
 // The llama family's options, from the command line or as config-file keys of the same names, on
 // top of a llama preset; a gpt2 preset refuses them in one line.
 TEST(ModelOptions, LlamaFieldsOverrideALlamaPresetAndAreRefusedForGpt2) {

@@ -113,6 +113,12 @@ expect_line "--val-fraction 1.5" "meshtrain: error: validation fraction (--val-f
 expect_line "--shard-tokens 0" "meshtrain: error: tokens per shard (--shard-tokens) must be in [1, 2^31-1], got 0" \
   "${p[@]}" --input "$dir/one.txt" --output "$dir/o" --shard-tokens 0
 expect_line "empty --output" "meshtrain: error: no output directory given" "${p[@]}" --input "$dir/one.txt" --output ""
+# A second corpus into a directory holding another's shards: training would read both sets and mix
+# their token ids, so prepare refuses before it tokenizes, naming both.
+expect_line "another corpus into the same --output" \
+  "meshtrain: error: output directory \"$dir/two_out\" already holds the shards of \"two_out\": shards named \"other\" beside them would be trained together with them; give another --output (a directory per corpus), or --name two_out to replace them" \
+  "${p[@]}" --input "$dir/one.txt" --output "$dir/two_out" --name other
+ls "$dir"/two_out/other_* >/dev/null 2>&1 && fail "another corpus: shards of \"other\" were written"
 printf ' \n%%\n\n' >"$dir/blank"
 expect_line "empty corpus" \
   "meshtrain: error: empty corpus: the 1 input file(s), starting with \"$dir/blank\", hold no text" \

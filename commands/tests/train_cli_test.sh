@@ -157,6 +157,23 @@ cp -r "$data" "$dir/bad"
 printf '\x01\x02\x03\x04' | dd of="$dir/bad/data_train_000000.bin" bs=1 conv=notrunc status=none
 expect_error "corrupt shard (wrong magic)" "data_train_000000.bin\" is not an llm.c token shard: .*not the magic number 20240520" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/bad" --steps 1 --cpu-threads 1
+expect_error "--steps 0 names --steps" "^meshtrain: error: --steps must be at least 1, got 0$" \
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --steps 0 --cpu-threads 1
+# Two corpora in one directory (another --name, here a copy): training would mix their ids.
+cp -r "$data" "$dir/mixed"
+cp "$data/data_train_000000.bin" "$dir/mixed/other_train_000000.bin"
+expect_error "two corpora in one --data directory" \
+  "data directory \"$dir/mixed\" holds the train shards of 2 corpora, \"data\" \(data_train_000000.bin\) and \"other\" \(other_train_000000.bin\), .*directory of its own" \
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/mixed" --steps 1 --cpu-threads 1
+# A validation shard shorter than a sequence (the train shard is long enough): the split and its file are named.
+mkdir -p "$dir/short"
+cp "$data/data_train_000000.bin" "$dir/short/s_train_000000.bin"
+printf 'Too short.\n' >"$dir/short.txt"
+expect_ok "prepare a short text" "$meshtrain" prepare --tokenizer bytes --input "$dir/short.txt" --output "$dir/short_src" \
+  --val-fraction 0 && cp "$dir/short_src/short_src_train_000000.bin" "$dir/short/s_val_000000.bin"
+expect_error "a validation shard shorter than a sequence" \
+  "too little data in the validation shards of \"$dir/short\" \(s_val_000000.bin\): a sequence of --seq-len 32 needs 33 tokens in one shard, and the longest holds 12: give a shorter --seq-len \(at most 11\), or prepare more text \(or with a larger --val-fraction\)$" \
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/short" --seq-len 32 --steps 1 --cpu-threads 1
 printf 'steps = 2\nlearning-rate = 0.1\n' >"$dir/bad.ini"
 expect_error "unknown option in the config file" "config file '$dir/bad.ini': unrecognised option 'learning-rate'" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --config "$dir/bad.ini" --cpu-threads 1
@@ -194,6 +211,15 @@ expect_error "layout: interleaving with layers not divisible by pp x v" "needs t
 # fixed default of 4 refused this: "--global-batch 8 must be a positive multiple of --dp 4 x --micro-batch 4").
 if expect_ok "train on 4 ranks with the default batch and micro-batch" "$mpiexec" -np 4 --oversubscribe "${par[@]}"; then
   grep -q "micro-batch(es) of 2)" "$out" || { fail "4 ranks: the default micro-batch is not 2"; show; }
+fi
+# --pp without --micro-batch: the default leaves the schedule a micro-batch per stage (2 here, where
+# 4 left dp 2's replicas one micro-batch: "--schedule 1f1b needs at least --pp 2 micro-batches per
+# step"), and --virtual-stages 2 alone runs the interleaved schedule (once "needs --schedule interleaved").
+if expect_ok "train --pp 2 --virtual-stages 2 on 4 ranks without --micro-batch or --schedule" \
+     "$mpiexec" -np 4 --oversubscribe "${par[@]}" --pp 2 --virtual-stages 2; then
+  grep -q -F "interleaved schedule (2 chunks per stage), 2 micro-batch(es) per step" "$out" \
+    || { fail "--pp 2 --virtual-stages 2: not interleaved with 2 micro-batches per step"; show; }
+  grep -q -F "micro-batch(es) of 2)" "$out" || { fail "--pp 2 --virtual-stages 2: the default micro-batch is not 2"; show; }
 fi
 if expect_ok "train --dp 2 --tp 2 --pp 2 --zero 1 on 8 ranks" "$mpiexec" -np 8 --oversubscribe "$meshtrain" train --device cpu \
   --tokenizer bytes --data "$data" --dp 2 --tp 2 --pp 2 --zero 1 --steps 4 --global-batch 8 --micro-batch 2 \

@@ -216,6 +216,67 @@ TEST(LoaderTest, TooShortDataNamesTheDirectory) {
   EXPECT_FALSE(error_of([&] { DataLoader({}, opts(1, true)); }).empty());
 }
 
+// A split too short for one sequence names the split, its files and the fix. Before, 30 validation
+// tokens under --seq-len 32 said only `too little data in "p_utf8": ... the longest of the 1
+// shard(s) holds 30 tokens`, whatever the split.
+TEST(LoaderTest, TooShortSplitNamesTheSplitTheFilesAndTheFix) {
+  ScratchDir dir;
+  const std::vector<std::uint16_t> train(37, 1), val(30, 1);
+  write_shard(dir / "p_train_000000.bin", std::span<const std::uint16_t>(train));
+  write_shard(dir / "p_val_000000.bin", std::span<const std::uint16_t>(val));
+  EXPECT_NO_THROW(DataLoader::for_split(dir.path(), "train", 32, 1, 0));
+  std::string msg = error_of<UsageError>([&] { DataLoader::for_split(dir.path(), "val", 32, 1, 0); });
+  EXPECT_EQ(msg, "too little data in the validation shards of \"" + dir.path().string() +
+                     "\" (p_val_000000.bin): a sequence of --seq-len 32 needs 33 tokens in one shard, and the longest "
+                     "holds 30: give a shorter --seq-len (at most 29), or prepare more text (or with a larger "
+                     "--val-fraction)");
+  msg = error_of<UsageError>([&] { DataLoader::for_split(dir.path(), "train", 40, 1, 0); });
+  EXPECT_TRUE(contains(msg, "too little data in the train shards of")) << msg;
+  EXPECT_TRUE(contains(msg, "(p_train_000000.bin): a sequence of --seq-len 40 needs 41 tokens")) << msg;
+  EXPECT_TRUE(contains(msg, "(at most 36), or prepare more text")) << msg;
+  EXPECT_FALSE(contains(msg, "--val-fraction")) << msg;
+}
+
+// Two corpora prepared into one directory under two names: training read both sets' shards and mixed
+// their ids (byte ids with GPT-2 ids: "370.3k train tokens in 2 shard(s)"). Refused, naming both; one
+// set's many shards (llm.c's fineweb_train_000001.bin ...), or tinyshakespeare's unnumbered names, pass.
+TEST(LoaderTest, ForSplitRefusesTheShardsOfTwoCorpora) {
+  ScratchDir dir;
+  const std::vector<std::uint16_t> t(50, 1);
+  for (const char* name : {"data_train_000000.bin", "data_val_000000.bin", "other_train_000000.bin",
+                           "other_train_000001.bin"})
+    write_shard(dir / name, std::span<const std::uint16_t>(t));
+  const std::string msg = error_of<UsageError>([&] { DataLoader::for_split(dir.path(), "train", kT, 3, 0); });
+  EXPECT_EQ(msg, "data directory \"" + dir.path().string() + "\" holds the train shards of 2 corpora, \"data\" "
+                 "(data_train_000000.bin) and \"other\" (other_train_000000.bin and 1 more), and training would mix "
+                 "their token ids: prepare each corpus into a directory of its own (meshtrain prepare --output) and "
+                 "train on one");
+  EXPECT_NO_THROW(DataLoader::for_split(dir.path(), "val", kT, 3, 0));  // one set's
+  EXPECT_EQ(shard_set_name(dir / "fineweb_train_000001.bin", "train"), "fineweb");
+  EXPECT_EQ(shard_set_name(dir / "tiny_shakespeare_val.bin", "val"), "tiny_shakespeare");
+
+  ScratchDir llmc;
+  for (const char* name : {"fineweb_val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"})
+    write_shard(llmc / name, std::span<const std::uint16_t>(t));
+  EXPECT_EQ(DataLoader::for_split(llmc.path(), "train", kT, 3, 0).num_shards(), 2u);
+  EXPECT_EQ(DataLoader::for_split(llmc.path(), "val", kT, 3, 0).num_shards(), 1u);
+}
+
+// Version-2 shards record the vocabulary of the tokenizer that wrote them: shards of one name but
+// two vocabularies are two corpora too.
+TEST(LoaderTest, ShardsOfTwoRecordedVocabulariesAreRefused) {
+  ScratchDir dir;
+  const std::vector<std::int32_t> t(50, 70000);
+  write_shard(dir / "c_train_000000.bin", std::span<const std::int32_t>(t), kShardVersionUint32, 100277);
+  write_shard(dir / "c_train_000001.bin", std::span<const std::int32_t>(t), kShardVersionUint32, 200019);
+  const std::string msg = error_of<UsageError>([&] { DataLoader::for_split(dir.path(), "train", kT, 3, 0); });
+  EXPECT_TRUE(contains(msg, "c_train_000000.bin")) << msg;
+  EXPECT_TRUE(contains(msg, "c_train_000001.bin")) << msg;
+  EXPECT_TRUE(contains(msg, "tokenizers of 100277 and 200019 tokens")) << msg;
+  write_shard(dir / "c_train_000001.bin", std::span<const std::int32_t>(t), kShardVersionUint32, 100277);
+  EXPECT_NO_THROW(DataLoader::for_split(dir.path(), "train", kT, 3, 0));
+}
+
 TEST(LoaderTest, ForSplitShufflesTrainOnlyAndMissingSplitThrows) {
   ScratchDir dir;
   make_shards(dir.path());

@@ -281,13 +281,34 @@ TEST(PrepareTest, ShardsOfAnEarlierLargerRunAreRemoved) {
   PrepareOptions o = options_for(corpus, dir / "out");
   o.shard_tokens = 100;
   const PrepareSummary small = prepare_corpus(o, tok);
-  write_bytes(dir / "out" / "other_train_000009.bin", "not ours");
+  write_bytes(dir / "out" / "out_test_000009.bin", "not a train or validation shard");
   o.shard_tokens = 100'000;
   const PrepareSummary big = prepare_corpus(o, tok);
   EXPECT_EQ(big.train_shards.size(), 1u);
   EXPECT_EQ(big.removed_stale_shards.size(), small.train_shards.size() - 1 + small.val_shards.size() - 1);
-  EXPECT_TRUE(fs::exists(dir / "out" / "other_train_000009.bin"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "out_test_000009.bin"));
   EXPECT_EQ(find_shards(dir / "out", "val").size(), 1u);
+}
+
+// Another corpus into a directory holding shards of another name would leave two sets there that
+// training mixes (the loader refuses them): refused up front, before anything is read or written.
+TEST(PrepareTest, AnOutputDirectoryHoldingAnotherCorpusIsRefused) {
+  ScratchDir dir;
+  const Corpus corpus = make_corpus(dir.path());
+  FakeByteTokenizer tok;
+  PrepareOptions o = options_for(corpus, dir / "out");
+  const PrepareSummary first = prepare_corpus(o, tok);  // out_train_000000.bin, out_val_000000.bin
+  const std::string before = testing::read_bytes(first.train_shards[0]);
+  PrepareOptions other = o;
+  other.prefix = "other";
+  const std::string msg = error_of<PrepareError>([&] { prepare_corpus(other, tok); });
+  EXPECT_EQ(msg, "output directory \"" + (dir / "out").string() + "\" already holds the shards of \"out\": shards "
+                 "named \"other\" beside them would be trained together with them; give another --output (a "
+                 "directory per corpus), or --name out to replace them");
+  EXPECT_FALSE(fs::exists(dir / "out" / "other_train_000000.bin"));
+  EXPECT_EQ(testing::read_bytes(first.train_shards[0]), before);
+  // The same name again replaces its own shards, as before.
+  EXPECT_NO_THROW(prepare_corpus(o, tok));
 }
 
 TEST(PrepareTest, PreparedDataFeedsTheLoader) {

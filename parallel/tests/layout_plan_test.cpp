@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/layout_check.h"  // defines: schedule_runs
 #include "parallel/layout_plan.h"
 #include "runtime/error.h"
 
@@ -52,6 +53,28 @@ TEST(LayoutPlan, ChoosesTheMicroBatchOnceWhenAskedTo) {
   LayoutRequest given = request(1, 1, 1);
   given.micro_batch = 2;
   EXPECT_EQ(LayoutPlan(given, dims(), 1, 8).micro_batch(), 2);
+}
+
+// Chosen, the micro-batch leaves the schedule micro-batches enough: 1F1B and zb-h1 one per stage,
+// interleaved a multiple of the stages, GPipe any number; the largest of 4, 2, 1 that does.
+TEST(LayoutPlan, ChoosesAMicroBatchTheScheduleRuns) {
+  const auto chosen = [](int dp, int pp, ScheduleKind schedule, int global_batch, int virtual_stages = 1) {
+    LayoutRequest r = request(dp, 1, pp);
+    r.schedule = schedule;
+    r.virtual_stages = virtual_stages;
+    r.micro_batch = 0;
+    return LayoutPlan(r, dims(), dp * pp, global_batch).micro_batch();
+  };
+  EXPECT_EQ(chosen(1, 4, ScheduleKind::OneFOneB, 8), 2);  // 4 left 2 micro-batches for 4 stages
+  EXPECT_EQ(chosen(2, 2, ScheduleKind::OneFOneB, 8), 2);
+  EXPECT_EQ(chosen(1, 2, ScheduleKind::OneFOneB, 8), 4);
+  EXPECT_EQ(chosen(1, 4, ScheduleKind::ZeroBubbleH1, 8), 2);
+  EXPECT_EQ(chosen(1, 4, ScheduleKind::GPipe, 8), 4);
+  EXPECT_EQ(chosen(1, 2, ScheduleKind::Interleaved, 12, 2), 2);  // 4 gives 3, no multiple of 2
+  EXPECT_EQ(chosen(1, 4, ScheduleKind::OneFOneB, 4), 1);
+  EXPECT_TRUE(schedule_runs(ScheduleKind::GPipe, 4, 1));
+  EXPECT_FALSE(schedule_runs(ScheduleKind::OneFOneB, 4, 3));
+  EXPECT_FALSE(schedule_runs(ScheduleKind::Interleaved, 2, 3));
 }
 
 TEST(LayoutPlan, StageLayersBalancedGivenOrUniform) {
