@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -323,8 +324,10 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   Session session = open_session(job.runtime);
   DeviceContext& ctx = *session.context;
   const bool root = session.world->rank() == 0;
-  // From here a SIGTERM or Ctrl-C ends the run after a step, saved (launch/stop_signals.h).
-  const StopSignals stop_signals(stop_options_for(session.launch.launcher, session.world->rank()));
+  // From here a SIGTERM or Ctrl-C ends the run after a step, saved (launch/stop_signals.h); the
+  // handlers stay until the process ends, MPI_Finalize included.
+  static std::optional<StopSignals> stop_signals;
+  stop_signals.emplace(stop_options_for(session.launch.launcher, session.world->rank()));
   // The lock is held until the run ends: no other job saves into (or prunes) this directory meanwhile.
   const ClaimedDir checkpoint_dir =
       claim_checkpoint_dir(*session.world, ctx, job.checkpoints.dir, job.resume, job.checkpoints.overwrite);
@@ -345,7 +348,15 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   if (root && job.metrics) metrics = open_metrics(job, *trainer, ctx, run.peak_flops, resumed);
   if (root) print_start(job, *trainer, data, ctx, run.peak_flops, places, resumed, dir_notes);
   const LoopEnd end = run_loop(*trainer, session, job, metrics.get());
-  if (end.stop_signal != 0) return kExitStopped;
+  if (end.stop_signal != 0) {
+    if (StopSignals::launcher_is_ending(end.stop_signal)) {
+      // Saved and said: mpirun would only kill the ranks waiting in MPI_Finalize for it.
+      metrics.reset();
+      std::fflush(nullptr);
+      std::_Exit(kExitStopped);
+    }
+    return kExitStopped;
+  }
   report_peak_memory(session, job, data.val != nullptr);
   finish(*trainer, job, root, end.last);
   return 0;

@@ -119,6 +119,8 @@ std::string StopSignals::describe(int signal) {
   }
 }
 
+bool StopSignals::launcher_is_ending(int signal) { return signal == SIGCONT; }
+
 StopOptions stop_options_for(const std::string& launcher, int world_rank) {
   StopOptions options;
   options.world_rank = world_rank;

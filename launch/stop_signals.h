@@ -40,7 +40,9 @@ struct StopOptions {
 };
 
 // The stop handlers for SIGTERM, SIGINT, SIGUSR1 and SIGCONT, installed for the object's lifetime
-// (the previous dispositions are restored after). One at a time per process.
+// (the previous dispositions are restored after). One at a time per process. Keep it until the
+// process ends: a SIGTERM that reaches a rank late, once the others have stopped, must not kill it
+// while it finalizes.
 class StopSignals {
  public:
   explicit StopSignals(const StopOptions& options);
@@ -52,6 +54,9 @@ class StopSignals {
   static int requested();
   // "SIGTERM", "SIGINT", "SIGUSR1", or for SIGCONT "mpirun's stop (SIGINT or SIGTERM to mpirun)".
   static std::string describe(int signal);
+  // Whether the request came from a launcher that is ending the job itself (mpirun's SIGCONT): it
+  // no longer serves MPI_Finalize, so a rank that has saved should end without it.
+  static bool launcher_is_ending(int signal);
 
  private:
   struct Watch;

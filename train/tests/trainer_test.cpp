@@ -383,13 +383,13 @@ TEST(TrainerErrors, TokensOutsideTheVocabulary) {
   TrainSettings s = base_settings(2);
   s.global_batch = s.micro_batch = 2;  // windows 0 and 1: the bad token is in the first step
 
-  data::DataLoader checked({bad}, data::LoaderOptions{64, 1, false, 256});
+  data::DataLoader checked({bad}, data::LoaderOptions{64, 1, false, 256, "train"});
   Trainer trainer(ctx, model, checked, nullptr, s);
   const std::string e = error_of([&] { trainer.step(); });
   EXPECT_TRUE(contains(e, "holds token id 300 at position 100, outside the vocabulary of 256")) << e;
   EXPECT_TRUE(contains(e, "bad_train_000000.bin")) << e;
 
-  data::DataLoader unchecked({bad}, data::LoaderOptions{64, 1, false, 0});
+  data::DataLoader unchecked({bad}, data::LoaderOptions{64, 1, false, 0, "train"});
   Trainer trainer2(ctx, model, unchecked, nullptr, s);
   const std::string e2 = error_of([&] { trainer2.step(); });
   EXPECT_TRUE(contains(e2, "token 300 is outside the vocabulary [0, 256)")) << e2;
@@ -398,7 +398,7 @@ TEST(TrainerErrors, TokensOutsideTheVocabulary) {
   std::vector<std::uint16_t> one(65, 7);
   one[64] = 999;
   data::write_shard(dir.path() / "tail_train_000000.bin", std::span<const std::uint16_t>(one));
-  data::DataLoader tail({dir.path() / "tail_train_000000.bin"}, data::LoaderOptions{64, 1, false, 0});
+  data::DataLoader tail({dir.path() / "tail_train_000000.bin"}, data::LoaderOptions{64, 1, false, 0, "train"});
   s.global_batch = s.micro_batch = 1;
   Trainer trainer3(ctx, model, tail, nullptr, s);
   const std::string e3 = error_of([&] { trainer3.step(); });
