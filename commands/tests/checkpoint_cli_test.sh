@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints end to end, through mpirun: exact resume on the same layout, resharded resume onto other
 # layouts and rank counts, a run killed while saving, every kind of bad checkpoint, and conversion to
-# llm.c weights and back, the learning rate's horizon across a resume that raises --steps. Tiny model,
+# llm.c weights and back, the learning rate's horizon across a resume that raises --steps, one run's line
+# of checkpoints per directory (a relaunch without --resume refused, newer steps set aside). Tiny model,
 # bytes tokenizer, generated text; 8 steps, a checkpoint every 4.
 # Usage: checkpoint_cli_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
 #
@@ -38,11 +39,12 @@ grep -q "saved checkpoint $dir/c222/step_00000004" "$out" || { fail "no save lin
 grep -q '"timing":{"step":4,"steps":' "$dir/m222.jsonl" || fail "no per-rank timing in the metrics"
 grep '"timing":{"step":8' "$dir/m222.jsonl" | grep -q '"rank":7,"compute_ms"' || fail "timing lacks rank 7"
 grep -q -E '^ +time: compute [0-9]+% \| exposed comm [0-9]+% \| bubble [0-9]+%' "$out" || { fail "no timing line"; show; }
+# A copy of the run, resumed from its own step 4: its step 8 is set aside, and saved again.
 cp -r "$dir/c222" "$dir/c222-resume"
 expect_ok "resume 2x2x2 from step 4" \
-  np 8 "${train[@]}" "${L222[@]}" --checkpoint-dir "$dir/c222-resume" --resume "$dir/c222/step_00000004" \
+  np 8 "${train[@]}" "${L222[@]}" --checkpoint-dir "$dir/c222-resume" --resume "$dir/c222-resume/step_00000004" \
   --metrics "$dir/m222-resume.jsonl"
-grep -q -E "resumed from $dir/c222/step_00000004: step 4, 32 sequences consumed \(saved on dp 2 x tp 2 x pp 2, 1f1b, zero 1 on 8 rank\(s\)\)" "$out" ||
+grep -q -E "resumed from $dir/c222-resume/step_00000004: step 4, 32 sequences consumed \(saved on dp 2 x tp 2 x pp 2, 1f1b, zero 1 on 8 rank\(s\)\)" "$out" ||
   { fail "no resume line"; show; }
 same_losses "same layout: losses of steps 5-8 bit for bit" "$dir/m222.jsonl" "$dir/m222-resume.jsonl" 5 8 0
 # Bit-exact state: the resumed run's step-8 shard files hash like the uninterrupted run's.
@@ -161,6 +163,39 @@ expect_error "manifest of a newer format" "newer meshtrain: format 2" \
 cp "$dir/saved.json" "$bad/step_00000004/manifest.json"
 expect_error "resume with nothing saved" "no checkpoint yet|no .*latest" \
   np 2 "${train[@]}" --resume --checkpoint-dir "$dir/empty"
+
+# --- one run's line of checkpoints per directory: a relaunch without --resume is refused; a resume
+# of an older step sets the newer ones aside (a checkpoint directory of their own) and --keep prunes
+# only the running line; --overwrite-checkpoints starts afresh; a resume from elsewhere is refused.
+line=$dir/c-line
+expect_ok "a run saving at 2, 4, 6 and 8" np 2 "${train[@]}" --dp 2 --checkpoint-dir "$line" --save-every 2 --keep 0
+expect_error "a relaunch without --resume into its directory" \
+  "^meshtrain: error: --checkpoint-dir $line already holds the checkpoints of an earlier run \(step_00000002 to step_00000008 \(4 checkpoints\)\): continue that run with --resume, start this one in another --checkpoint-dir, or add --overwrite-checkpoints to delete them$" \
+  np 2 "${train[@]}" --dp 2 --checkpoint-dir "$line" --save-every 2
+steps_in() { (cd "$1" && ls -d step_* 2>/dev/null | tr '\n' ' '); }
+[ "$(steps_in "$line")" = "step_00000002 step_00000004 step_00000006 step_00000008 " ] &&
+  [ "$(cat "$line/latest")" = step_00000008 ] && echo "ok   the refused relaunch left every checkpoint and latest" ||
+  fail "the refused relaunch changed the directory: $(steps_in "$line"), latest $(cat "$line/latest")"
+expect_ok "resume step 4 of 8 with --save-every 1 --keep 2 to step 7" \
+  np 2 "${train[@]}" --dp 2 --checkpoint-dir "$line" --resume "$line/step_00000004" --steps 7 --save-every 1 --keep 2
+aside=$(ls -d "$line"/set_aside/*_after_step_00000004 2>/dev/null)
+grep -q -F "note: resuming step_00000004 of $line, which held newer checkpoints of a run that went further (step_00000006 to step_00000008 (2 checkpoints)): moved to $aside, a checkpoint directory of its own (--checkpoint-dir $aside --resume continues that run); \`latest\` names step_00000004" "$out" &&
+  echo "ok   the newer steps are set aside, said at start" || { fail "no set-aside note"; show; }
+[ "$(steps_in "$line")" = "step_00000006 step_00000007 " ] && [ "$(cat "$line/latest")" = step_00000007 ] &&
+  echo "ok   --keep 2 pruned the running line only: $(steps_in "$line")" ||
+  fail "after the resumed run: $(steps_in "$line"), latest $(cat "$line/latest")"
+[ -n "$aside" ] && [ "$(steps_in "$aside")" = "step_00000006 step_00000008 " ] && [ "$(cat "$aside/latest")" = step_00000008 ] &&
+  echo "ok   the earlier run's steps 6 and 8 kept in $aside" || fail "set aside: '$aside' holds $(steps_in "$aside")"
+expect_ok "continue the set-aside run" np 2 "${train[@]}" --dp 2 --checkpoint-dir "$aside" --resume --steps 9
+grep -q "resumed from $aside/step_00000008: step 8," "$out" && echo "ok   it resumed its step 8" || { fail "no resume of step 8"; show; }
+expect_error "a resume from another directory into this one" \
+  "^meshtrain: error: --checkpoint-dir $line holds the checkpoints of another run \(step_00000006 to step_00000007 \(2 checkpoints\)\), and --resume takes $dir/c111/step_00000004 from outside it" \
+  np 2 "${train[@]}" --dp 2 --checkpoint-dir "$line" --resume "$dir/c111/step_00000004"
+expect_ok "--overwrite-checkpoints" np 2 "${train[@]}" --dp 2 --checkpoint-dir "$line" --overwrite-checkpoints --steps 2
+grep -q -F "note: --overwrite-checkpoints: deleted the earlier run's checkpoints in $line (step_00000006 to step_00000007 (2 checkpoints))" "$out" &&
+  [ "$(steps_in "$line")" = "step_00000002 " ] && [ "$(cat "$line/latest")" = step_00000002 ] &&
+  echo "ok   --overwrite-checkpoints deleted the earlier line, said so, and saved its own" ||
+  { fail "--overwrite-checkpoints: $(steps_in "$line"), latest $(cat "$line/latest")"; show; }
 [ -n "$before" ] && [ "$before" = "$(snapshot)" ] && echo "ok   nothing written into the checkpoint directory by the failed runs" ||
   fail "the failed runs changed $bad"
 

@@ -21,7 +21,7 @@ expect_ok "train dp 2 x pp 2 zero 3, checkpoints at 4 and 8" \
   np 4 "${train[@]}" --dp 2 --pp 2 --zero 3 --checkpoint-dir "$dir/c3" --save-every 4 --metrics "$dir/m3.jsonl"
 cp -r "$dir/c3" "$dir/c3-resume"
 expect_ok "resume dp 2 x pp 2 zero 3 from step 4" \
-  np 4 "${train[@]}" --dp 2 --pp 2 --zero 3 --checkpoint-dir "$dir/c3-resume" --resume "$dir/c3/step_00000004" \
+  np 4 "${train[@]}" --dp 2 --pp 2 --zero 3 --checkpoint-dir "$dir/c3-resume" --resume "$dir/c3-resume/step_00000004" \
   --metrics "$dir/m3-resume.jsonl"
 grep -q "saved on dp 2 x tp 1 x pp 2, 1f1b, zero 3 on 4 rank(s)" "$out" || { fail "no resume line naming zero 3"; show; }
 same_losses "zero 3, same layout: losses of steps 5-8 bit for bit" "$dir/m3.jsonl" "$dir/m3-resume.jsonl" 5 8 0
