@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>  // defines: mkdtemp
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -24,10 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "io/atomic_file.h"
 #include "launch/child_process.h"  // defines: run_child, write_text, read_text
 #include "launch/command_line.h"  // defines: parse_command_line
 #include "train/metrics_reader.h"
-#include "runtime/error.h"        // defines: MT_FAIL
+#include "runtime/error.h"        // defines: MT_FAIL, EnvironmentError, errno_message
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -123,13 +123,13 @@ class WorkDir {
     if (keep) {
       std::error_code ec;
       fs::create_directories(*keep, ec);
-      if (ec) throw UsageError("cannot create --keep-files directory " + keep->string() + ": " + ec.message());
+      if (ec) MT_FAIL_AS(EnvironmentError, "cannot create --keep-files directory ", keep->string(), ": ", ec.message());
       path_ = fs::absolute(*keep);  // the script names its files by absolute path: it runs from anywhere
       return;
     }
     std::string pattern = (fs::temp_directory_path() / "meshtrain-plot-XXXXXX").string();
     if (mkdtemp(pattern.data()) == nullptr)
-      MT_FAIL("cannot create a temporary directory ", pattern, ": ", std::strerror(errno));
+      MT_FAIL_AS(EnvironmentError, "cannot create a temporary directory ", pattern, ": ", errno_message(errno));
     path_ = pattern;
     temporary_ = true;
   }
@@ -343,10 +343,14 @@ int plot_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   std::error_code ec;
   if (!fs::is_regular_file(png, ec) || fs::file_size(png, ec) == 0)
     MT_FAIL("gnuplot exited without writing the PNG: ", read_text(dir.path() / "gnuplot.err"));
-  // (--out may name the PNG in the --keep-files directory itself)
-  if (!fs::exists(options.out, ec) || !fs::equivalent(png, options.out, ec))
-    fs::copy_file(png, options.out, fs::copy_options::overwrite_existing, ec);
-  if (ec) throw UsageError("cannot write " + options.out.string() + ": " + ec.message());
+  // (--out may name the PNG in the --keep-files directory itself.) Whole or not at all: a full
+  // disk leaves no half PNG, and an older plot of that name stays as it was.
+  if (!fs::exists(options.out, ec) || !fs::equivalent(png, options.out, ec)) {
+    const std::string bytes = read_text(png);
+    AtomicFile out(options.out, "PNG file");
+    out.write(bytes.data(), bytes.size());
+    out.commit();
+  }
   std::printf("wrote %s (%zu run%s, %zu step%s)\n", options.out.string().c_str(), runs.size(),
               runs.size() == 1 ? "" : "s", steps, steps == 1 ? "" : "s");
   std::fflush(stdout);

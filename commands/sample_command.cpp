@@ -3,8 +3,11 @@
 #include "commands/sample_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
+#include <sstream>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "comm/agreement.h"
@@ -43,6 +46,18 @@ void check_memory_cap(std::size_t cap, const GptConfig& config, std::size_t prom
                    "); raise the cap, or shorten --prompt or --tokens");
 }
 
+// --temperature, read as a double so that no value is refused for being outside float's range:
+// below it is the greedy limit (0), above it the flat one (the largest float).
+float temperature_option(double t) {
+  if (!std::isfinite(t) || t < 0) {
+    std::ostringstream given;
+    given << t;
+    throw UsageError("--temperature must be a finite number >= 0 (0: always the most likely token), got " +
+                     given.str());
+  }
+  return static_cast<float>(std::min(t, static_cast<double>(std::numeric_limits<float>::max())));
+}
+
 }  // namespace
 
 int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
@@ -53,7 +68,9 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
        "of any layout (a --checkpoint-dir, meaning its latest, or one step_N directory in it)")
       ("prompt", po::value<std::string>()->default_value("\n"), "text to continue")
       ("tokens", po::value<int>()->default_value(64), "new tokens to generate")
-      ("temperature", po::value<float>()->default_value(1.0f), "softmax temperature (> 0; lower is greedier)")
+      ("temperature", po::value<double>()->default_value(1.0, "1"),
+       "softmax temperature, >= 0: lower is greedier, 0 always takes the most likely token; the --top-k "
+       "candidates are the model's most likely at any temperature")
       ("top-k", po::value<int>()->default_value(40), "sample among the k most likely tokens (0: all)")
       ("seed", po::value<std::uint64_t>()->default_value(1337), "the same seed gives the same text");
   add_tokenizer_options(desc);
@@ -66,12 +83,12 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   const po::variables_map& vm = *parsed;
   SampleOptions options;
   options.tokens = vm["tokens"].as<int>();
-  options.temperature = vm["temperature"].as<float>();
+  options.temperature = temperature_option(vm["temperature"].as<double>());
   options.top_k = vm["top-k"].as<int>();
   options.seed = vm["seed"].as<std::uint64_t>();
-  if (options.tokens < 0) throw UsageError("--tokens must be >= 0");
-  if (!(options.temperature > 0.0f)) throw UsageError("--temperature must be positive");
-  if (options.top_k < 0) throw UsageError("--top-k must be >= 0");
+  if (options.tokens < 0) throw UsageError("--tokens must be >= 0, got " + std::to_string(options.tokens));
+  if (options.top_k < 0)
+    throw UsageError("--top-k must be >= 0 (0: the whole vocabulary), got " + std::to_string(options.top_k));
   const std::string name = tokenizer_name(vm);
 
   const RuntimeOptions runtime = read_runtime_options(vm);

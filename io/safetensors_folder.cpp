@@ -89,7 +89,7 @@ void write_safetensors_folder(const fs::path& dir, const std::vector<StTensorToW
                               std::int64_t shard_bytes, const std::map<std::string, std::string>& metadata) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  MT_REQUIRE(!ec, "cannot create safetensors folder ", dir.string(), ": ", ec.message());
+  if (ec) MT_FAIL_AS(EnvironmentError, "cannot create safetensors folder ", dir.string(), ": ", ec.message());
   const auto elem = static_cast<std::int64_t>(st_dtype_size(stored));
   // Greedy cut in the given order: a new shard when the next tensor would overflow this one.
   std::vector<std::vector<StTensorToWrite>> shards(1);

@@ -7,11 +7,12 @@
 #include <unistd.h>    // defines: environ (with _GNU_SOURCE)
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-#include "runtime/error.h"
+#include "runtime/error.h"  // defines: EnvironmentError, errno_message
 
 namespace mt {
 
@@ -51,10 +52,14 @@ std::string describe_exit(const ChildExit& exit) {
 }
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) MT_FAIL("cannot write ", path.string());
+  // stdio rather than a stream: errno then says why (a full disk), which a stream does not promise.
+  std::FILE* out = std::fopen(path.c_str(), "wb");
+  if (out == nullptr) MT_FAIL_AS(EnvironmentError, "cannot write ", path.string(), ": ", errno_message(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(out) == 0;
+  if (!written || !closed)
+    MT_FAIL_AS(EnvironmentError, "cannot write ", path.string(), ": ", errno_message(written ? errno : err));
 }
 
 std::string read_text(const std::filesystem::path& path) {

@@ -23,7 +23,8 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::filesystem:
                     const std::filesystem::path& stderr_file);
 std::string describe_exit(const ChildExit& exit);  // "exited with status 3", "was killed by signal 9"
 
-// Whole-file text I/O; write_text throws Error when the file cannot be written. read_text returns
+// Whole-file text I/O; write_text throws EnvironmentError (the file and the system's reason) when
+// the file cannot be written. read_text returns
 // what it could read (empty for a missing file): it is for logs and error messages.
 void write_text(const std::filesystem::path& path, const std::string& text);
 std::string read_text(const std::filesystem::path& path);

@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "runtime/error.h"  // defines: UsageError, JobError
+#include "runtime/error.h"  // defines: UsageError, JobError, EnvironmentError, process_label
 
 namespace mt {
 namespace {
@@ -48,6 +48,15 @@ int run_guarded(int argc, char** argv, const std::function<int(int, char**, cons
     return end_agreed(*mpi, e, 2, program);
   } catch (const JobError& e) {
     return end_agreed(*mpi, e, 1, program);
+  } catch (const EnvironmentError& e) {
+    // The system's refusal (a full disk): no source line to show, but which machine it was on.
+    if (mpi->world_size() == 1) {
+      std::fprintf(stderr, "%s: error: %s\n", program, e.message().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "%s: error: rank %d (host %s): %s\n", program, mpi->world_rank(),
+                 process_label().host.c_str(), e.message().c_str());
+    abort_job(1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
     // Alone there is nobody to take down; with peers, the job must end rather than hang them.

@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <filesystem>
+#include <system_error>
 
 namespace mt {
 namespace {
@@ -24,6 +25,8 @@ void set_process_label(int rank, std::string host) {
 }
 
 const ProcessLabel& process_label() { return label_storage(); }
+
+std::string errno_message(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 std::string describe_location(const std::source_location& where) {
   const ProcessLabel& who = process_label();

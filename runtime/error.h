@@ -1,9 +1,10 @@
 // Errors that say where: every meshtrain error carries file:line, the rank and the host.
-// Three kinds, by whose move it is: UsageError (what the user gave is wrong: MT_REQUIRE),
-// InternalError (a broken invariant, our bug: MT_CHECK), and plain Error (the machine or the
-// network failed: MT_FAIL). JobError marks an error every rank raised together.
-// defines: Error, UsageError, InternalError, TimeoutError, OutOfMemoryError, JobError, ProcessLabel,
-//          MT_CHECK, MT_REQUIRE, MT_FAIL, MT_FAIL_AS
+// Four kinds, by whose move it is: UsageError (what the user gave is wrong: MT_REQUIRE),
+// InternalError (a broken invariant, our bug: MT_CHECK), EnvironmentError (the system refused a
+// file: a full disk, no permission), and plain Error (the machine or the network failed: MT_FAIL).
+// JobError marks an error every rank raised together.
+// defines: Error, UsageError, InternalError, EnvironmentError, TimeoutError, OutOfMemoryError, JobError,
+//          ProcessLabel, errno_message, MT_CHECK, MT_REQUIRE, MT_FAIL, MT_FAIL_AS
 #pragma once
 
 #include <source_location>
@@ -48,6 +49,15 @@ class InternalError : public Error {
   using Error::Error;
 };
 
+// The system refused what was asked of it, for reasons outside meshtrain and its input: a disk full
+// (ENOSPC), a read-only file system, no permission, a failing disk (EIO). message() names the file
+// and the system's reason. The top level prints it as one line without file:line (no bug of ours to
+// locate), naming the rank and host in a multi-rank job: that says which machine's disk to look at.
+class EnvironmentError : public Error {
+ public:
+  using Error::Error;
+};
+
 class TimeoutError : public Error {
  public:
   using Error::Error;
@@ -65,6 +75,9 @@ class JobError : public Error {
  public:
   using Error::Error;
 };
+
+// The system's words for an errno value: "No space left on device".
+std::string errno_message(int err);
 
 // "file:line [rank R host H]" for the given place.
 std::string describe_location(const std::source_location& where);

@@ -2,25 +2,25 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "runtime/error.h"
+#include "runtime/error.h"  // defines: EnvironmentError, errno_message
 
 namespace mt {
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& path, bool append) : path_(path) {
   if (path.has_parent_path()) {
-    // The error_code overload: a parent that cannot be made is an Error naming the file, not a
+    // The error_code overload: a parent that cannot be made is an error naming the file, not a
     // std::filesystem_error escaping as an unexplained abort.
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
-    MT_CHECK(!ec, "cannot write metrics file ", path.string(), ": cannot create ", path.parent_path().string(), ": ",
-             ec.message());
+    if (ec)
+      MT_FAIL_AS(EnvironmentError, "cannot write metrics file ", path.string(), ": cannot create ",
+                 path.parent_path().string(), ": ", ec.message());
   }
   file_ = std::fopen(path.c_str(), append ? "a" : "w");
-  MT_CHECK(file_ != nullptr, "cannot write metrics file ", path.string(), ": ", std::strerror(errno));
+  if (file_ == nullptr) fail(errno);
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -28,8 +28,12 @@ MetricsWriter::~MetricsWriter() {
 }
 
 void MetricsWriter::write_json(const std::string& json_object) {
-  const bool ok = std::fprintf(file_, "%s\n", json_object.c_str()) >= 0 && std::fflush(file_) == 0;
-  MT_CHECK(ok, "writing metrics file ", path_.string(), " failed: ", std::strerror(errno));
+  if (std::fprintf(file_, "%s\n", json_object.c_str()) < 0 || std::fflush(file_) != 0) fail(errno);
+}
+
+// A full disk or a failing one: the system's doing, not a bug (no MT_CHECK).
+void MetricsWriter::fail(int err) const {
+  MT_FAIL_AS(EnvironmentError, "cannot write metrics file ", path_.string(), ": ", errno_message(err));
 }
 
 void MetricsWriter::write(const StepRecord& record) { write_json(to_json(record)); }

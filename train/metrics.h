@@ -43,7 +43,8 @@ struct StepRecord {
 // as written, so a crashed run keeps its history.
 class MetricsWriter {
  public:
-  // Truncates the file, or appends to it (a resumed run continues its history); Error when not writable.
+  // Truncates the file, or appends to it (a resumed run continues its history). The system's errors
+  // (a full disk, no permission) here and in the writes are EnvironmentErrors naming the file.
   explicit MetricsWriter(const std::filesystem::path& path, bool append = false);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
@@ -53,6 +54,7 @@ class MetricsWriter {
   void write_json(const std::string& json_object);
 
  private:
+  [[noreturn]] void fail(int err) const;
   std::filesystem::path path_;
   std::FILE* file_ = nullptr;
 };

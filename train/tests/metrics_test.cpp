@@ -153,5 +153,15 @@ TEST(Metrics, WriterErrorsNameTheFile) {
   EXPECT_TRUE(contains(e2, "metrics.jsonl")) << e2;
 }
 
+// A full disk is the system's refusal, not a failed check of ours: an EnvironmentError with the
+// file and the reason alone. /dev/full opens, and every write to it fails with ENOSPC.
+TEST(Metrics, AFullDiskIsAnEnvironmentErrorNamingTheFile) {
+  MetricsWriter w("/dev/full");
+  StepRecord r;
+  r.step = 1;
+  EXPECT_EQ(error_of<EnvironmentError>([&] { w.write(r); }),
+            "cannot write metrics file /dev/full: No space left on device");
+}
+
 }  // namespace
 }  // namespace mt
