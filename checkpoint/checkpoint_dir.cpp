@@ -36,26 +36,26 @@ std::string errno_text(int err) { return std::error_code(err, std::generic_categ
 // A rename or a new file is durable only once the directory holding the entry is fsynced.
 void fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  MT_REQUIRE(fd >= 0, "cannot open directory ", dir.string(), " to sync it: ", errno_text(errno));
+  MT_REQUIRE_ENV(fd >= 0, "cannot open directory ", dir.string(), " to sync it: ", errno_text(errno));
   const bool synced = ::fsync(fd) == 0;
   const int err = errno;
   ::close(fd);
-  MT_REQUIRE(synced, "cannot sync directory ", dir.string(), ": ", errno_text(err));
+  MT_REQUIRE_ENV(synced, "cannot sync directory ", dir.string(), ": ", errno_text(err));
 }
 
 // Replaces `path` with `text` all at once: readers see the old file or the whole new one.
 void write_file_atomic(const fs::path& path, const std::string& text) {
   const fs::path tmp = fs::path(path) += ".tmp";
   std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  MT_REQUIRE(file, "cannot create ", tmp.string(), ": ", errno_text(errno));
+  MT_REQUIRE_ENV(file, "cannot create ", tmp.string(), ": ", errno_text(errno));
   const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size() && std::fflush(file) == 0 &&
                        ::fsync(::fileno(file)) == 0;
   const int err = errno;
   const bool closed = std::fclose(file) == 0;
-  MT_REQUIRE(written && closed, "cannot write ", tmp.string(), ": ", errno_text(written ? errno : err));
+  MT_REQUIRE_ENV(written && closed, "cannot write ", tmp.string(), ": ", errno_text(written ? errno : err));
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  MT_REQUIRE(!ec, "cannot rename ", tmp.string(), " to ", path.filename().string(), ": ", ec.message());
+  MT_REQUIRE_ENV(!ec, "cannot rename ", tmp.string(), " to ", path.filename().string(), ": ", ec.message());
   fsync_dir(path.parent_path());
 }
 
@@ -469,7 +469,7 @@ std::optional<SaveFault> save_fault_from_env() {
 void maybe_crash(const std::optional<SaveFault>& fault, const std::string& here, std::int64_t save_step, int my_rank) {
   if (!fault || !fault->fires(here, save_step, my_rank)) return;
   if (fault->full) {
-    MT_FAIL("cannot write the checkpoint of step ", save_step, " at '", here, "': ", errno_text(ENOSPC),
+    MT_FAIL_AS(EnvironmentError, "cannot write the checkpoint of step ", save_step, " at '", here, "': ", errno_text(ENOSPC),
             " (injected fault: ", kFaultVariable, ")");
   }
   const std::string what = fault->pause ? "pauses " + std::to_string(kFaultPauseSeconds) + " s"

@@ -34,7 +34,7 @@ std::string errno_text(int err) { return std::error_code(err, std::generic_categ
 
 void write_all(std::FILE* file, XXH3_state_s* hash, const void* data, std::size_t bytes, const fs::path& path) {
   if (bytes == 0) return;
-  MT_REQUIRE(std::fwrite(data, 1, bytes, file) == bytes, "cannot write shard file ", path.string(), ": ",
+  MT_REQUIRE_ENV(std::fwrite(data, 1, bytes, file) == bytes, "cannot write shard file ", path.string(), ": ",
              errno_text(errno));
   XXH3_64bits_update(hash, data, bytes);
 }
@@ -75,7 +75,7 @@ ShardWriter::ShardWriter(fs::path path, int rank, std::int64_t step) : path_(std
   if (!file_) {
     const int err = errno;
     XXH3_freeState(hash_);
-    MT_FAIL("cannot create shard file ", path_.string(), ": ", errno_text(err));
+    MT_FAIL_AS(EnvironmentError, "cannot create shard file ", path_.string(), ": ", errno_text(err));
   }
   std::array<unsigned char, kShardHeaderBytes> header{};
   std::memcpy(header.data(), kMagic.data(), kMagic.size());
@@ -111,7 +111,7 @@ FileEntry ShardWriter::finish() {
   const bool flushed = std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
   const int err = errno;
   const bool closed = std::fclose(file) == 0;
-  MT_REQUIRE(flushed && closed, "cannot write shard file ", path_.string(), ": ", errno_text(flushed ? errno : err));
+  MT_REQUIRE_ENV(flushed && closed, "cannot write shard file ", path_.string(), ": ", errno_text(flushed ? errno : err));
   return FileEntry{path_.filename().string(), rank_, bytes_, XXH3_64bits_digest(hash_)};
 }
 

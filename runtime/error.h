@@ -4,7 +4,7 @@
 // file: a full disk, no permission), and plain Error (the machine or the network failed: MT_FAIL).
 // JobError marks an error every rank raised together.
 // defines: Error, UsageError, InternalError, EnvironmentError, TimeoutError, OutOfMemoryError, JobError,
-//          ProcessLabel, errno_message, MT_CHECK, MT_REQUIRE, MT_FAIL, MT_FAIL_AS
+//          ProcessLabel, errno_message, MT_CHECK, MT_REQUIRE, MT_REQUIRE_ENV, MT_FAIL, MT_FAIL_AS
 #pragma once
 
 #include <source_location>
@@ -98,6 +98,11 @@ template <class E = Error, class... Parts>
 #define MT_REQUIRE(cond, ...)                                                                     \
   do {                                                                                            \
     if (!(cond)) ::mt::fail_at<::mt::UsageError>(std::source_location::current(), __VA_ARGS__);   \
+  } while (0)
+// For what the system may refuse (creating, writing, syncing or renaming a file): an EnvironmentError.
+#define MT_REQUIRE_ENV(cond, ...)                                                                     \
+  do {                                                                                                \
+    if (!(cond)) ::mt::fail_at<::mt::EnvironmentError>(std::source_location::current(), __VA_ARGS__); \
   } while (0)
 // For what the code guarantees: an InternalError quoting the condition.
 #define MT_CHECK(cond, ...)                                                                       \

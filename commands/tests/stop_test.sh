@@ -98,7 +98,8 @@ signal_ranks() {
   done
 }
 
-mpirun_pid() { pgrep -P "$job" -x mpirun || pgrep -P "$job" -x orterun; }
+# The launcher under `timeout` (mpirun or mpiexec, as MPIEXEC names it).
+mpirun_pid() { pgrep -P "$job" | head -1; }
 
 for layout in "2 --dp 2" "4 --dp 2 --pp 2"; do
   read -r -a args <<<"$layout"
