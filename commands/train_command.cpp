@@ -5,6 +5,7 @@
 #include "commands/train_command.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -262,16 +263,28 @@ LoopEnd run_loop(ParallelTrainer& trainer, Session& session, const TrainJob& job
     return end;
   }
   ProgressReporter progress(*session.world, *session.context, trainer.steps_done() + 1, steps, job.log_every, metrics);
+  using clock = std::chrono::steady_clock;
+  clock::duration slowest{};  // of the steps so far, validation included
   while (trainer.steps_done() < steps) {
     session.watchdog->mark("began step " + std::to_string(trainer.steps_done() + 1) + " of " + std::to_string(steps));
+    const clock::time_point began = clock::now();
     end.last = trainer.step();
+    slowest = std::max(slowest, clock::now() - began);
     progress.after_step(end.last);
     std::filesystem::path saved;
-    if (job.checkpoints.due(end.last.step, steps)) saved = save_and_report(trainer, session, job, end.last.step);
+    if (job.checkpoints.due(end.last.step, steps)) {
+      StopSignals::set_agreement_deadline({});  // a save takes what it takes
+      saved = save_and_report(trainer, session, job, end.last.step);
+    }
     if (trainer.steps_done() == steps) break;
+    // A stop must be agreed on within ten steps' time (the slowest yet, validation included), or a
+    // rank is gone (launch/stop_signals.h).
+    StopSignals::set_agreement_deadline(
+        std::chrono::duration_cast<std::chrono::milliseconds>(10 * slowest + std::chrono::seconds(10)));
     // Asked after the save, so a signal that came during it finds the step saved already.
     end.stop_signal = agreed_stop(session);
     if (end.stop_signal == 0) continue;
+    StopSignals::agreed();
     if (saved.empty() && !job.checkpoints.dir.empty()) saved = save_and_report(trainer, session, job, end.last.step);
     if (root) report_stop(end.stop_signal, end.last.step, saved);
     break;

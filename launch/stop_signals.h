@@ -14,13 +14,19 @@
 //   is gone ends at once too (a thread watches the parent), so no rank outlives mpirun.
 // - A second SIGINT to a rank ends it at once: Ctrl-C twice means the user will not wait for the
 //   save. Repeated SIGTERMs and SIGUSR1s are ignored (mpirun's own SIGTERM follows its SIGCONT).
+// - A stop the ranks cannot agree on means one of them cannot take part (it died: srun's
+//   --kill-on-bad-exit and mpirun signal the survivors, which then wait on it in a collective).
+//   Once the trainer has set a deadline (set_agreement_deadline: a few steps' time), a rank that
+//   has not reached the stop's agreement that long after the request ends at once, instead of
+//   waiting for the launcher's SIGKILL (SLURM's KillWait: 30 s by default).
 // Ending at once is safe for the checkpoints: a save that does not finish is never taken for one,
 // and the last complete checkpoint stays in force (checkpoint/checkpoint_dir.h).
-// defines: kExitStopped, StopOptions, StopSignals
+// defines: kExitStopped, StopOptions, StopSignals, stop_options_for
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -52,6 +58,12 @@ class StopSignals {
 
   // The first signal that asked this process to stop (SIGCONT: the launcher's), 0 while none did.
   static int requested();
+  // How long the ranks may take to agree on a request (see above), counted from the request or from
+  // this call, whichever is later; zero: no limit (the default: start-up, a periodic save). Set by
+  // the trainer after each step.
+  static void set_agreement_deadline(std::chrono::milliseconds deadline);
+  // The ranks agreed on the stop (and go on to save): the deadline no longer applies.
+  static void agreed();
   // "SIGTERM", "SIGINT", "SIGUSR1", or for SIGCONT "mpirun's stop (SIGINT or SIGTERM to mpirun)".
   static std::string describe(int signal);
   // Whether the request came from a launcher that is ending the job itself (mpirun's SIGCONT): it

@@ -1,6 +1,7 @@
 // The stop handlers: the first signal is recorded and later ones of other kinds are not; a second
 // SIGINT ends the process at once; a SIGCONT stops only when the launcher sent it; a process whose
-// launcher is gone ends within the watch period. Each case runs in a child process of its own.
+// launcher is gone ends within the watch period; a stop not agreed on in time ends the process.
+// The cases that end a process run in a child of their own.
 #include "launch/stop_signals.h"
 
 #include <gtest/gtest.h>
@@ -93,6 +94,32 @@ TEST(StopSignalsDeathTest, SigintDuringAnotherStopEndsAtOnce) {
         std::exit(0);
       },
       testing::ExitedWithCode(128 + SIGINT), "");
+}
+
+// A stop not agreed on within its deadline: a rank is gone, so this one ends rather than wait for
+// the launcher's SIGKILL. Agreed, or with no deadline (start-up, a save), it goes on.
+TEST(StopSignalsDeathTest, AStopNotAgreedInTimeEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StopSignals handlers({});
+        StopSignals::set_agreement_deadline(200ms);
+        ::kill(::getpid(), SIGTERM);
+        std::this_thread::sleep_for(3s);
+        std::exit(0);
+      },
+      testing::ExitedWithCode(128 + SIGTERM), "stopped by SIGTERM, but the ranks did not agree on it within 0.2 s");
+}
+
+TEST(StopSignals, AStopAgreedOrWithoutDeadlineGoesOn) {
+  StopSignals handlers({});
+  ::kill(::getpid(), SIGTERM);
+  wait_for_request(2000ms);
+  std::this_thread::sleep_for(300ms);  // no deadline set: start-up may take what it takes
+  StopSignals::set_agreement_deadline(200ms);
+  StopSignals::agreed();
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(StopSignals::requested(), SIGTERM);  // still here
 }
 
 // The child's exit code is the request it saw: SIGCONT from itself is ignored, from its parent
