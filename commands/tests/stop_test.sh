@@ -101,6 +101,24 @@ signal_ranks() {
 # The launcher under `timeout` (mpirun or mpiexec, as MPIEXEC names it).
 mpirun_pid() { pgrep -P "$job" | head -1; }
 
+signal_mpirun() { kill "-$1" "$(mpirun_pid)"; }
+
+# stop_case NAME RC_PATTERN WHY ACTION...: the chain's next run, stopped by the command ACTION once
+# it has trained two steps, then check_stop. mpirun exits 1 when it was itself signalled (3 when its
+# ranks beat it to the end).
+mpirun_stop="mpirun's stop \(SIGINT or SIGTERM to mpirun\)"
+stop_case() {
+  local name=$1 rc_pattern=$2 why=$3
+  shift 3
+  metrics=$dir/m-$np-$((++cases)).jsonl
+  start_run "$np" "${L[@]}"
+  "$@"
+  signalled_at=$(now)
+  finish_run "$name"
+  check_stop "$name" "$rc_pattern" "$why"
+}
+
+cases=0
 for layout in "2 --dp 2" "4 --dp 2 --pp 2"; do
   read -r -a args <<<"$layout"
   np=${args[0]}
@@ -109,27 +127,9 @@ for layout in "2 --dp 2" "4 --dp 2 --pp 2"; do
   expect_ok "np $np: the uninterrupted run, $steps steps" \
     np "$np" "${train[@]}" "${L[@]}" --steps "$steps" --metrics "$dir/m-ref-$np.jsonl"
 
-  metrics=$dir/m-$np-term-mpirun.jsonl
-  start_run "$np" "${L[@]}"
-  kill -TERM "$(mpirun_pid)"
-  signalled_at=$(now)
-  finish_run "np $np: SIGTERM to mpirun"
-  # mpirun, itself ending on the signal, exits 1 whatever its ranks do; 3 when they beat it to the end.
-  check_stop "np $np: SIGTERM to mpirun" "1|3" "mpirun's stop \(SIGINT or SIGTERM to mpirun\)"
-
-  metrics=$dir/m-$np-term-ranks.jsonl
-  start_run "$np" "${L[@]}"
-  signal_ranks TERM "$np"
-  signalled_at=$(now)
-  finish_run "np $np: SIGTERM to every rank"
-  check_stop "np $np: SIGTERM to every rank" 3 SIGTERM
-
-  metrics=$dir/m-$np-int.jsonl
-  start_run "$np" "${L[@]}"
-  kill -INT "$(mpirun_pid)"
-  signalled_at=$(now)
-  finish_run "np $np: SIGINT to mpirun (Ctrl-C)"
-  check_stop "np $np: SIGINT to mpirun (Ctrl-C)" "1|3" "mpirun's stop \(SIGINT or SIGTERM to mpirun\)"
+  stop_case "np $np: SIGTERM to mpirun" "1|3" "$mpirun_stop" signal_mpirun TERM
+  stop_case "np $np: SIGTERM to every rank" 3 SIGTERM signal_ranks TERM "$np"
+  stop_case "np $np: SIGINT to mpirun (Ctrl-C)" "1|3" "$mpirun_stop" signal_mpirun INT
 
   metrics=$dir/m-$np-int-twice.jsonl
   before=$(cat "$ck/latest")
@@ -151,12 +151,7 @@ for layout in "2 --dp 2" "4 --dp 2 --pp 2"; do
     fail "np $np: SIGINT twice: the stop's save never began"; show; kill -KILL "$job"; wait "$job"
   fi
 
-  metrics=$dir/m-$np-usr1.jsonl
-  start_run "$np" "${L[@]}"
-  kill -USR1 "$(mpirun_pid)"
-  signalled_at=$(now)
-  finish_run "np $np: SIGUSR1 to mpirun"
-  check_stop "np $np: SIGUSR1 to mpirun" 3 SIGUSR1
+  stop_case "np $np: SIGUSR1 to mpirun" 3 SIGUSR1 signal_mpirun USR1
 
   metrics=$dir/m-$np-end.jsonl
   first=$(( $(sed 's/step_0*//' "$ck/latest") + 1 ))
