@@ -337,10 +337,12 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   Session session = open_session(job.runtime);
   DeviceContext& ctx = *session.context;
   const bool root = session.world->rank() == 0;
-  // From here a SIGTERM or Ctrl-C ends the run after a step, saved (launch/stop_signals.h); the
-  // handlers stay until the process ends, MPI_Finalize included.
-  static std::optional<StopSignals> stop_signals;
-  stop_signals.emplace(stop_options_for(session.launch.launcher, session.world->rank()));
+  // From here a SIGTERM or Ctrl-C ends the run after a step, saved (launch/stop_signals.h). The
+  // handlers are never taken down: a SIGTERM that reaches a rank late, once the others have stopped,
+  // must find them even while this process finalizes and exits.
+  static const StopSignals* const stop_signals =
+      new StopSignals(stop_options_for(session.launch.launcher, session.world->rank()));
+  (void)stop_signals;
   // The lock is held until the run ends: no other job saves into (or prunes) this directory meanwhile.
   const ClaimedDir checkpoint_dir =
       claim_checkpoint_dir(*session.world, ctx, job.checkpoints.dir, job.resume, job.checkpoints.overwrite);

@@ -46,9 +46,9 @@ struct StopOptions {
 };
 
 // The stop handlers for SIGTERM, SIGINT, SIGUSR1 and SIGCONT, installed for the object's lifetime
-// (the previous dispositions are restored after). One at a time per process. Keep it until the
-// process ends: a SIGTERM that reaches a rank late, once the others have stopped, must not kill it
-// while it finalizes.
+// (the previous dispositions are restored after). One at a time per process. A program keeps it
+// until the process ends: a SIGTERM that reaches a rank late, once the others have stopped, must
+// not kill it while it finalizes or exits.
 class StopSignals {
  public:
   explicit StopSignals(const StopOptions& options);
