@@ -108,6 +108,10 @@ RegexSplitter::~RegexSplitter() {
 }
 
 void RegexSplitter::split(std::string_view utf8, std::vector<std::string_view>& pieces) const {
+  split(utf8, [&](std::string_view piece) { pieces.push_back(piece); });
+}
+
+void RegexSplitter::split(std::string_view utf8, const std::function<void(std::string_view)>& visit) const {
   const std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
       pcre2_match_data_create_from_pattern(code_of(code_), nullptr));
   // The JIT's default 32 KiB stack is enough for these patterns; a larger one costs one mapping a
@@ -127,7 +131,7 @@ void RegexSplitter::split(std::string_view utf8, std::vector<std::string_view>& 
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
     const std::size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
-      pieces.push_back(utf8.substr(begin, end - begin));
+      visit(utf8.substr(begin, end - begin));
       at = end;
     } else {
       at = next_character(utf8, begin);  // an empty match: move on, as find_iter does
