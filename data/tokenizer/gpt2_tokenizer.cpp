@@ -2,6 +2,7 @@
 #include "data/tokenizer/gpt2_tokenizer.h"
 
 #include <cstdint>
+#include <deque>
 
 #include "data/tokenizer/long_piece.h"    // defines: bpe_by_windows
 #include "data/tokenizer/pretokenizer.h"  // defines: piece_end
@@ -20,14 +21,23 @@ void Gpt2Tokenizer::merge(std::string_view bytes, std::vector<std::int32_t>& out
   out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
-void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
+void Gpt2Tokenizer::encode_piece(std::string_view piece, TokenBatch& batch) const {
+  std::vector<std::int32_t>& out = batch.tokens();
   if (cache_.append(piece, out)) return;
-  const std::size_t first = out.size();
-  const auto length = [&](std::int32_t token) { return vocab_.token_bytes[static_cast<std::size_t>(token)].size(); };
-  const auto merge_window = [&](std::string_view bytes, std::vector<std::int32_t>& tokens) { merge(bytes, tokens); };
   // Windows only where no pair kinds can share a rank (long_piece.h): pieces without a comma.
-  const bool windows = piece.size() > windows_.window && piece.find(',') == std::string_view::npos;
-  if (!windows || !bpe_by_windows(piece, merge_window, length, out, windows_)) merge(piece, out);
+  if (piece.size() > windows_.window && piece.find(',') == std::string_view::npos) {
+    const auto length = [&](std::int32_t token) { return vocab_.token_bytes[static_cast<std::size_t>(token)].size(); };
+    const auto merge_window = [&](std::string_view bytes, std::vector<std::int32_t>& tokens) { merge(bytes, tokens); };
+    // The piece's tokens wait for its end (windows may give way to a whole merge); a deque holds
+    // them without the copies a growing vector makes.
+    std::deque<std::int32_t> tokens;
+    if (bpe_by_windows(piece, merge_window, length, tokens, windows_)) {
+      batch.append(tokens);
+      return;
+    }
+  }
+  const std::size_t first = out.size();
+  merge(piece, out);
   cache_.keep(piece, std::span<const std::int32_t>(out).subspan(first));
 }
 
@@ -42,7 +52,7 @@ void Gpt2Tokenizer::encode_to(std::string_view text, const TokenSink& sink) cons
   TokenBatch batch(sink);
   for (std::size_t at = 0; at < text.size();) {
     const std::size_t end = piece_end(text, at);
-    encode_piece(text.substr(at, end - at), batch.tokens());
+    encode_piece(text.substr(at, end - at), batch);
     batch.flush_if_full();
     at = end;
   }

@@ -35,8 +35,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   void set_window_sizes(WindowSizes sizes) { windows_ = sizes; }
 
  private:
-  // Appends the BPE tokens of one piece (its UTF-8 bytes) to `out`.
-  void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
+  // Appends the BPE tokens of one piece (its UTF-8 bytes) to `batch`.
+  void encode_piece(std::string_view piece, TokenBatch& batch) const;
 
   Gpt2Vocab vocab_;
   WindowSizes windows_;

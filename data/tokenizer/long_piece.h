@@ -40,12 +40,12 @@ struct WindowSizes {
   std::size_t overlap = std::size_t{4} << 10;  // bytes back from the held end where the next starts
 };
 
-// Appends B(piece) to `out` and returns true, or returns false with `out` as it was when two
-// windows share no token. `bpe(bytes, tokens)` appends B(bytes) to `tokens`; `length(token)` is a
-// token's byte count. Pieces of at most one window are encoded whole.
-template <class Bpe, class Length>
-bool bpe_by_windows(std::string_view piece, const Bpe& bpe, const Length& length, std::vector<std::int32_t>& out,
-                    WindowSizes sizes = {}) {
+// Appends B(piece) to `out` (a vector or a deque of token ids) and returns true, or returns false
+// with `out` as it was when two windows share no token. `bpe(bytes, tokens)` appends B(bytes) to
+// the vector `tokens`; `length(token)` is a token's byte count. Pieces of at most one window are
+// encoded whole.
+template <class Bpe, class Length, class Tokens>
+bool bpe_by_windows(std::string_view piece, const Bpe& bpe, const Length& length, Tokens& out, WindowSizes sizes = {}) {
   const std::size_t n = piece.size(), first = out.size();
   std::size_t held_begin = 0, held_end = std::min(n, sizes.window);
   std::vector<std::int32_t> held, next;

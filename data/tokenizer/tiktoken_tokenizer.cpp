@@ -1,6 +1,7 @@
 // defines: TiktokenTokenizer (see tiktoken_tokenizer.h)
 #include "data/tokenizer/tiktoken_tokenizer.h"
 
+#include <deque>
 #include <limits>
 
 #include "data/tokenizer/long_piece.h"  // defines: bpe_by_windows
@@ -96,11 +97,9 @@ void TiktokenTokenizer::merge_heap(std::string_view piece, std::vector<std::int3
 void TiktokenTokenizer::merge(std::string_view piece, std::vector<std::int32_t>& out) const {
   if (piece.size() <= kLinearPiece) {
     merge_linear(piece, out);
-    return;
+  } else if (piece.size() <= windows_.window || !bpe_by_windows(piece, merge_window(), token_length(), out, windows_)) {
+    merge_heap(piece, out);
   }
-  const auto length = [&](std::int32_t token) { return id_bytes_[static_cast<std::size_t>(token)].size(); };
-  const auto merge_window = [&](std::string_view bytes, std::vector<std::int32_t>& tokens) { merge_heap(bytes, tokens); };
-  if (piece.size() <= windows_.window || !bpe_by_windows(piece, merge_window, length, out, windows_)) merge_heap(piece, out);
 }
 
 std::int32_t TiktokenTokenizer::part_rank(std::string_view part) const {
@@ -109,12 +108,24 @@ std::int32_t TiktokenTokenizer::part_rank(std::string_view part) const {
   return r;
 }
 
-void TiktokenTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
+void TiktokenTokenizer::encode_piece(std::string_view piece, TokenBatch& batch) const {
+  std::vector<std::int32_t>& out = batch.tokens();
   if (const std::int32_t whole = rank_of(piece); whole >= 0) {  // tiktoken's shortcut, same result
     out.push_back(whole);
     return;
   }
   if (cache_.append(piece, out)) return;
+  if (piece.size() > windows_.window) {
+    // The piece's tokens wait for its end (windows may give way to a whole merge); a deque holds
+    // them without the copies a growing vector makes.
+    std::deque<std::int32_t> tokens;
+    if (bpe_by_windows(piece, merge_window(), token_length(), tokens, windows_)) {
+      batch.append(tokens);
+    } else {
+      merge_heap(piece, out);
+    }
+    return;
+  }
   const std::size_t first = out.size();
   merge(piece, out);
   cache_.keep(piece, std::span<const std::int32_t>(out).subspan(first));
@@ -127,11 +138,23 @@ void TiktokenTokenizer::encode_to(std::string_view text, const TokenSink& sink) 
     repaired = to_valid_utf8(text);
     text = repaired;
   }
+  // The pieces are matched a block at a time, then encoded: PCRE2 and the rank table each keep the
+  // cache to themselves for a while (matching and encoding in turn is slower by a tenth).
+  constexpr std::size_t kBlock = 1024;
+  std::vector<std::string_view> pieces;
   TokenBatch batch(sink);
+  const auto encode_pieces = [&] {
+    for (const std::string_view piece : pieces) {
+      encode_piece(piece, batch);
+      batch.flush_if_full();
+    }
+    pieces.clear();
+  };
   splitter_.split(text, [&](std::string_view piece) {
-    encode_piece(piece, batch.tokens());
-    batch.flush_if_full();
+    pieces.push_back(piece);
+    if (pieces.size() == kBlock) encode_pieces();
   });
+  encode_pieces();
   batch.flush();
 }
 

@@ -55,7 +55,14 @@ class TiktokenTokenizer final : public Tokenizer {
   std::int32_t rank_of(std::string_view bytes) const;
   // The rank of a part of a finished merge, which is always a token.
   std::int32_t part_rank(std::string_view part) const;
-  void encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
+  void encode_piece(std::string_view piece, TokenBatch& batch) const;
+  // What bpe_by_windows needs: the merge of a window and a token's byte count.
+  auto merge_window() const {
+    return [this](std::string_view bytes, std::vector<std::int32_t>& tokens) { merge_heap(bytes, tokens); };
+  }
+  auto token_length() const {
+    return [this](std::int32_t token) { return id_bytes_[static_cast<std::size_t>(token)].size(); };
+  }
 
   struct Hash {
     using is_transparent = void;

@@ -42,16 +42,22 @@ class Tokenizer {
 // Collects tokens and hands them to a TokenSink whenever a batch is full, and at flush().
 class TokenBatch {
  public:
-  explicit TokenBatch(const TokenSink& sink) : sink_(sink) { tokens_.reserve(kTokens); }
+  explicit TokenBatch(const TokenSink& sink) : sink_(sink) {}
   std::vector<std::int32_t>& tokens() { return tokens_; }
   void flush_if_full() {
     if (tokens_.size() >= kTokens) flush();
   }
+  // Appends the tokens of a long piece (any container of ids), a batch at a time.
+  template <class Tokens>
+  void append(const Tokens& tokens) {
+    for (const std::int32_t t : tokens) {
+      tokens_.push_back(t);
+      flush_if_full();
+    }
+  }
   void flush() {
     if (!tokens_.empty()) sink_(tokens_);
     tokens_.clear();
-    // A long piece's tokens come in one batch: give their memory back rather than keep it.
-    if (tokens_.capacity() > 4 * kTokens) tokens_ = std::vector<std::int32_t>();
   }
 
  private:
