@@ -187,12 +187,15 @@ class SplitRule {
 class SplitWriter {
  public:
   // Shards of the version that holds vocab_size ids (shard_version_for): 1 (uint16) up to 65536.
+  // `expected_tokens`: about the most tokens the run can make (a token per byte), to size the buffer.
   SplitWriter(fs::path dir, std::string prefix, std::string split, std::int64_t shard_tokens, int vocab_size,
-              const PrepareLog& log)
+              std::int64_t expected_tokens, const PrepareLog& log)
       : dir_(std::move(dir)), prefix_(std::move(prefix)), split_(std::move(split)), shard_tokens_(shard_tokens),
-        vocab_size_(vocab_size), version_(shard_version_for(vocab_size)), log_(log) {}
+        vocab_size_(vocab_size), version_(shard_version_for(vocab_size)),
+        reserve_(static_cast<std::size_t>(std::min(shard_tokens, expected_tokens))), log_(log) {}
 
   void append(std::span<const std::int32_t> tokens, std::int64_t document) {
+    if (!reserved_) reserve();
     for (std::int32_t t : tokens) {
       if (t < 0 || t >= vocab_size_) {
         MT_FAIL("document ", document, " encodes to token id ", t, ", outside the tokenizer's vocabulary of ",
@@ -214,6 +217,16 @@ class SplitWriter {
   std::int64_t tokens() const { return tokens_; }
 
  private:
+  // Sized once, when the split gets its first token: growing would copy the buffer, and hold it
+  // up to three times over while it does (reserved pages take no memory until written).
+  void reserve() {
+    reserved_ = true;
+    if (version_ == kShardVersionUint32) {
+      wide_.reserve(reserve_);
+    } else {
+      narrow_.reserve(reserve_);
+    }
+  }
   std::int64_t buffered() const { return static_cast<std::int64_t>(narrow_.size() + wide_.size()); }
   void flush() {
     const fs::path file = dir_ / shard_file_name(prefix_, split_, static_cast<int>(shards_.size()));
@@ -243,6 +256,8 @@ class SplitWriter {
   std::int64_t shard_tokens_;
   int vocab_size_;
   std::int32_t version_;
+  std::size_t reserve_;
+  bool reserved_ = false;
   const PrepareLog& log_;
   std::vector<std::uint16_t> narrow_;  // version 1's ids
   std::vector<std::int32_t> wide_;     // version 2's
@@ -395,11 +410,12 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
   // Pass 1: count the documents, so the split can guarantee a document on each side. Splitting is
   // cheap next to tokenizing; the files are read again in pass 2.
   std::vector<std::int64_t> per_file;
-  std::int64_t documents = 0;
+  std::int64_t documents = 0, expected_tokens = 0;
   for (const fs::path& file : options.inputs) {
-    per_file.push_back(
-        static_cast<std::int64_t>(documents_of(read_file_bytes(file), file.string(), options.text).documents.size()));
+    const FileDocuments docs = documents_of(read_file_bytes(file), file.string(), options.text);
+    per_file.push_back(static_cast<std::int64_t>(docs.documents.size()));
     documents += per_file.back();
+    for (const std::string_view text : docs.documents) expected_tokens += static_cast<std::int64_t>(text.size()) + 1;
   }
   if (documents == 0) {
     MT_FAIL_AS(PrepareError, "empty corpus: the ", options.inputs.size(), " input file(s), starting with ", options.inputs.front(),
@@ -418,8 +434,8 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
   summary.vocab_size = tokenizer.vocab_size();
   summary.documents = documents;
   const SplitRule rule(documents, options.val_fraction, options.split_seed);
-  SplitWriter train(options.output_dir, prefix, "train", options.shard_tokens, tokenizer.vocab_size(), log);
-  SplitWriter val(options.output_dir, prefix, "val", options.shard_tokens, tokenizer.vocab_size(), log);
+  SplitWriter train(options.output_dir, prefix, "train", options.shard_tokens, tokenizer.vocab_size(), expected_tokens, log);
+  SplitWriter val(options.output_dir, prefix, "val", options.shard_tokens, tokenizer.vocab_size(), expected_tokens, log);
   const std::int32_t eot = tokenizer.eot_token();
 
   std::int64_t index = 0;

@@ -95,10 +95,10 @@ std::vector<std::string> letter_tokens() {
 
 constexpr std::size_t kRun = std::size_t{4} << 20;  // one pre-token piece of 4 MiB
 
-// Bytes a byte of the run may cost while it is encoded: its tokens (4 bytes each, in a vector that
-// may be half empty, at 2 to 3 bytes a token here) and nothing that grows with it besides. A merge
-// over the whole piece takes 20 bytes a byte more.
-constexpr double kBytesPerByte = 5.0;
+// Bytes a byte of the run may cost while it is encoded: its tokens (4 bytes each, at about 2.5
+// bytes a token here), held until the piece ends, a window's merge state, and nothing else that
+// grows with the run. A merge over the whole piece takes 20 bytes a byte more.
+constexpr double kBytesPerByte = 4.0;
 
 TEST(TokenizerMemory, ALongTiktokenPieceCostsItsTokensNotItsMergeState) {
   TiktokenEncoding encoding = *tiktoken_encoding("cl100k");
