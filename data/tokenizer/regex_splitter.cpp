@@ -4,6 +4,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -120,6 +122,10 @@ void RegexSplitter::split(std::string_view utf8, const std::function<void(std::s
   const std::unique_ptr<pcre2_match_context, MatchContextDeleter> context(pcre2_match_context_create(nullptr));
   if (!match || !stack || !context) MT_FAIL("out of memory for a PCRE2 match of ", pattern_);
   pcre2_jit_stack_assign(context.get(), nullptr, stack.get());
+  // PCRE2's default limit (10^7 backtracks a match) stops o200k on a run of ten million capitals,
+  // where its first alternative takes the run and gives it back a letter at a time: linear in the
+  // run, as OpenAI's patterns backtrack, so no limit is needed.
+  pcre2_set_match_limit(context.get(), std::numeric_limits<std::uint32_t>::max());
 
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(utf8.data());
   std::size_t at = 0;
