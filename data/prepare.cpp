@@ -128,7 +128,12 @@ std::string read_file_bytes(const fs::path& file) {
   if (fs::is_directory(file, ec)) MT_FAIL_AS(PrepareError, "input ", file, " is a directory; give the text files in it");
   std::ifstream in(file, std::ios::binary);
   if (!in) MT_FAIL_AS(PrepareError, "cannot open input file ", file, ": ", std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Sized up front: a string grown while reading takes up to twice the file, three times while it
+  // reallocates.
+  std::string bytes;
+  if (const std::uintmax_t size = fs::file_size(file, ec); !ec) bytes.reserve(static_cast<std::size_t>(size));
+  std::array<char, 1 << 16> chunk;
+  while (in.read(chunk.data(), chunk.size()) || in.gcount() > 0) bytes.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
   if (in.bad()) MT_FAIL_AS(PrepareError, "cannot read input file ", file);
   return bytes;
 }
@@ -182,43 +187,68 @@ class SplitRule {
 class SplitWriter {
  public:
   // Shards of the version that holds vocab_size ids (shard_version_for): 1 (uint16) up to 65536.
+  // `expected_tokens`: about the most tokens the run can make (a token per byte), to size the buffer.
   SplitWriter(fs::path dir, std::string prefix, std::string split, std::int64_t shard_tokens, int vocab_size,
-              const PrepareLog& log)
+              std::int64_t expected_tokens, const PrepareLog& log)
       : dir_(std::move(dir)), prefix_(std::move(prefix)), split_(std::move(split)), shard_tokens_(shard_tokens),
-        vocab_size_(vocab_size), version_(shard_version_for(vocab_size)), log_(log) {}
+        vocab_size_(vocab_size), version_(shard_version_for(vocab_size)),
+        reserve_(static_cast<std::size_t>(std::min(shard_tokens, expected_tokens))), log_(log) {}
 
   void append(std::span<const std::int32_t> tokens, std::int64_t document) {
+    if (!reserved_) reserve();
     for (std::int32_t t : tokens) {
       if (t < 0 || t >= vocab_size_) {
         MT_FAIL("document ", document, " encodes to token id ", t, ", outside the tokenizer's vocabulary of ",
                 vocab_size_);
       }
-      buffer_.push_back(t);
-      if (static_cast<std::int64_t>(buffer_.size()) == shard_tokens_) flush();
+      // Held as the shard stores them: half the memory for uint16 shards.
+      if (version_ == kShardVersionUint32) {
+        wide_.push_back(t);
+      } else {
+        narrow_.push_back(static_cast<std::uint16_t>(t));
+      }
+      if (buffered() == shard_tokens_) flush();
     }
   }
   void finish() {
-    if (!buffer_.empty()) flush();
+    if (buffered() > 0) flush();
   }
   std::vector<fs::path>& shards() { return shards_; }
   std::int64_t tokens() const { return tokens_; }
 
  private:
+  // Sized once, when the split gets its first token: growing would copy the buffer, and hold it
+  // up to three times over while it does (reserved pages take no memory until written).
+  void reserve() {
+    reserved_ = true;
+    if (version_ == kShardVersionUint32) {
+      wide_.reserve(reserve_);
+    } else {
+      narrow_.reserve(reserve_);
+    }
+  }
+  std::int64_t buffered() const { return static_cast<std::int64_t>(narrow_.size() + wide_.size()); }
   void flush() {
     const fs::path file = dir_ / shard_file_name(prefix_, split_, static_cast<int>(shards_.size()));
+    const std::int64_t count = buffered();
     // write_shard fails only on the file system (the count is bounded by shard_tokens): the disk's
     // or the directory's trouble, named with the file, not a bug.
     try {
-      write_shard(file, std::span<const std::int32_t>(buffer_), version_, vocab_size_);
+      if (version_ == kShardVersionUint32) {
+        write_shard(file, std::span<const std::int32_t>(wide_), version_, vocab_size_);
+      } else {
+        write_shard(file, std::span<const std::uint16_t>(narrow_));
+      }
     } catch (const PrepareError&) {
       throw;
     } catch (const Error& e) {
       MT_FAIL_AS(PrepareError, e.message());
     }
-    tokens_ += static_cast<std::int64_t>(buffer_.size());
-    if (log_) log_("wrote " + file.string() + ": " + std::to_string(buffer_.size()) + " tokens");
+    tokens_ += count;
+    if (log_) log_("wrote " + file.string() + ": " + std::to_string(count) + " tokens");
     shards_.push_back(file);
-    buffer_.clear();
+    narrow_.clear();
+    wide_.clear();
   }
 
   fs::path dir_;
@@ -226,8 +256,11 @@ class SplitWriter {
   std::int64_t shard_tokens_;
   int vocab_size_;
   std::int32_t version_;
+  std::size_t reserve_;
+  bool reserved_ = false;
   const PrepareLog& log_;
-  std::vector<std::int32_t> buffer_;
+  std::vector<std::uint16_t> narrow_;  // version 1's ids
+  std::vector<std::int32_t> wide_;     // version 2's
   std::vector<fs::path> shards_;
   std::int64_t tokens_ = 0;
 };
@@ -289,8 +322,10 @@ std::string clean_text(std::string_view utf8) {
     std::size_t end = utf8.find_first_of("\r\n", start);
     const bool last = end == std::string_view::npos;
     std::string_view line = utf8.substr(start, last ? std::string_view::npos : end - start);
-    std::string shown = line.find('\b') != std::string_view::npos ? resolve_overstrike(line) : std::string(line);
-    for (char c : shown) {
+    // A copy only where overstriking changes the line: a file without line ends is one line.
+    const bool overstruck = line.find('\b') != std::string_view::npos;
+    const std::string resolved = overstruck ? resolve_overstrike(line) : std::string();
+    for (char c : overstruck ? std::string_view(resolved) : line) {
       const auto b = static_cast<unsigned char>(c);
       if ((b < 0x20 && c != '\t') || b == 0x7f) continue;
       out += c;
@@ -304,24 +339,36 @@ std::string clean_text(std::string_view utf8) {
   return out;
 }
 
-std::vector<std::string> split_documents(std::string_view bytes, const std::string& source, TextHandling handling,
-                                         bool* transcoded) {
-  if (const auto nul = bytes.find('\0'); nul != std::string_view::npos) {
+namespace {
+
+// One file's documents: views into its text, which is held once (not a copy per document).
+struct FileDocuments {
+  std::string text;
+  std::vector<std::string_view> documents;
+  bool transcoded = false;  // read as Windows-1252
+};
+
+// The documents of `bytes` (moved in, so kept bytes are not copied), handled as `handling` says.
+FileDocuments documents_of(std::string bytes, const std::string& source, TextHandling handling) {
+  if (const auto nul = bytes.find('\0'); nul != std::string::npos) {
     MT_FAIL_AS(PrepareError, "input file \"", source, "\" holds a NUL byte at offset ", nul, ": it is binary, not text");
   }
-  std::string decoded;
+  FileDocuments file;
   const bool keep = handling == TextHandling::keep_bytes;
   const bool utf8 = keep || is_valid_utf8(bytes);  // kept bytes are not decoded
-  if (transcoded != nullptr) *transcoded = !utf8;
+  file.transcoded = !utf8;
   if (keep) {
-    decoded = bytes;
+    file.text = std::move(bytes);
   } else if (utf8) {
-    if (bytes.substr(0, 3) == "\xef\xbb\xbf") bytes.remove_prefix(3);
-    decoded = clean_text(bytes);
+    std::string_view view = bytes;
+    if (view.substr(0, 3) == "\xef\xbb\xbf") view.remove_prefix(3);
+    file.text = clean_text(view);
   } else {
-    decoded = clean_text(windows1252_to_utf8(bytes));
+    file.text = clean_text(windows1252_to_utf8(bytes));
   }
-  const std::string_view text = decoded;
+  bytes = std::string();  // the raw bytes go before the caller tokenizes
+  const std::string_view text = file.text;
+  std::vector<std::string_view>& documents = file.documents;
 
   // Fortune format: some line is exactly "%" ("%\r" too: cleaned text has no CR, kept bytes may).
   struct Separator {
@@ -335,20 +382,28 @@ std::vector<std::string> split_documents(std::string_view bytes, const std::stri
     if (line == "%" || line == "%\r") separators.push_back({at, std::min(text.size(), end + 1)});
     at = end + 1;
   }
-  std::vector<std::string> documents;
   if (separators.empty()) {
-    if (!is_blank(text)) documents.emplace_back(text);
-    return documents;
+    if (!is_blank(text)) documents.push_back(text);
+    return file;
   }
   std::size_t begin = 0;
   for (const Separator& sep : separators) {
     std::string_view entry = text.substr(begin, sep.at - begin);
-    if (!is_blank(entry)) documents.emplace_back(entry);
+    if (!is_blank(entry)) documents.push_back(entry);
     begin = sep.next;
   }
   std::string_view tail = text.substr(begin);
-  if (!is_blank(tail)) documents.emplace_back(tail);
-  return documents;
+  if (!is_blank(tail)) documents.push_back(tail);
+  return file;
+}
+
+}  // namespace
+
+std::vector<std::string> split_documents(std::string_view bytes, const std::string& source, TextHandling handling,
+                                         bool* transcoded) {
+  const FileDocuments file = documents_of(std::string(bytes), source, handling);
+  if (transcoded != nullptr) *transcoded = file.transcoded;
+  return {file.documents.begin(), file.documents.end()};
 }
 
 PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& tokenizer, const PrepareLog& log) {
@@ -369,11 +424,12 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
   // Pass 1: count the documents, so the split can guarantee a document on each side. Splitting is
   // cheap next to tokenizing; the files are read again in pass 2.
   std::vector<std::int64_t> per_file;
-  std::int64_t documents = 0;
+  std::int64_t documents = 0, expected_tokens = 0;
   for (const fs::path& file : options.inputs) {
-    per_file.push_back(
-        static_cast<std::int64_t>(split_documents(read_file_bytes(file), file.string(), options.text).size()));
+    const FileDocuments docs = documents_of(read_file_bytes(file), file.string(), options.text);
+    per_file.push_back(static_cast<std::int64_t>(docs.documents.size()));
     documents += per_file.back();
+    for (const std::string_view text : docs.documents) expected_tokens += static_cast<std::int64_t>(text.size()) + 1;
   }
   if (documents == 0) {
     MT_FAIL_AS(PrepareError, "empty corpus: the ", options.inputs.size(), " input file(s), starting with ", options.inputs.front(),
@@ -392,41 +448,38 @@ PrepareSummary prepare_corpus(const PrepareOptions& options, const Tokenizer& to
   summary.vocab_size = tokenizer.vocab_size();
   summary.documents = documents;
   const SplitRule rule(documents, options.val_fraction, options.split_seed);
-  SplitWriter train(options.output_dir, prefix, "train", options.shard_tokens, tokenizer.vocab_size(), log);
-  SplitWriter val(options.output_dir, prefix, "val", options.shard_tokens, tokenizer.vocab_size(), log);
+  SplitWriter train(options.output_dir, prefix, "train", options.shard_tokens, tokenizer.vocab_size(), expected_tokens, log);
+  SplitWriter val(options.output_dir, prefix, "val", options.shard_tokens, tokenizer.vocab_size(), expected_tokens, log);
   const std::int32_t eot = tokenizer.eot_token();
 
   std::int64_t index = 0;
   for (std::size_t f = 0; f < options.inputs.size(); ++f) {
     const fs::path& file = options.inputs[f];
-    bool transcoded = false;
-    const std::string bytes = read_file_bytes(file);
-    const std::vector<std::string> docs = split_documents(bytes, file.string(), options.text, &transcoded);
-    if (static_cast<std::int64_t>(docs.size()) != per_file[f]) {
+    std::string bytes = read_file_bytes(file);
+    const bool invalid_utf8 = options.text == TextHandling::keep_bytes && !is_valid_utf8(bytes);
+    const FileDocuments docs = documents_of(std::move(bytes), file.string(), options.text);
+    if (static_cast<std::int64_t>(docs.documents.size()) != per_file[f]) {
       MT_FAIL_AS(PrepareError, "input file ", file, " changed while it was being prepared");
     }
-    const bool invalid_utf8 = options.text == TextHandling::keep_bytes && !is_valid_utf8(bytes);
-    summary.transcoded_files += transcoded;
+    summary.transcoded_files += docs.transcoded;
     summary.invalid_utf8_files += invalid_utf8;
-    for (const std::string& text : docs) {
-      std::vector<std::int32_t> tokens;
-      tokens.reserve(text.size() / 3 + 2);
-      tokens.push_back(eot);
-      const std::vector<std::int32_t> body = tokenizer.encode(text);
-      tokens.insert(tokens.end(), body.begin(), body.end());
+    for (const std::string_view text : docs.documents) {
       const bool to_val = rule.is_val(index);
-      (to_val ? val : train).append(tokens, index);
+      SplitWriter& split = to_val ? val : train;
+      // Straight from the tokenizer into the split's shard buffer: no token vector per document.
+      split.append(std::span<const std::int32_t>(&eot, 1), index);
+      tokenizer.encode_to(text, [&](std::span<const std::int32_t> tokens) { split.append(tokens, index); });
       (to_val ? summary.val_documents : summary.train_documents) += 1;
       ++index;
     }
     if (log) {
       std::string note;
-      if (transcoded) note = " (not UTF-8: read as Windows-1252)";
+      if (docs.transcoded) note = " (not UTF-8: read as Windows-1252)";
       if (invalid_utf8) {
         note = tokenizer.name() == "gpt2" ? " (not valid UTF-8: gpt2 reads each invalid sequence as U+FFFD)"
                                           : " (not valid UTF-8: kept byte for byte)";
       }
-      log("read " + file.string() + ": " + std::to_string(docs.size()) + " documents" + note);
+      log("read " + file.string() + ": " + std::to_string(docs.documents.size()) + " documents" + note);
     }
   }
   train.finish();

@@ -1,7 +1,7 @@
 // defines: BpeMerges (see bpe.h)
 #include "data/tokenizer/bpe.h"
 
-#include <algorithm>
+#include "data/tokenizer/pair_heap.h"  // defines: PairHeap
 
 namespace mt::data {
 
@@ -15,93 +15,59 @@ const BpeMerges::Merge* BpeMerges::find(std::int32_t left, std::int32_t right) c
 }
 
 void BpeMerges::apply(std::vector<std::int32_t>& symbols) const {
-  const int n = static_cast<int>(symbols.size());
+  const std::size_t n = symbols.size();
   if (n < 2) return;
-  constexpr int kEnd = -1;
+  constexpr std::uint32_t kEnd = PairHeap::kNone;
+  constexpr std::int32_t kGone = -1;  // a symbol merged into the one on its left
 
   // A linked list over the symbols (a merge keeps the left node and drops the right one, so list
-  // order is index order), and a heap of the pairs that have a rank. Heap entries go stale when a
-  // merge changes a pair; they are checked when they come out instead of being removed.
-  std::vector<int> next(n), prev(n);
-  std::vector<char> alive(n, 1);
-  for (int i = 0; i < n; ++i) {
-    next[i] = i + 1 < n ? i + 1 : kEnd;
-    prev[i] = i - 1;
+  // order is index order) and a heap holding, for each node, the rank of the pair it starts.
+  std::vector<std::uint32_t> next(n), prev(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? static_cast<std::uint32_t>(i + 1) : kEnd;
+    prev[i] = i > 0 ? static_cast<std::uint32_t>(i - 1) : kEnd;
   }
-  struct Pair {
-    std::int32_t rank;
-    int pos;  // of the left symbol
-    std::int32_t left, right;
+  const auto rank_at = [&](std::uint32_t i) {
+    if (next[i] == kEnd) return PairHeap::kNone;
+    const Merge* m = find(symbols[i], symbols[next[i]]);
+    return m == nullptr ? PairHeap::kNone : static_cast<std::uint32_t>(m->rank);
   };
-  const auto later = [](const Pair& x, const Pair& y) { return x.rank > y.rank; };
-  std::vector<Pair> heap;
-  const auto push = [&](int i) {
-    if (next[i] == kEnd) return;
-    if (const Merge* m = find(symbols[i], symbols[next[i]])) {
-      heap.push_back({m->rank, i, symbols[i], symbols[next[i]]});
-      std::push_heap(heap.begin(), heap.end(), later);
-    }
-  };
-  const auto pop = [&] {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    const Pair p = heap.back();
-    heap.pop_back();
-    return p;
-  };
-  const auto current = [&](const Pair& p) {
-    return alive[p.pos] && symbols[p.pos] == p.left && next[p.pos] != kEnd &&
-           symbols[next[p.pos]] == p.right;
-  };
-  for (int i = 0; i < n; ++i) push(i);
+  PairHeap heap(n);
+  for (std::uint32_t i = 0; i < n; ++i) heap.add(i, rank_at(i));
+  heap.build();
 
   // One round of Encoder.js's loop: the lowest rank among the current pairs; of the pairs with it,
   // the rightmost one's kind (several kinds share a rank only through Encoder.js's key
-  // collisions); then every non-overlapping occurrence of that kind, left to right. Pairs made by
-  // this round's merges wait for the next round, as Encoder.js recomputes its pairs only then.
-  std::vector<Pair> round, deferred;
-  std::vector<int> touched;
+  // collisions); then every non-overlapping occurrence of that kind, left to right. The pairs this
+  // round changes are ranked again only after it, as Encoder.js recomputes its pairs only then.
+  std::vector<std::uint32_t> round;  // the round's pairs, in position order (the heap's tie order)
   while (!heap.empty()) {
-    if (!current(heap.front())) {
-      pop();
-      continue;
-    }
-    const std::int32_t rank = heap.front().rank;
+    const std::uint32_t rank = heap.top_rank();
     round.clear();
-    while (!heap.empty() && heap.front().rank == rank) {
-      const Pair p = pop();
-      if (current(p)) round.push_back(p);
-    }
-    std::sort(round.begin(), round.end(), [](const Pair& x, const Pair& y) { return x.pos < y.pos; });
-    const std::int32_t first = round.back().left, second = round.back().right;
+    while (!heap.empty() && heap.top_rank() == rank) round.push_back(heap.pop());
+    const std::int32_t first = symbols[round.back()], second = symbols[next[round.back()]];
     const std::int32_t merged = find(first, second)->result;
-    deferred.clear();
-    touched.clear();
-    int last_pos = kEnd;
-    for (const Pair& p : round) {
-      if (p.left != first || p.right != second) {
-        deferred.push_back(p);
-      } else if (p.pos != last_pos && current(p)) {  // not a duplicate, not overlapped
-        const int j = next[p.pos];
-        symbols[p.pos] = merged;
-        alive[j] = 0;
-        next[p.pos] = next[j];
-        if (next[j] != kEnd) prev[next[j]] = p.pos;
-        touched.push_back(p.pos);
-      }
-      last_pos = p.pos;
+    for (const std::uint32_t p : round) {
+      // Gone: the right half of a merge just made on its left (an overlapping occurrence).
+      if (symbols[p] == kGone || symbols[p] != first || symbols[next[p]] != second) continue;
+      const std::uint32_t q = next[p];
+      symbols[p] = merged;
+      symbols[q] = kGone;
+      heap.update(q, PairHeap::kNone);
+      next[p] = next[q];
+      if (next[q] != kEnd) prev[next[q]] = p;
     }
-    for (const Pair& p : deferred) {
-      heap.push_back(p);
-      std::push_heap(heap.begin(), heap.end(), later);
-    }
-    for (const int t : touched) {
-      push(t);
-      if (prev[t] != kEnd) push(prev[t]);
+    // A merge changes the pair it starts and the one before it; the round's other kinds wait as
+    // they are. All of them are among the round's nodes and their predecessors.
+    for (const std::uint32_t p : round) {
+      if (symbols[p] == kGone) continue;
+      heap.update(p, rank_at(p));
+      if (prev[p] != kEnd) heap.update(prev[p], rank_at(prev[p]));
     }
   }
 
-  int out = 0;
-  for (int i = 0; i != kEnd; i = next[i]) symbols[out++] = symbols[i];
+  std::size_t out = 0;
+  for (std::uint32_t i = 0; i != kEnd; i = next[i]) symbols[out++] = symbols[i];
   symbols.resize(out);
 }
 

@@ -23,9 +23,10 @@ class BpeMerges {
   const Merge* find(std::int32_t left, std::int32_t right) const;
   std::size_t size() const { return merges_.size(); }
 
-  // Merges `symbols` (token ids, initially one per byte) in place. When two different pairs share the
-  // lowest rank (only Encoder.js's key collisions make that happen, see gpt2_vocab.cpp), the
-  // rightmost one is merged first, as Encoder.js does. O(length log length).
+  // Merges `symbols` (token ids >= 0, initially one per byte) in place. When two different pairs
+  // share the lowest rank (only Encoder.js's key collisions make that happen, see gpt2_vocab.cpp),
+  // the rightmost one is merged first, as Encoder.js does. O(length log length) time; 20 bytes of
+  // state a symbol besides the symbols, and 4 a pair of the largest round (one rank's pairs).
   void apply(std::vector<std::int32_t>& symbols) const;
 
  private:

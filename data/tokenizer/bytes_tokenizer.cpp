@@ -13,6 +13,15 @@ std::vector<std::int32_t> BytesTokenizer::encode(std::string_view text) const {
   return tokens;
 }
 
+void BytesTokenizer::encode_to(std::string_view text, const TokenSink& sink) const {
+  TokenBatch batch(sink);
+  for (const char c : text) {
+    batch.tokens().push_back(static_cast<std::uint8_t>(c));
+    batch.flush_if_full();
+  }
+  batch.flush();
+}
+
 std::string BytesTokenizer::decode(std::span<const std::int32_t> tokens) const {
   std::string text(tokens.size(), '\0');
   for (std::size_t i = 0; i < tokens.size(); ++i) {

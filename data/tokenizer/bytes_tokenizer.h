@@ -13,6 +13,7 @@ class BytesTokenizer final : public Tokenizer {
   int vocab_size() const override { return 256; }
   std::int32_t eot_token() const override { return 0; }
   std::vector<std::int32_t> encode(std::string_view text) const override;
+  void encode_to(std::string_view text, const TokenSink& sink) const override;
   std::string decode(std::span<const std::int32_t> tokens) const override;
 };
 

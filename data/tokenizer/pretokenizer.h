@@ -14,12 +14,13 @@
 //    (\s+(?!\S) backtracks one), so "a   b" is "a", "  ", " b" and "a\n\nb" is "a", "\n", "\n", "b";
 //    a run at the end of the text stays whole.
 // Every code point falls in some alternative, so the pieces cover the text without gaps.
-// defines: CharClass, char_class, PieceRange, pretokenize
+// defines: CharClass, char_class, PieceRange, pretokenize, piece_end
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace mt::data {
@@ -37,5 +38,9 @@ struct PieceRange {
 
 // The pieces of `text`, in order; they cover it exactly.
 std::vector<PieceRange> pretokenize(std::span<const char32_t> text);
+
+// Where the piece that starts at byte `at` of `utf8` (valid UTF-8; at < size) ends: the pieces are
+// found one after the other, with no memory beyond the text, however long they are.
+std::size_t piece_end(std::string_view utf8, std::size_t at);
 
 }  // namespace mt::data

@@ -4,6 +4,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -108,6 +110,10 @@ RegexSplitter::~RegexSplitter() {
 }
 
 void RegexSplitter::split(std::string_view utf8, std::vector<std::string_view>& pieces) const {
+  split(utf8, [&](std::string_view piece) { pieces.push_back(piece); });
+}
+
+void RegexSplitter::split(std::string_view utf8, const std::function<void(std::string_view)>& visit) const {
   const std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
       pcre2_match_data_create_from_pattern(code_of(code_), nullptr));
   // The JIT's default 32 KiB stack is enough for these patterns; a larger one costs one mapping a
@@ -116,6 +122,10 @@ void RegexSplitter::split(std::string_view utf8, std::vector<std::string_view>& 
   const std::unique_ptr<pcre2_match_context, MatchContextDeleter> context(pcre2_match_context_create(nullptr));
   if (!match || !stack || !context) MT_FAIL("out of memory for a PCRE2 match of ", pattern_);
   pcre2_jit_stack_assign(context.get(), nullptr, stack.get());
+  // PCRE2's default limit (10^7 backtracks a match) stops o200k on a run of ten million capitals,
+  // where its first alternative takes the run and gives it back a letter at a time: linear in the
+  // run, as OpenAI's patterns backtrack, so no limit is needed.
+  pcre2_set_match_limit(context.get(), std::numeric_limits<std::uint32_t>::max());
 
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(utf8.data());
   std::size_t at = 0;
@@ -127,7 +137,7 @@ void RegexSplitter::split(std::string_view utf8, std::vector<std::string_view>& 
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
     const std::size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
-      pieces.push_back(utf8.substr(begin, end - begin));
+      visit(utf8.substr(begin, end - begin));
       at = end;
     } else {
       at = next_character(utf8, begin);  // an empty match: move on, as find_iter does

@@ -13,6 +13,7 @@
 // defines: RegexSplitter
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,8 +32,11 @@ class RegexSplitter {
 
   const std::string& pattern() const { return pattern_; }
 
-  // Appends the pieces of `utf8` (valid UTF-8: not checked) to `pieces`, in order; they point into
-  // `utf8`. Thread-safe. Throws Error when PCRE2 gives up (a match or memory limit).
+  // Calls `visit` with each piece of `utf8` (valid UTF-8: not checked), in order, as they are
+  // found: no memory grows with the text. The pieces point into `utf8`. Thread-safe. Throws Error
+  // when PCRE2 gives up (a match or memory limit).
+  void split(std::string_view utf8, const std::function<void(std::string_view)>& visit) const;
+  // The same, appending the pieces to `pieces`.
   void split(std::string_view utf8, std::vector<std::string_view>& pieces) const;
 
  private:

@@ -1,22 +1,15 @@
 // defines: TiktokenTokenizer (see tiktoken_tokenizer.h)
 #include "data/tokenizer/tiktoken_tokenizer.h"
 
+#include <deque>
 #include <limits>
 
-#include "data/tokenizer/utf8.h"  // defines: decode_utf8, append_utf8
+#include "data/tokenizer/long_piece.h"  // defines: bpe_by_windows
+#include "data/tokenizer/pair_heap.h"   // defines: PairHeap
+#include "data/tokenizer/utf8.h"        // defines: is_valid_utf8, to_valid_utf8
 #include "runtime/error.h"        // defines: MT_FAIL, MT_CHECK
 
 namespace mt::data {
-namespace {
-
-
-bool is_ascii(std::string_view text) {
-  for (const char c : text)
-    if (static_cast<unsigned char>(c) >= 0x80) return false;
-  return true;
-}
-
-}  // namespace
 
 TiktokenTokenizer::TiktokenTokenizer(const TiktokenEncoding& encoding, std::vector<std::string> token_bytes)
     : name_(encoding.name), splitter_(encoding.pattern), id_bytes_(std::move(token_bytes)) {
@@ -43,11 +36,11 @@ std::int32_t TiktokenTokenizer::rank_of(std::string_view bytes) const {
   return it == ranks_.end() ? -1 : it->second;
 }
 
-void TiktokenTokenizer::merge(std::string_view piece, std::vector<std::int32_t>& out) const {
+void TiktokenTokenizer::merge_linear(std::string_view piece, std::vector<std::int32_t>& out) const {
   constexpr std::int32_t kNone = std::numeric_limits<std::int32_t>::max();
   // The parts are piece[start[i], start[i+1]); rank[i] is the rank of part i joined with part i+1
   // (kNone when that is no token). Each round merges the leftmost pair of lowest rank, as tiktoken's
-  // byte_pair_merge does; pieces are short, so a linear scan per round is cheaper than a heap.
+  // byte_pair_merge does, by a linear scan: cheaper than a heap for short pieces.
   const std::size_t n = piece.size();
   std::vector<std::size_t> start(n + 1);
   for (std::size_t i = 0; i <= n; ++i) start[i] = i;
@@ -68,39 +61,104 @@ void TiktokenTokenizer::merge(std::string_view piece, std::vector<std::int32_t>&
     rank[best] = pair_rank(best);
     if (best > 0) rank[best - 1] = pair_rank(best - 1);
   }
-  for (std::size_t i = 0; i + 1 < start.size(); ++i) {
-    const std::int32_t r = rank_of(piece.substr(start[i], start[i + 1] - start[i]));
-    MT_CHECK(r >= 0, name_, ": a BPE part is no token (every single byte has a rank)", "");
-    out.push_back(r);
+  for (std::size_t i = 0; i + 1 < start.size(); ++i) out.push_back(part_rank(piece.substr(start[i], start[i + 1] - start[i])));
+}
+
+void TiktokenTokenizer::merge_heap(std::string_view piece, std::vector<std::int32_t>& out) const {
+  // The same merges in O(n log n): the part starting at byte i ends at end[i] and follows the one
+  // starting at prev[i]; the heap orders the pairs by (rank, start), tiktoken's leftmost lowest.
+  const std::size_t n = piece.size();
+  if (n == 0) return;
+  constexpr std::uint32_t kNone = PairHeap::kNone;
+  std::vector<std::uint32_t> end(n), prev(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    end[i] = static_cast<std::uint32_t>(i + 1);
+    prev[i] = i > 0 ? static_cast<std::uint32_t>(i - 1) : kNone;
+  }
+  const auto pair_rank = [&](std::uint32_t i) {
+    if (end[i] >= n) return kNone;
+    const std::int32_t r = rank_of(piece.substr(i, end[end[i]] - i));
+    return r < 0 ? kNone : static_cast<std::uint32_t>(r);
+  };
+  PairHeap heap(n);
+  for (std::uint32_t i = 0; i < n; ++i) heap.add(i, pair_rank(i));
+  heap.build();
+  while (!heap.empty()) {
+    const std::uint32_t p = heap.pop(), q = end[p];
+    end[p] = end[q];
+    heap.update(q, kNone);
+    if (end[p] < n) prev[end[p]] = p;
+    heap.update(p, pair_rank(p));
+    if (prev[p] != kNone) heap.update(prev[p], pair_rank(prev[p]));
+  }
+  for (std::uint32_t i = 0; i < n; i = end[i]) out.push_back(part_rank(piece.substr(i, end[i] - i)));
+}
+
+void TiktokenTokenizer::merge(std::string_view piece, std::vector<std::int32_t>& out) const {
+  if (piece.size() <= kLinearPiece) {
+    merge_linear(piece, out);
+  } else if (piece.size() <= windows_.window || !bpe_by_windows(piece, merge_window(), token_length(), out, windows_)) {
+    merge_heap(piece, out);
   }
 }
 
-void TiktokenTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
+std::int32_t TiktokenTokenizer::part_rank(std::string_view part) const {
+  const std::int32_t r = rank_of(part);
+  MT_CHECK(r >= 0, name_, ": a BPE part is no token (every single byte has a rank)", "");
+  return r;
+}
+
+void TiktokenTokenizer::encode_piece(std::string_view piece, TokenBatch& batch) const {
+  std::vector<std::int32_t>& out = batch.tokens();
   if (const std::int32_t whole = rank_of(piece); whole >= 0) {  // tiktoken's shortcut, same result
     out.push_back(whole);
     return;
   }
   if (cache_.append(piece, out)) return;
+  if (piece.size() > windows_.window) {
+    // The piece's tokens wait for its end (windows may give way to a whole merge); a deque holds
+    // them without the copies a growing vector makes.
+    std::deque<std::int32_t> tokens;
+    if (bpe_by_windows(piece, merge_window(), token_length(), tokens, windows_)) {
+      batch.append(tokens);
+    } else {
+      merge_heap(piece, out);
+    }
+    return;
+  }
   const std::size_t first = out.size();
   merge(piece, out);
   cache_.keep(piece, std::span<const std::int32_t>(out).subspan(first));
 }
 
-std::vector<std::int32_t> TiktokenTokenizer::encode(std::string_view text) const {
-  // PCRE2 matches valid UTF-8 only: other text goes through code points (U+FFFD for what is invalid).
+void TiktokenTokenizer::encode_to(std::string_view text, const TokenSink& sink) const {
+  // PCRE2 matches valid UTF-8 only: other text is read as code points (U+FFFD for what is invalid).
   std::string repaired;
-  if (!is_ascii(text)) {
-    repaired.reserve(text.size());
-    for (const char32_t cp : decode_utf8(text)) append_utf8(repaired, cp);
+  if (!is_valid_utf8(text)) {
+    repaired = to_valid_utf8(text);
     text = repaired;
   }
+  // The pieces are matched a block at a time, then encoded: PCRE2 and the rank table each keep the
+  // cache to themselves for a while (matching and encoding in turn is slower by a tenth).
+  constexpr std::size_t kBlock = 1024;
   std::vector<std::string_view> pieces;
-  splitter_.split(text, pieces);
-  std::vector<std::int32_t> tokens;
-  tokens.reserve(text.size() / 4 + 1);
-  for (const std::string_view piece : pieces) encode_piece(piece, tokens);
-  return tokens;
+  TokenBatch batch(sink);
+  const auto encode_pieces = [&] {
+    for (const std::string_view piece : pieces) {
+      encode_piece(piece, batch);
+      batch.flush_if_full();
+    }
+    pieces.clear();
+  };
+  splitter_.split(text, [&](std::string_view piece) {
+    pieces.push_back(piece);
+    if (pieces.size() == kBlock) encode_pieces();
+  });
+  encode_pieces();
+  batch.flush();
 }
+
+std::vector<std::int32_t> TiktokenTokenizer::encode(std::string_view text) const { return collect_tokens(*this, text); }
 
 std::string TiktokenTokenizer::decode(std::span<const std::int32_t> tokens) const {
   std::string text;

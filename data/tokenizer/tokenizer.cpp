@@ -1,4 +1,4 @@
-// defines: make_tokenizer, default_tokenizer_dir, tokenizer_names, known_vocab_size (see tokenizer.h)
+// defines: collect_tokens, make_tokenizer, default_tokenizer_dir, tokenizer_names, known_vocab_size (see tokenizer.h)
 #include "data/tokenizer/tokenizer.h"
 
 #include <cstdlib>
@@ -15,6 +15,12 @@
 #endif
 
 namespace mt::data {
+
+std::vector<std::int32_t> collect_tokens(const Tokenizer& tokenizer, std::string_view text) {
+  std::vector<std::int32_t> tokens;
+  tokenizer.encode_to(text, [&](std::span<const std::int32_t> batch) { tokens.insert(tokens.end(), batch.begin(), batch.end()); });
+  return tokens;
+}
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::filesystem::path& dir) {
   if (name == "gpt2") return std::make_unique<Gpt2Tokenizer>(load_gpt2_vocab(dir));

@@ -89,5 +89,31 @@ TEST(BpeMerges, AgreesWithEncoderJsLoopOnRandomTables) {
   }
 }
 
+TEST(BpeMerges, AgreesWithEncoderJsLoopOnLongWords) {
+  // Words of thousands of symbols, as a piece without whitespace gives: long rounds of one rank
+  // (runs of one symbol), merges that feed later merges, and shared ranks.
+  std::mt19937 rng(4321);
+  for (int table = 0; table < 6; ++table) {
+    BpeMerges m;
+    const int alphabet = 3 + table % 3;
+    std::int32_t next_id = alphabet, rank = 0;
+    for (int k = 0; k < 200; ++k) {
+      std::uniform_int_distribution<std::int32_t> pick(0, next_id - 1);
+      const std::int32_t left = pick(rng), right = pick(rng);
+      if (rng() % 8 != 0) ++rank;
+      m.add(left, right, {rank, next_id++});
+    }
+    for (const std::size_t length : {1000u, 5000u}) {
+      Ids random(length), runs;
+      for (auto& s : random) s = static_cast<std::int32_t>(rng() % alphabet);
+      while (runs.size() < length) runs.insert(runs.end(), 1 + rng() % 40, static_cast<std::int32_t>(rng() % alphabet));
+      ASSERT_EQ(applied(m, random), encoder_js_bpe(m, random)) << "table " << table << " length " << length;
+      ASSERT_EQ(applied(m, runs), encoder_js_bpe(m, runs)) << "table " << table << " length " << length;
+    }
+    const Ids same(20000, 0);  // one round of 10000 merges, then rounds of their merges
+    ASSERT_EQ(applied(m, same), encoder_js_bpe(m, same)) << "table " << table;
+  }
+}
+
 }  // namespace
 }  // namespace mt::data

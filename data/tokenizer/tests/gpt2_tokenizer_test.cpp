@@ -2,8 +2,11 @@
 // files (assets/gpt2; skipped without them) known ids and round trips.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <thread>
 
+#include "data/tokenizer/gpt2_tokenizer.h"
+#include "data/tokenizer/gpt2_vocab.h"
 #include "data/tokenizer/tests/tokenizer_test_support.h"
 #include "data/tokenizer/tokenizer.h"
 #include "tests/test_helpers.h"
@@ -35,6 +38,54 @@ TEST(Gpt2TinyVocab, MergesByRank) {
   EXPECT_EQ(tok->encode("\n\xff"), (Ids{'\n', 0xEF, 0xBF, 0xBD}));  // invalid byte -> U+FFFD's bytes
   EXPECT_EQ(tok->decode(tok->encode("hello world")), "hello world");
   EXPECT_EQ(tok->decode(Ids{v.eot()}), "<|endoftext|>");
+}
+
+// ---- long pieces: windows against one merge of the whole piece ----
+
+Ids merged_whole(const Gpt2Tokenizer& tok, std::string_view piece) {
+  Ids out;
+  tok.merge(piece, out);
+  return out;
+}
+
+// Runs of one class, each one pre-token piece: letters (one, several, multi-byte), digits,
+// punctuation (with commas: merged whole, see long_piece.h).
+std::vector<std::vector<std::string>> one_class_runs() {
+  return {{"a", "b", "c", "d", "e", "f"}, {"a"}, {"\xc3\xa9", "a", "\xe6\x97\xa5", "\xe6\x9c\xac"},
+          {"0", "1", "2"}, {"!", "?", "-"}, {"!", "?", ",", "\""}};
+}
+
+TEST(Gpt2LongPieces, WindowsGiveTheTokensOfTheWholePiece) {
+  ScratchDir dir;
+  TinyVocab v;
+  v.merges = testing::random_merges({"a", "b", "c", "d", "e", "f", "0", "1", "2", "!", "?", "-", ",", "\"",
+                                     "\xc3\xa9", "\xe6\x97\xa5", "\xe6\x9c\xac"},
+                                    1500, 21);
+  testing::write_tiny_vocab(dir.path(), v);
+  Gpt2Tokenizer tok(load_gpt2_vocab(dir.path()));
+  const auto merge = [&](std::string_view bytes, Ids& out) { tok.merge(bytes, out); };
+  const auto token_length = [&](std::int32_t token) { return tok.decode(Ids{token}).size(); };
+  std::mt19937 rng(3);
+  int stitched = 0, tries = 0;
+  for (const auto& characters : one_class_runs()) {
+    for (const std::size_t length : {500u, 5000u}) {
+      const std::string piece = testing::random_run(characters, length, rng);
+      const Ids whole = merged_whole(tok, piece);
+      for (const WindowSizes sizes : {WindowSizes{64, 8}, WindowSizes{65, 16}, WindowSizes{1000, 100}}) {
+        tok.set_window_sizes(sizes);
+        ASSERT_EQ(tok.encode(piece), whole) << length << " bytes in windows of " << sizes.window << ": "
+                                            << piece.substr(0, 40);
+        if (piece.find(',') != std::string::npos) continue;
+        Ids windowed;
+        ++tries;
+        if (bpe_by_windows(piece, merge, token_length, windowed, sizes)) {
+          ++stitched;
+          ASSERT_EQ(windowed, whole);
+        }
+      }
+    }
+  }
+  EXPECT_GT(stitched, tries * 9 / 10) << "windows gave way to the whole piece too often: the test would not test them";
 }
 
 // ---- bad files ----
@@ -159,6 +210,34 @@ TEST_F(Gpt2, DecodeNamesIdsOutOfRange) {
   EXPECT_TRUE(contains(msg, "50257") && contains(msg, "position 1")) << msg;
   msg = error_of([&] { tok_->decode(Ids{-7}); });
   EXPECT_TRUE(contains(msg, "-7")) << msg;
+}
+
+TEST_F(Gpt2, LongRunsInWindowsGiveTheTokensOfTheWholePiece) {
+  Gpt2Tokenizer tok(load_gpt2_vocab(testing::gpt2_asset_dir()));
+  std::mt19937 rng(8);
+  std::vector<std::string> letters;
+  for (char c = 'a'; c <= 'z'; ++c) letters.emplace_back(1, c);
+  for (char c = 'A'; c <= 'Z'; ++c) letters.emplace_back(1, c);
+  const std::vector<std::string> pieces = {
+      testing::random_run(letters, 40000, rng), std::string(30000, 'a'),
+      testing::random_run({"\xe7\x9a\x84", "\xe6\x98\xaf", "\xe4\xb8\x8d", "\xe4\xba\x86", "\xc3\xa9"}, 30000, rng),
+      testing::random_run({"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}, 20000, rng),
+      testing::random_run({"!", "?", "-", "=", "+", "*", "/"}, 20000, rng),
+      testing::random_run({"\"", ",", "]", "}"}, 20000, rng)};
+  const auto merge = [&](std::string_view bytes, Ids& out) { tok.merge(bytes, out); };
+  const auto length = [&](std::int32_t token) { return tok.decode(Ids{token}).size(); };
+  for (const std::string& piece : pieces) {
+    const Ids whole = merged_whole(tok, piece);
+    tok.set_window_sizes({4096, 512});
+    ASSERT_EQ(tok.encode(piece), whole) << piece.substr(0, 40);
+    if (piece.find(',') != std::string::npos) continue;  // merged whole (long_piece.h)
+    Ids windowed;  // and not by giving way to the whole piece
+    ASSERT_TRUE(bpe_by_windows(piece, merge, length, windowed, {4096, 512})) << piece.substr(0, 40);
+    ASSERT_EQ(windowed, whole);
+  }
+  tok.set_window_sizes({});
+  const std::string long_run = testing::random_run(letters, 300000, rng);
+  EXPECT_EQ(tok.encode(long_run), merged_whole(tok, long_run));
 }
 
 TEST_F(Gpt2, EncodesFromSeveralThreads) {

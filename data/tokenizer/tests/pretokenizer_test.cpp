@@ -2,6 +2,7 @@
 // Array.from(text.matchAll(pat)) with Encoder.js's pattern.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,69 @@ TEST(Pretokenizer, UnicodeCategories) {
   EXPECT_EQ(split(U"\U0001F600\U0001F600 ok"), (Pieces{U"\U0001F600\U0001F600", U" ok"}));
   EXPECT_EQ(split(U"\u216b\u00bd \u0663\u0664"), (Pieces{U"\u216b\u00bd", U" \u0663\u0664"}));  // Nl No Nd
   EXPECT_EQ(split(U"a\u0085b"), (Pieces{U"a", U"\u0085", U"b"}));  // NEL is not JavaScript's \s
+}
+
+// The pre-tokenizer as it was written over code points (before it moved to UTF-8): the reference
+// for the one that walks the UTF-8 bytes.
+std::vector<PieceRange> code_point_pretokenize(std::u32string_view text) {
+  const std::size_t n = text.size();
+  std::vector<PieceRange> pieces;
+  std::size_t i = 0;
+  while (i < n) {
+    if (text[i] == U'\'' && i + 1 < n) {
+      const char32_t a = text[i + 1], b = i + 2 < n ? text[i + 2] : 0;
+      std::size_t length = 0;
+      if (a == U's' || a == U't' || a == U'm' || a == U'd') length = 2;
+      if ((a == U'r' && b == U'e') || (a == U'v' && b == U'e') || (a == U'l' && b == U'l')) length = 3;
+      if (length > 0) {
+        pieces.push_back({i, i + length});
+        i += length;
+        continue;
+      }
+    }
+    const std::size_t start = text[i] == U' ' ? i + 1 : i;
+    if (start < n && char_class(text[start]) != CharClass::kSpace) {
+      std::size_t end = start + 1;
+      while (end < n && char_class(text[end]) == char_class(text[start])) ++end;
+      pieces.push_back({i, end});
+      i = end;
+      continue;
+    }
+    std::size_t end = i + 1;
+    while (end < n && char_class(text[end]) == CharClass::kSpace) ++end;
+    if (end < n && end - i >= 2) --end;
+    pieces.push_back({i, end});
+    i = end;
+  }
+  return pieces;
+}
+
+TEST(Pretokenizer, TheUtf8WalkSplitsAsTheCodePointOneDid) {
+  const std::u32string alphabet = U"aZ'srevltmd 09\t\n\r!.,\u00a0\u3000\u2028\ufeff\u00e9\u0301\u65e5\u0663\U0001F600\u0085";
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::u32string text;
+    const std::size_t length = rng() % 40;
+    for (std::size_t k = 0; k < length; ++k) text += alphabet[rng() % alphabet.size()];
+    const auto got = pretokenize({text.data(), text.size()});
+    const auto expected = code_point_pretokenize(text);
+    ASSERT_EQ(got.size(), expected.size()) << trial;
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k].begin, expected[k].begin) << trial;
+      ASSERT_EQ(got[k].end, expected[k].end) << trial;
+    }
+  }
+}
+
+TEST(Pretokenizer, PieceEndWalksUtf8Bytes) {
+  const std::string text = "caf\xc3\xa9  \xe6\x97\xa5\xe6\x9c\xac'll";
+  std::vector<std::string> pieces;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = piece_end(text, at);
+    pieces.push_back(text.substr(at, end - at));
+    at = end;
+  }
+  EXPECT_EQ(pieces, (std::vector<std::string>{"caf\xc3\xa9", " ", " \xe6\x97\xa5\xe6\x9c\xac", "'ll"}));
 }
 
 TEST(Pretokenizer, CharClasses) {

@@ -16,6 +16,8 @@
 #include <random>
 #include <sstream>
 
+#include "data/tokenizer/gpt2_tokenizer.h"
+#include "data/tokenizer/gpt2_vocab.h"
 #include "data/tokenizer/pretokenizer.h"
 #include "data/tokenizer/tests/reference_test_support.h"
 #include "data/tokenizer/tests/tokenizer_test_support.h"
@@ -140,6 +142,25 @@ TEST(Gpt2Reference, GeneratedLinesMatchEncoderJs) {
   const std::vector<Ids> expected = reference_encode(node, lines);
   if (HasFailure()) return;
   expect_same_tokens(*tok, lines, expected);
+}
+
+TEST(Gpt2Reference, LongRunsInWindowsMatchEncoderJs) {
+  // Pieces of 2-4 KB merged in windows of 512 bytes (the tokenizer's are 64 KiB: the same code on
+  // pieces Encoder.js, quadratic, can take), as text without whitespace makes them.
+  const std::string node = find_node();
+  MT_SKIP_WITHOUT_REFERENCE(node);
+  Gpt2Tokenizer tok(load_gpt2_vocab(testing::gpt2_asset_dir()));
+  tok.set_window_sizes({512, 64});
+  std::mt19937 rng(31);
+  std::string lower, mixed, cjk, digits;
+  for (int i = 0; i < 4000; ++i) lower += static_cast<char>('a' + rng() % 26);
+  for (int i = 0; i < 3000; ++i) mixed += static_cast<char>(rng() % 2 ? 'a' + rng() % 26 : 'A' + rng() % 26);
+  for (int i = 0; i < 1000; ++i) cjk += std::vector<std::string>{"的", "是", "不", "了", "人", "我"}[rng() % 6];
+  for (int i = 0; i < 2000; ++i) digits += static_cast<char>('0' + rng() % 10);
+  const std::vector<std::string> lines = {lower, mixed, cjk, digits, std::string(4000, 'a'), " " + lower + "!!" + digits};
+  const std::vector<Ids> expected = reference_encode(node, lines);
+  if (HasFailure()) return;
+  expect_same_tokens(tok, lines, expected);
 }
 
 TEST(Gpt2Reference, FortunesMatchEncoderJs) {

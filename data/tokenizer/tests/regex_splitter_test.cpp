@@ -1,5 +1,5 @@
 // RegexSplitter: tiktoken's find_iter semantics on PCRE2, Unicode's White_Space for \s (not PCRE2's
-// U+180E), long whitespace runs, and a pattern that does not compile.
+// U+180E), long runs of whitespace and capitals, and a pattern that does not compile.
 #include <gtest/gtest.h>
 
 #include "data/tokenizer/regex_splitter.h"
@@ -42,6 +42,14 @@ TEST(RegexSplitter, Cl100kPatternOnLongRunsAndContractions) {
   const std::string spaces(1 << 20, ' ');
   EXPECT_EQ(split(s, spaces + "x"), (std::vector<std::string>{spaces.substr(1), " x"}));
   EXPECT_EQ(split(s, "I'M 12345\r\n\r\nok"), (std::vector<std::string>{"I", "'M", " ", "123", "45", "\r\n\r\n", "ok"}));
+}
+
+TEST(RegexSplitter, O200kPatternOnARunOfTwelveMillionCapitals) {
+  // Its first alternative takes the run and gives it back a letter at a time before the second
+  // matches it: past PCRE2's default limit of 10^7 backtracks.
+  const RegexSplitter s(tiktoken_encoding("o200k")->pattern);
+  const std::string capitals(12'000'000, 'A');
+  EXPECT_EQ(split(s, capitals + " x"), (std::vector<std::string>{capitals, " x"}));
 }
 
 TEST(RegexSplitter, ABadPatternIsNamed) {

@@ -16,6 +16,7 @@
 #include "data/tokenizer/tests/reference_test_support.h"
 #include "data/tokenizer/tests/tokenizer_test_support.h"
 #include "data/tokenizer/tiktoken_encoding.h"
+#include "data/tokenizer/tiktoken_tokenizer.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace mt::data {
@@ -164,6 +165,23 @@ TEST_P(TiktokenReference, TrickyTextsMatchTiktoken) {
   const std::vector<Ids> expected = reference_encode(node_, *encoding_, lines);
   if (HasFailure()) return;
   expect_same_tokens(*tok, lines, expected);
+}
+
+TEST_P(TiktokenReference, LongRunsInWindowsMatchTiktoken) {
+  // Pieces of 8-24 KB merged in windows of 1 KiB (the tokenizer's are 64 KiB: the same code on
+  // pieces the quadratic reference can take), as text without whitespace makes them.
+  TiktokenTokenizer tok(*encoding_, load_tiktoken_ranks(dir_ / encoding_->ranks_file, encoding_->ranks));
+  tok.set_window_sizes({1024, 128});
+  std::mt19937 rng(32);
+  std::string lower, mixed, cjk, punctuation;
+  for (int i = 0; i < 24000; ++i) lower += static_cast<char>('a' + rng() % 26);
+  for (int i = 0; i < 12000; ++i) mixed += static_cast<char>(rng() % 2 ? 'a' + rng() % 26 : 'A' + rng() % 26);
+  for (int i = 0; i < 4000; ++i) cjk += std::vector<std::string>{"的", "是", "不", "了", "人", "我"}[rng() % 6];
+  for (int i = 0; i < 8000; ++i) punctuation += "!?-=+*/#"[rng() % 8];
+  const std::vector<std::string> lines = {lower, mixed, cjk, punctuation, std::string(20000, 'a'), lower + "1234" + cjk};
+  const std::vector<Ids> expected = reference_encode(node_, *encoding_, lines);
+  if (HasFailure()) return;
+  expect_same_tokens(tok, lines, expected);
 }
 
 TEST_P(TiktokenReference, FortunesMatchTiktoken) {

@@ -1,7 +1,7 @@
 // What the tokenizer tests share: where the GPT-2 files are, a scratch directory, file writing, and
 // a tiny synthetic GPT-2 vocabulary that needs no downloaded files.
 // defines: gpt2_asset_dir, have_gpt2_assets, MT_SKIP_WITHOUT_GPT2_ASSETS, ScratchDir, write_file,
-//          read_file, byte_symbols, TinyVocab, write_tiny_vocab
+//          read_file, byte_symbols, TinyVocab, write_tiny_vocab, random_merges, random_run
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +10,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -114,6 +116,49 @@ inline void write_tiny_vocab(const std::filesystem::path& dir, const TinyVocab& 
   std::string bpe = "#version: 0.2\n";
   for (const auto& [left, right] : vocab.merges) bpe += byte_symbols(left) + " " + byte_symbols(right) + "\n";
   write_file(dir / "vocab.bpe", bpe);
+}
+
+// The merges of a synthetic BPE vocabulary over the characters `characters` (UTF-8), in rank
+// order, as BPE training makes them: first each multi-byte character from its bytes, then `count`
+// more, each two earlier tokens joined (at most 16 bytes, all distinct).
+inline std::vector<std::pair<std::string, std::string>> random_merges(const std::vector<std::string>& characters,
+                                                                       std::size_t count, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> tokens;
+  std::set<std::string> known;
+  std::vector<std::pair<std::string, std::string>> merges;
+  const auto add = [&](const std::string& left, const std::string& right) {
+    if (!known.insert(left + right).second) return false;
+    tokens.push_back(left + right);
+    if (left.size() + right.size() > 1) merges.emplace_back(left, right);
+    return true;
+  };
+  for (const std::string& c : characters) {
+    add(c.substr(0, 1), "");
+    for (std::size_t i = 1; i < c.size(); ++i) add(c.substr(0, i), c.substr(i, 1));
+  }
+  const std::size_t before = merges.size();
+  while (merges.size() < before + count) {
+    // Recent tokens half the time, as training merges what it just made; any token otherwise.
+    const auto pick = [&] {
+      const std::size_t span = rng() % 2 == 0 ? std::min<std::size_t>(tokens.size(), 100) : tokens.size();
+      return tokens[tokens.size() - 1 - rng() % span];
+    };
+    const std::string left = pick(), right = pick();
+    if (left.size() + right.size() <= 16) add(left, right);
+  }
+  return merges;
+}
+
+// `length` bytes of characters drawn at random from `characters` (whole characters: may end short).
+inline std::string random_run(const std::vector<std::string>& characters, std::size_t length, std::mt19937& rng) {
+  std::string run;
+  while (run.size() < length) {
+    const std::string& c = characters[rng() % characters.size()];
+    if (run.size() + c.size() > length) break;
+    run += c;
+  }
+  return run;
 }
 
 }  // namespace mt::data::testing

@@ -45,5 +45,22 @@ TEST(Utf8, EncodesEveryLength) {
   EXPECT_EQ(decode_utf8(out), cps(U"a\u00e9\u20ac\U0001F600\U0010FFFF"));
 }
 
+TEST(Utf8, ValidityAndRepairAgreeWithTheDecoder) {
+  for (const std::string bytes : {"", "abc", "caf\xc3\xa9", "\xef\xbf\xbd", "\xf0\x9f\x98\x80!", "\xc0\x80",
+                                  "\xed\xa0\x80", "\xe2\x82", "a\xff" "b", "\xf4\x90\x80\x80", "\x80"}) {
+    std::string utf8;
+    for (const char32_t cp : decode_utf8(bytes)) append_utf8(utf8, cp);
+    EXPECT_EQ(to_valid_utf8(bytes), utf8);
+    EXPECT_EQ(is_valid_utf8(bytes), utf8 == bytes) << bytes;
+    std::size_t at = 0, count = 0;
+    char32_t cp = 0;
+    while (at < bytes.size()) {
+      at = decode_next(bytes, at, &cp);
+      EXPECT_EQ(cp, decode_utf8(bytes)[count++]);
+    }
+    EXPECT_EQ(count, decode_utf8(bytes).size());
+  }
+}
+
 }  // namespace
 }  // namespace mt::data
