@@ -16,6 +16,7 @@
 #include "perf/calibration.h"
 #include "perf/cost_model.h"
 #include "perf/layout_search.h"
+#include "runtime/attention.h"  // defines: nn::attention_kernel_for
 #include "runtime/error.h"
 
 namespace po = boost::program_options;
@@ -271,6 +272,9 @@ PlanSettings read_settings(const po::variables_map& vm, const ModelShape& model,
   s.dtype = vm.count("dtype") ? vm["dtype"].as<std::string>() : cluster.peak_dtype;
   if (s.dtype != "fp32" && s.dtype != "bf16") throw UsageError("--dtype must be fp32 or bf16, got '" + s.dtype + "'");
   training.precision = s.dtype == "bf16" ? Precision::BF16 : Precision::FP32;
+  // The attention implementation train would run there (its saved state differs): the CPU's for
+  // clusters rated in fp32 (the CPU presets, as train rates the CPU), else CUDA's.
+  training.attention = nn::attention_kernel_for(cluster.peak_dtype == "fp32");
   s.search.recompute = parse_recompute(vm["recompute"].as<std::string>());
   s.search.sequence_parallel = vm["sequence-parallel"].as<bool>();
   s.search.memory_options = vm["memory-options"].as<bool>();

@@ -3,6 +3,8 @@
 // commands/tests/fuzz_config_file.cpp, runs these alone).
 #include "commands/train_options.h"
 
+#include "runtime/attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -282,6 +284,7 @@ perf::MemoryBreakdown estimate_run_memory(const GptConfig& config, DType compute
   training.seq_len = settings.seq_len;
   training.global_batch = settings.global_batch;
   training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
+  training.attention = nn::attention_kernel_for(on_cpu);
   perf::Cluster device;
   if (on_cpu) device.peak_dtype = "fp32";
   return perf::estimate_memory(config, training, plan, device, perf::held_slots(plan, validation));

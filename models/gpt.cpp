@@ -4,6 +4,7 @@
 
 #include "models/head_chunks.h"
 #include "models/init.h"
+#include "runtime/attention.h"
 #include "runtime/gemm.h"
 #include "runtime/kernels.h"
 #include "runtime/nn_kernels.h"
@@ -155,7 +156,6 @@ unsigned weight_input_fields(Recompute r) { return scratch_fields(r) & ~(kQkv | 
 // adds their size to `bytes`.
 Gpt::LayerActs Gpt::new_layer(unsigned fields, int B, int T, std::int64_t& bytes) {
   const std::int64_t N = static_cast<std::int64_t>(B) * T, C = config_.channels, tp = tp_.size();
-  const std::int64_t H = config_.heads / tp;
   const std::int64_t R = local_rows(B, T);  // the residual stream's rows here: N, or N/tp in sequence parallel
   auto make = [&](unsigned field, Shape shape, DType dtype) {
     if ((fields & field) == 0) return Tensor();
@@ -163,7 +163,8 @@ Gpt::LayerActs Gpt::new_layer(unsigned fields, int B, int T, std::int64_t& bytes
     bytes += static_cast<std::int64_t>(t.nbytes());
     return t;
   };
-  // Activations are of the compute dtype; statistics and attention probabilities are fp32.
+  // Activations are of the compute dtype, statistics fp32; attention's saved state is what its
+  // implementation asks for (runtime/attention.h).
   const DType act = compute_dtype(), f32 = DType::F32;
   LayerActs a;
   a.ln1 = make(kLn1, {R, C}, act);
@@ -171,7 +172,7 @@ Gpt::LayerActs Gpt::new_layer(unsigned fields, int B, int T, std::int64_t& bytes
   a.ln1_rstd = make(kLn1Stats, {R}, f32);
   a.qkv = make(kQkv, {B, T, qkv_local_width()}, act);
   a.atty = make(kAtty, {N, C / tp}, act);
-  a.att = make(kAtt, {B, H, T, T}, f32);
+  a.att = make(kAtt, nn::attention_saved_shape(B, T, attention_heads_), nn::attention_saved_dtype(attention_kernel_, act));
   a.res2 = make(kRes2, {R, C}, act);
   a.ln2 = make(kLn2, {R, C}, act);
   a.ln2_mean = make(config_.is_llama() ? 0u : unsigned{kLn2Stats}, {R}, f32);
@@ -278,6 +279,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
                       .q_begin = config_.heads / tp_size * tp_.rank(),
                       .group = config_.heads / kv_heads,
                       .kv_begin = split_kv ? kv_heads / tp_size * tp_.rank() : 0};
+  attention_kernel_ = nn::attention_kernel_for(ctx.device().is_cpu());
 }
 
 std::int64_t Gpt::qkv_local_width() const {
@@ -565,7 +567,7 @@ void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, T
     const UnitUse use(hooks, blk.attn_unit, ParamUse::Forward);
     blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
     qkv_forward(blk, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
-    nn::attention_forward(ctx_, a.qkv, attention_heads_, a.atty, a.att);
+    nn::attention_forward(ctx_, attention_kernel_, a.qkv, attention_heads_, a.atty, a.att);
     blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
     kernels::binary(ctx_, BinaryOp::Add, x, tp_leave(w.branch, w.branch_local), a.res2);
   }
@@ -611,7 +613,7 @@ void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) 
     case Recompute::Selective:
       // The probabilities from the kept qkv; the attention output they give again goes to datty,
       // which the attention's backward overwrites before it reads it.
-      nn::attention_forward(ctx_, a.qkv, attention_heads_, w.datty, a.att);
+      nn::attention_forward(ctx_, attention_kernel_, a.qkv, attention_heads_, w.datty, a.att);
       mlp_activation(a.fch, a.fch_gelu);
       return;
     case Recompute::Full:
@@ -637,7 +639,7 @@ void Gpt::qkv_forward(Block& blk, const Tensor& x, Tensor& qkv) {
 // The attention's backward into dqkv, then (llama) RoPE's adjoint: dqkv is then the gradient at
 // the projections' outputs, what their input and weight gradients read.
 void Gpt::attention_backward(const Tensor& datty, const LayerActs& a, Tensor& dqkv) {
-  nn::attention_backward(ctx_, datty, a.qkv, a.att, attention_heads_, dqkv);
+  nn::attention_backward(ctx_, attention_kernel_, datty, a.qkv, a.att, attention_heads_, dqkv);
   if (config_.is_llama())
     nn::rope_backward(ctx_, dqkv, attention_heads_.q_heads, attention_heads_.kv_heads, config_.rope_theta);
 }

@@ -58,6 +58,7 @@
 #include "models/gpt_sharding.h"
 #include "models/layers.h"
 #include "models/param_use.h"
+#include "runtime/attention_kernel.h"
 #include "runtime/nn_kernels.h"  // defines: nn::AttentionHeads
 #include "models/parameter_store.h"
 #include "parallel/memory_options.h"
@@ -277,6 +278,7 @@ class Gpt {
   std::int64_t wte_ = -1, wpe_ = -1, lnf_first_ = -1, lm_head_ = -1, head_weight_ = -1;
   std::vector<Linear> head_pieces_;  // the LM head's weight, by vocabulary piece, as bias-free linears
   nn::AttentionHeads attention_heads_;  // this rank's q and kv heads (models/gpt_sharding.h)
+  nn::AttentionKernel attention_kernel_ = nn::AttentionKernel::Reference;  // chosen once for the device (runtime/attention.h)
   std::vector<ParamUnit> units_;
   // Indices into units_ (-1: not held). embedding_unit_: the unit with wpe and (uncut) wte; with
   // vocab pieces, wte_units_[k] is piece k's and head_units_ the head's (the last with wpe).

@@ -2,6 +2,7 @@
 
 #include "models/head_chunks.h"
 #include "models/param_use.h"
+#include "runtime/attention_kernel.h"
 
 #include <algorithm>
 #include <climits>
@@ -171,26 +172,33 @@ double split_rows(const TrainingShape& training, const Layout& layout) {
   return layout.sequence_parallel ? B * std::ceil(T / layout.tp) : B * T;
 }
 
-// Of one layer's activations, the two selective recomputation rebuilds in backward: the attention
-// probabilities [B, H/tp, T, T] fp32 and the MLP activation's output (GELU's [N, 4C/tp], SwiGLU's [N, F/tp]).
+// What one layer's attention keeps for its backward, as the layer allocates it (runtime/attention_kernel.h:
+// the probabilities [B, H/tp, T, T], fp32 or of the activation dtype by implementation).
+double attention_saved(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
+  return block(nn::attention_saved_bytes(training.attention, layout.micro_batch, model.heads / layout.tp,
+                                         training.seq_len, training.act_bytes()));
+}
+
+// Of one layer's activations, the two selective recomputation rebuilds in backward: attention's
+// saved probabilities and the MLP activation's output (GELU's [N, 4C/tp], SwiGLU's [N, F/tp]).
 double selectively_recomputed_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
-  const double B = layout.micro_batch, T = training.seq_len, N = B * T;
-  const double H = model.heads / layout.tp;
-  return block(B * H * T * T * 4.0) + block(N * layer_widths(model, layout.tp).mlp_out * training.act_bytes());
+  const double N = static_cast<double>(layout.micro_batch) * training.seq_len;
+  return attention_saved(model, training, layout) +
+         block(N * layer_widths(model, layout.tp).mlp_out * training.act_bytes());
 }
 
 }  // namespace
 
 double layer_activation_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
   const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels;
-  const double a = training.act_bytes(), f32 = 4.0, H = model.heads / layout.tp, Ns = split_rows(training, layout);
+  const double a = training.act_bytes(), f32 = 4.0, Ns = split_rows(training, layout);
   const LayerWidths w = layer_widths(model, layout.tp);
   // ln1, res2, ln2 [N,C] (sequence parallel: [N/tp, C]); qkv, atty, the MLP's up projection and its
   // activation's output (gpt2: fch and fch_gelu 4C/tp each; llama: [gate | up] 2F/tp, SwiGLU F/tp);
-  // the norms' fp32 statistics, 2 x 2 [N] for LayerNorm, 2 x 1 for RMSNorm (split likewise); the
-  // attention probabilities [B, H/tp, T, T] (query heads).
+  // the norms' fp32 statistics, 2 x 2 [N] for LayerNorm, 2 x 1 for RMSNorm (split likewise);
+  // attention's saved probabilities.
   return 3.0 * block(Ns * C * a) + block(N * w.qkv * a) + block(N * w.attention * a) + block(N * w.mlp_up * a) +
-         block(N * w.mlp_out * a) + 2.0 * w.norm_stats * block(Ns * f32) + block(B * H * T * T * f32);
+         block(N * w.mlp_out * a) + 2.0 * w.norm_stats * block(Ns * f32) + attention_saved(model, training, layout);
 }
 
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
@@ -249,9 +257,9 @@ double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingSha
                                       int layers) {
   if (layout.recompute == Recompute::None) return 0.0;
   const double B = layout.micro_batch, T = training.seq_len, N = B * T;
-  const double a = training.act_bytes(), H = model.heads / layout.tp;
+  const double a = training.act_bytes();
   // What the slot dropped and W reads: the scratch's layer less qkv and the probabilities (B's alone).
-  double fields = recompute_scratch_bytes(model, training, layout) - block(B * H * T * T * 4.0);
+  double fields = recompute_scratch_bytes(model, training, layout) - attention_saved(model, training, layout);
   if (layout.recompute == Recompute::Full) fields -= block(N * layer_widths(model, layout.tp).qkv * a);
   return layers * (fields + weight_inputs_bytes(model, training, layout, 1, false));
 }
@@ -436,13 +444,17 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     m.workspace += 2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + block(2.0 * C * 4.0);
   }
   if (layout.recompute != Recompute::None) m.workspace += recompute_scratch_bytes(model, training, layout);
-  // One at a time: attention backward's fp32 score gradient [B, H/tp, T, T], the embedding
-  // backward's int32 index [2, N], a micro-batch's new tokens before the old are freed, the step's
-  // few floats for the norm and loss.
+  // One at a time: attention's scratch (the backward's gradient of the scores, the forward's fp32
+  // scores under bf16: runtime/attention_kernel.h), the embedding backward's int32 index [2, N], a
+  // micro-batch's new tokens before the old are freed, the step's few floats for the norm and loss.
   const double Bm = layout.micro_batch, Tm = training.seq_len, Hm = model.heads / layout.tp;
+  const int ab = training.act_bytes();
+  const double attention_scratch =
+      std::max(block(nn::attention_backward_scratch_bytes(training.attention, Bm, Hm, Tm, model.head_size(), ab)),
+               block(nn::attention_forward_scratch_bytes(training.attention, Hm, Tm, ab)));
   const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
-  const double biggest = std::max({block(Bm * Hm * Tm * Tm * 4.0), embedding_stage ? block(2.0 * N * 4.0) : 0.0,
-                                   block(N * 4.0), 256.0});
+  const double biggest =
+      std::max({attention_scratch, embedding_stage ? block(2.0 * N * 4.0) : 0.0, block(N * 4.0), 256.0});
   m.transient = kCachedBlockFactor * biggest;
   m.reserved = cluster.memory_reserved;
   return m;

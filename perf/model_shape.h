@@ -16,6 +16,7 @@
 #include "models/gpt_config.h"
 #include "parallel/layout_plan.h"
 #include "parallel/schedule_kind.h"
+#include "runtime/attention_kernel.h"
 
 namespace mt::perf {
 
@@ -31,6 +32,9 @@ struct TrainingShape {
   // evaluates after the last step whenever the data has a val split, and its forward-only schedule
   // may keep more slots than training does. Off: the memory of training steps (meshtrain plan).
   bool validation = false;
+  // Which attention implementation runs (its saved state and scratch differ): the CUDA default
+  // for plans, the run's own for meshtrain train's estimate (runtime/attention.h attention_kernel_for).
+  nn::AttentionKernel attention = nn::AttentionKernel::Reference;
   int act_bytes() const { return precision == Precision::BF16 ? 2 : 4; }
 };
 

@@ -1,13 +1,14 @@
-// How the transformer ops of runtime/nn_functors.h reach a backend: one entry point per op and
-// activation type, defined for the CPU in runtime/nn_kernels_cpu.cpp (OpenMP over units) and for
-// CUDA in runtime/cuda/nn_kernels.cu and runtime/cuda/layernorm_backward.cu or, without CUDA, in
+// How the transformer ops of runtime/nn_functors.h and runtime/attention_functors.h reach a
+// backend: one entry point per op and activation type, defined for the CPU in
+// runtime/nn_kernels_cpu.cpp (OpenMP over units) and for CUDA in runtime/cuda/nn_kernels.cu and runtime/cuda/layernorm_backward.cu or, without CUDA, in
 // runtime/nn_cuda_stub.cpp.
 #pragma once
 
+#include "runtime/attention_functors.h"
 #include "runtime/cuda_api.h"
 #include "runtime/nn_functors.h"
 
-// X(op) for every op of nn_functors.h that CUDA runs as the CPU does, one thread per unit.
+// X(op) for every op of nn_functors.h and attention_functors.h that CUDA runs as the CPU does, one thread per unit.
 #define MT_NN_UNIT_OPS(X)                                                                           \
   X(EmbeddingForward) X(EmbeddingTokenOrder) X(EmbeddingBackwardTokens) X(EmbeddingBackwardPositions) \
   X(LayerNormForward) X(RmsNormForward) X(RmsNormBackwardInput) X(RmsNormBackwardParams)              \
@@ -15,7 +16,8 @@
   X(SwigluBackward) X(AttentionForward) X(AttentionBackwardDots)                                      \
   X(AttentionBackwardSoftmax) X(AttentionBackwardQuery) X(AttentionBackwardKeyValue)                  \
   X(CrossEntropyForward) X(CrossEntropyBackward) X(SoftmaxRow) X(VocabParallelMax)                    \
-  X(VocabParallelSumExp) X(VocabParallelTargetLogit) X(VocabParallelLoss)
+  X(VocabParallelSumExp) X(VocabParallelTargetLogit) X(VocabParallelLoss)                             \
+  X(CausalSoftmaxForward) X(CausalSoftmaxBackward) X(StoreColumns)
 // X(op) for every op of nn_functors.h: the CPU runs them all unit by unit.
 #define MT_NN_OPS(X) MT_NN_UNIT_OPS(X) X(LayerNormBackwardInput) X(LayerNormBackwardParams)
 

@@ -9,68 +9,11 @@
 #include <type_traits>
 
 #include "runtime/nn_backend.h"
+#include "runtime/nn_run.h"
 
 namespace mt::nn {
-namespace {
 
 using nn_math::kColumnBlock;
-
-// Builds Op<T> for the activation dtype and runs it. fp32 or bf16 on either backend: bf16 on the
-// CPU is slow (no vector bf16 arithmetic) and meant for testing the bf16 path without a GPU.
-template <template <class> class Op, class Fill>
-void run(DeviceContext& ctx, DType activations, Fill&& fill) {
-  auto go = [&](auto tag) {
-    using T = decltype(tag);
-    Op<T> op{};
-    fill(op);
-    if (ctx.device().is_cpu()) {
-      backend::CpuNn::run(op, ctx.cpu_threads());
-    } else {
-      backend::CudaNn::run(op, ctx.stream().handle());
-    }
-  };
-  if (activations == DType::F32) {
-    go(float{});
-  } else {
-    MT_CHECK(activations == DType::BF16, "activations must be fp32 or bf16, got ", dtype_name(activations));
-    go(bf16{});
-  }
-}
-
-void expect_on(const DeviceContext& ctx, const Tensor& t, const char* what) {
-  MT_CHECK(t.defined(), what, " is not allocated");
-  MT_CHECK(t.device() == ctx.device(), what, " is ", t.describe(), ", the context is on ", ctx.device().str());
-}
-
-void expect_f32(const DeviceContext& ctx, const Tensor& t, const char* what) {
-  expect_on(ctx, t, what);
-  MT_CHECK(t.dtype() == DType::F32, what, " must be fp32, got ", t.describe());
-}
-
-void expect_numel(const Tensor& t, std::int64_t numel, const char* what) {
-  MT_CHECK(t.numel() == numel, what, " has ", t.numel(), " elements (", t.describe(), "), expected ", numel);
-}
-
-// Token ids index rows of a table: on the CPU check them here, so a bad id is an error rather
-// than a read out of bounds (on CUDA the loader validated them before the upload).
-void check_ids(const DeviceContext& ctx, const Tensor& ids, std::int64_t limit, const char* what) {
-  MT_CHECK(ids.dtype() == DType::I32, what, " must be int32, got ", ids.describe());
-  if (!ctx.device().is_cpu()) return;
-  const std::int32_t* p = ids.data_as<std::int32_t>();
-  for (std::int64_t i = 0; i < ids.numel(); ++i)
-    MT_CHECK(p[i] >= 0 && p[i] < limit, what, "[", i, "] = ", p[i], " is outside [0, ", limit, ")");
-}
-
-template <class T>
-T* ptr(const Tensor& t) {
-  return static_cast<T*>(t.data());
-}
-
-// Columns per unit of the ops that take a `width` (runtime/nn_functors.h): a vector's worth for a
-// CPU unit's inner loop, one per CUDA thread. The results are the same bits either way.
-std::int64_t unit_width(const DeviceContext& ctx) { return ctx.device().is_cpu() ? kColumnBlock : 1; }
-
-}  // namespace
 
 namespace {
 // The embedding ops over the vocabulary rows [vocab_begin, vocab_begin + wte.dim(0)) (all of them
@@ -433,91 +376,6 @@ void swiglu_backward(DeviceContext& ctx, const Tensor& gate_up, const Tensor& do
     using T_ = std::remove_pointer_t<decltype(op.dgate_up)>;
     op = {ptr<const T_>(gate_up), ptr<const T_>(dout), ptr<T_>(dgate_up), N, F};
   });
-}
-
-namespace {
-struct AttentionShape {
-  std::int64_t B, T;
-  nn_math::AttentionLayout heads;
-};
-AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& h) {
-  MT_CHECK(h.q_heads > 0 && h.kv_heads > 0 && h.group > 0 && h.q_begin >= 0 && h.kv_begin >= 0,
-           "attention: heads {q ", h.q_heads, ", kv ", h.kv_heads, ", q_begin ", h.q_begin, ", group ", h.group,
-           ", kv_begin ", h.kv_begin, "} must be positive counts and non-negative offsets");
-  const std::int64_t blocks = std::int64_t{h.q_heads} + 2 * std::int64_t{h.kv_heads};
-  MT_CHECK(qkv.rank() == 3 && qkv.dim(2) % blocks == 0, "attention: qkv must be [B, T, (", h.q_heads, " + 2 x ",
-           h.kv_heads, ") heads x head size], got ", qkv.describe());
-  const nn_math::AttentionLayout layout{qkv.dim(2) / blocks, h.q_heads, h.kv_heads, h.q_begin, h.group, h.kv_begin};
-  // kv_of is monotonic in the q head: the first and the last local q head bound them all.
-  const std::int64_t first = layout.kv_of(0), last = layout.kv_of(h.q_heads - 1);
-  MT_CHECK(first >= 0 && last < h.kv_heads, "attention: q heads [", h.q_begin, ", ", h.q_begin + h.q_heads,
-           ") in groups of ", h.group, " read kv heads [", first + h.kv_begin, ", ", last + h.kv_begin,
-           "], outside the local kv heads [", h.kv_begin, ", ", h.kv_begin + h.kv_heads, ")");
-  return {qkv.dim(0), qkv.dim(1), layout};
-}
-
-// Multi-head attention as grouped-query attention with one q head per kv head.
-AttentionHeads multi_head(const Tensor& qkv, int heads) {
-  MT_CHECK(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, T, 3C], got ", qkv.describe());
-  const std::int64_t C = qkv.dim(2) / 3;
-  MT_CHECK(heads > 0 && C % heads == 0, "attention: ", C, " channels do not split into ", heads, " heads");
-  return {heads, heads, 0, 1, 0};
-}
-}  // namespace
-
-void attention_forward(DeviceContext& ctx, const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& att) {
-  expect_on(ctx, qkv, "qkv");
-  expect_on(ctx, out, "attention output");
-  expect_f32(ctx, att, "attention probabilities");
-  const AttentionShape s = attention_shape(qkv, heads);
-  expect_numel(out, s.B * s.T * s.heads.out_row(), "attention output");
-  expect_numel(att, s.B * s.heads.q_heads * s.T * s.T, "attention probabilities");
-  MT_CHECK(out.dtype() == qkv.dtype(), "attention: output ", out.describe(), " for qkv ", qkv.describe());
-  run<nn_math::AttentionForward>(ctx, qkv.dtype(), [&](auto& op) {
-    using T_ = std::remove_pointer_t<decltype(op.out)>;
-    op = {ptr<const T_>(qkv), ptr<T_>(out), ptr<float>(att), s.B, s.T, s.heads};
-  });
-}
-
-void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                        const AttentionHeads& heads, Tensor& dqkv) {
-  expect_on(ctx, dout, "attention output gradient");
-  expect_on(ctx, qkv, "qkv");
-  expect_on(ctx, dqkv, "qkv gradient");
-  expect_f32(ctx, att, "attention probabilities");
-  const AttentionShape s = attention_shape(qkv, heads);
-  expect_numel(dout, s.B * s.T * s.heads.out_row(), "attention output gradient");
-  expect_numel(att, s.B * s.heads.q_heads * s.T * s.T, "attention probabilities");
-  expect_numel(dqkv, qkv.numel(), "qkv gradient");
-  MT_CHECK(dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype(), "attention backward: mixed activation dtypes");
-  // The gradient of the attention scores, att's size; the passes are those of nn_functors.h.
-  Tensor dscore = Tensor::empty({s.B, s.heads.q_heads, s.T, s.T}, DType::F32, ctx);
-  const std::int64_t width = unit_width(ctx);
-  run<nn_math::AttentionBackwardDots>(ctx, qkv.dtype(), [&](auto& op) {
-    using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.qkv)>>;
-    op = {ptr<const T_>(dout), ptr<const T_>(qkv), ptr<float>(dscore), s.B, s.T, s.heads, width};
-  });
-  run<nn_math::AttentionBackwardSoftmax>(ctx, qkv.dtype(), [&](auto& op) {
-    op = {ptr<const float>(att), ptr<float>(dscore), s.B, s.T, s.heads};
-  });
-  run<nn_math::AttentionBackwardQuery>(ctx, qkv.dtype(), [&](auto& op) {
-    using T_ = std::remove_pointer_t<decltype(op.dqkv)>;
-    op = {ptr<const T_>(qkv), ptr<const float>(dscore), ptr<T_>(dqkv), s.B, s.T, s.heads, width};
-  });
-  run<nn_math::AttentionBackwardKeyValue>(ctx, qkv.dtype(), [&](auto& op) {
-    using T_ = std::remove_pointer_t<decltype(op.dqkv)>;
-    op = {ptr<const T_>(dout), ptr<const T_>(qkv),  ptr<const float>(att), ptr<const float>(dscore),
-          ptr<T_>(dqkv),       s.B, s.T, s.heads, width};
-  });
-}
-
-void attention_forward(DeviceContext& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& att) {
-  attention_forward(ctx, qkv, multi_head(qkv, heads), out, att);
-}
-
-void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads,
-                        Tensor& dqkv) {
-  attention_backward(ctx, dout, qkv, att, multi_head(qkv, heads), dqkv);
 }
 
 namespace {

@@ -1,0 +1,71 @@
+// Runs an op of runtime/nn_functors.h (or runtime/attention_functors.h) on the context's device:
+// builds Op<T> for the activation dtype, lets `fill` set its fields, and hands it to the CPU or CUDA
+// backend (runtime/nn_backend.h). Shared by the files that implement the op families, with the
+// and the checks and pointers their entry points share.
+// defines: nn::run, expect_on, expect_f32, expect_numel, check_ids, ptr, unit_width
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/error.h"
+#include "runtime/nn_backend.h"
+#include "runtime/tensor.h"
+
+namespace mt::nn {
+
+// Builds Op<T> for the activation dtype and runs it. fp32 or bf16 on either backend: bf16 on the
+// CPU is slow (no vector bf16 arithmetic) and meant for testing the bf16 path without a GPU.
+template <template <class> class Op, class Fill>
+void run(DeviceContext& ctx, DType activations, Fill&& fill) {
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    Op<T> op{};
+    fill(op);
+    if (ctx.device().is_cpu()) {
+      backend::CpuNn::run(op, ctx.cpu_threads());
+    } else {
+      backend::CudaNn::run(op, ctx.stream().handle());
+    }
+  };
+  if (activations == DType::F32) {
+    go(float{});
+  } else {
+    MT_CHECK(activations == DType::BF16, "activations must be fp32 or bf16, got ", dtype_name(activations));
+    go(bf16{});
+  }
+}
+
+inline void expect_on(const DeviceContext& ctx, const Tensor& t, const char* what) {
+  MT_CHECK(t.defined(), what, " is not allocated");
+  MT_CHECK(t.device() == ctx.device(), what, " is ", t.describe(), ", the context is on ", ctx.device().str());
+}
+
+inline void expect_f32(const DeviceContext& ctx, const Tensor& t, const char* what) {
+  expect_on(ctx, t, what);
+  MT_CHECK(t.dtype() == DType::F32, what, " must be fp32, got ", t.describe());
+}
+
+inline void expect_numel(const Tensor& t, std::int64_t numel, const char* what) {
+  MT_CHECK(t.numel() == numel, what, " has ", t.numel(), " elements (", t.describe(), "), expected ", numel);
+}
+
+// Token ids index rows of a table: on the CPU check them here, so a bad id is an error rather
+// than a read out of bounds (on CUDA the loader validated them before the upload).
+inline void check_ids(const DeviceContext& ctx, const Tensor& ids, std::int64_t limit, const char* what) {
+  MT_CHECK(ids.dtype() == DType::I32, what, " must be int32, got ", ids.describe());
+  if (!ctx.device().is_cpu()) return;
+  const std::int32_t* p = ids.data_as<std::int32_t>();
+  for (std::int64_t i = 0; i < ids.numel(); ++i)
+    MT_CHECK(p[i] >= 0 && p[i] < limit, what, "[", i, "] = ", p[i], " is outside [0, ", limit, ")");
+}
+
+template <class T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data());
+}
+
+// Columns per unit of the ops that take a `width` (runtime/nn_functors.h): a vector's worth for a
+// CPU unit's inner loop, one per CUDA thread. The results are the same bits either way.
+inline std::int64_t unit_width(const DeviceContext& ctx) { return ctx.device().is_cpu() ? nn_math::kColumnBlock : 1; }
+
+}  // namespace mt::nn
