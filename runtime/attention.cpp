@@ -2,10 +2,12 @@
 // unit per position and head, runtime/nn_functors.h), and the batched-GEMM one (runtime/attention.h).
 #include "runtime/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "runtime/gemm.h"
 #include "runtime/kernels.h"
@@ -131,32 +133,55 @@ P* at(P* base, std::int64_t offset, std::size_t esz) {
   return reinterpret_cast<P*>(reinterpret_cast<Byte*>(base) + offset * static_cast<std::int64_t>(esz));
 }
 
-// One sequence's strided-batched product over the local q heads [h0, h1) that read one kv head:
-// the q-head operand steps by `step_a` / `step_c` elements from head to head, the kv head's by none.
-GemmArgs head_batch(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const void* a,
-                    std::int64_t lda, std::int64_t step_a, const void* b, std::int64_t ldb, void* c, std::int64_t ldc,
-                    std::int64_t step_c, std::int64_t heads, DType inputs, DType output, float beta = 0.0f) {
-  GemmArgs g;
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.beta = beta;
-  g.a = a;
-  g.lda = lda;
-  g.b = b;
-  g.ldb = ldb;
-  g.c = c;
-  g.ldc = ldc;
-  g.batch = heads;
-  g.stride_a = step_a;
-  g.stride_b = 0;
-  g.stride_c = step_c;
-  g.dtype = inputs;
-  g.c_dtype = output;
-  return g;
+// A set of (q head, kv head) pairs one strided-batched GEMM covers: q heads q0 + j * q_step read kv
+// heads kv0 + j * kv_step, j < count.
+struct HeadBatch {
+  std::int64_t q0, q_step, kv0, kv_step, count;
+};
+
+// Every local q head once, in batches as large as the layout allows. When each kv head is read by a
+// whole group of local q heads (gpt2; llama without tensor parallelism, or with kv heads split over
+// tp), batch i takes the i-th q head of every group, so each GEMM spans all kv heads; otherwise (a
+// tp rank whose q heads cut groups) one batch per kv head, over its q heads, the kv head reached
+// through a zero stride. Batches come in ascending order of the q heads they hold within a kv head:
+// summing dK and dV batch by batch adds each kv head's q heads in ascending order.
+std::vector<HeadBatch> head_batches(const nn_math::AttentionLayout& L) {
+  std::vector<HeadBatch> batches;
+  const bool whole_groups = L.q_heads == L.kv_heads * L.group && L.q_begin == L.kv_begin * L.group;
+  if (whole_groups) {
+    for (std::int64_t i = 0; i < L.group; ++i) batches.push_back({i, L.group, 0, 1, L.kv_heads});
+    return batches;
+  }
+  for (std::int64_t kv = 0; kv < L.kv_heads; ++kv)
+    for (std::int64_t h = L.first_q(kv); h < L.end_q(kv); ++h) batches.push_back({h, 1, kv, 0, 1});
+  return batches;
 }
+
+// True when some local kv head is read by no local q head (its gradients are zeros).
+bool unread_kv_heads(const nn_math::AttentionLayout& L) {
+  for (std::int64_t kv = 0; kv < L.kv_heads; ++kv)
+    if (L.first_q(kv) == L.end_q(kv)) return true;
+  return false;
+}
+
+// An operand of the products: a row-major matrix per head, `head_stride` elements apart, indexed by
+// the q head or by the kv head of each pair of a HeadBatch.
+struct Operand {
+  const void* base;
+  std::int64_t ld, head_stride;
+  bool by_q;  // indexed by the q head (else by the kv head)
+  std::size_t esz;
+  // The same matrices from element (row, col) on.
+  Operand shift(std::int64_t row, std::int64_t col = 0) const {
+    return {at(base, row * ld + col, esz), ld, head_stride, by_q, esz};
+  }
+};
+
+// Causal products skip the blocks above the diagonal: rows are taken in blocks of kCausalRows (a
+// function of T alone, so the bits do not depend on the thread count), and block [r0, r1) of the
+// scores needs the keys [0, r1) only. That halves the attention GEMMs' work at long T; at T <=
+// kCausalRows it is one block, the whole matrix.
+constexpr std::int64_t kCausalRows = 128;
 
 struct GemmAttention {
   DeviceContext& ctx;
@@ -164,99 +189,144 @@ struct GemmAttention {
   DType act;
   std::size_t esz;
   float scale;
+  std::vector<HeadBatch> batches;
 
   GemmAttention(DeviceContext& c, const AttentionShape& shape, DType activations)
       : ctx(c), s(shape), act(activations), esz(dtype_size(activations)),
-        scale(1.0f / std::sqrt(static_cast<float>(shape.heads.head_size))) {}
+        scale(1.0f / std::sqrt(static_cast<float>(shape.heads.head_size))), batches(head_batches(shape.heads)) {}
 
   std::int64_t T() const { return s.T; }
   std::int64_t hs() const { return s.heads.head_size; }
   std::int64_t H() const { return s.heads.q_heads; }
   std::int64_t square() const { return s.T * s.T; }
+  // f(r0, r1) for the causal row blocks, in order.
+  template <class F>
+  void for_blocks(F&& f) const {
+    for (std::int64_t r0 = 0; r0 < T(); r0 += kCausalRows) f(r0, std::min(r0 + kCausalRows, T()));
+  }
+  Operand act_operand(const void* base, std::int64_t ld, std::int64_t head_stride, bool by_q) const {
+    return {base, ld, head_stride, by_q, esz};
+  }
+  static Operand f32_operand(const void* base, std::int64_t ld, std::int64_t head_stride, bool by_q) {
+    return {base, ld, head_stride, by_q, sizeof(float)};
+  }
+
+  // C = op(A) op(B) (+ C when accumulate) for every pair of the batch: m x n outputs over k, C of
+  // dtype `out`.
+  void product(const HeadBatch& hb, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               const Operand& a, const Operand& b, const Operand& c, DType out, bool accumulate = false) {
+    auto first = [&](const Operand& x) { return (x.by_q ? hb.q0 : hb.kv0) * x.head_stride; };
+    auto step = [&](const Operand& x) { return (x.by_q ? hb.q_step : hb.kv_step) * x.head_stride; };
+    GemmArgs g;
+    g.trans_a = trans_a;
+    g.trans_b = trans_b;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.beta = accumulate ? 1.0f : 0.0f;
+    g.a = at(a.base, first(a), a.esz);
+    g.lda = a.ld;
+    g.b = at(b.base, first(b), b.esz);
+    g.ldb = b.ld;
+    g.c = const_cast<void*>(at(c.base, first(c), c.esz));
+    g.ldc = c.ld;
+    g.batch = hb.count;
+    g.stride_a = step(a);
+    g.stride_b = step(b);
+    g.stride_c = step(c);
+    g.dtype = act;
+    g.c_dtype = out;
+    gemm(ctx, g);
+  }
 
   void forward(const Tensor& qkv, Tensor& out, Tensor& saved) {
     const auto& L = s.heads;
     const bool in_place = act == DType::F32;  // fp32 scores become the saved probabilities in place
     Tensor scores = in_place ? Tensor() : Tensor::empty({H(), T(), T()}, DType::F32, ctx);
     for (std::int64_t b = 0; b < s.B; ++b) {
-      const void* q_b = at(qkv.data(), b * T() * L.row(), esz);
+      const void* x_b = at(qkv.data(), b * T() * L.row(), esz);
       void* p_b = at(saved.data(), b * H() * square(), esz);
-      float* s_b = in_place ? static_cast<float*>(p_b) : static_cast<float*>(scores.data());
-      for (std::int64_t kv = 0; kv < L.kv_heads; ++kv) {
-        const std::int64_t h0 = L.first_q(kv), n = L.end_q(kv) - h0;
-        if (n == 0) continue;
-        gemm(ctx, head_batch(false, true, T(), T(), hs(), at(q_b, L.q_offset(h0), esz), L.row(), hs(),
-                             at(q_b, L.k_offset(kv), esz), L.row(), s_b + h0 * square(), T(), square(), n, act,
-                             DType::F32));
-      }
+      void* s_b = in_place ? p_b : scores.data();
+      const Operand q = act_operand(at(x_b, L.q_offset(0), esz), L.row(), hs(), true);
+      const Operand k = act_operand(at(x_b, L.k_offset(0), esz), L.row(), hs(), false);
+      const Operand v = act_operand(at(x_b, L.v_offset(0), esz), L.row(), hs(), false);
+      const Operand sc = f32_operand(s_b, T(), square(), true);
+      const Operand p = act_operand(p_b, T(), square(), true);
+      const Operand o = act_operand(at(out.data(), b * T() * L.out_row(), esz), L.out_row(), hs(), true);
+      for (const HeadBatch& hb : batches)
+        for_blocks([&](std::int64_t r0, std::int64_t r1) {
+          product(hb, false, true, r1 - r0, r1, hs(), q.shift(r0), k, sc.shift(r0), DType::F32);
+        });
+      // Reads each row's entries up to the diagonal only: the ones the blocks skipped are never read.
       run<nn_math::CausalSoftmaxForward>(ctx, act, [&](auto& op) {
         using T_ = std::remove_pointer_t<decltype(op.p)>;
-        op = {s_b, static_cast<T_*>(p_b), H() * T(), T(), scale};
+        op = {static_cast<const float*>(s_b), static_cast<T_*>(p_b), H() * T(), T(), scale};
       });
-      void* o_b = at(out.data(), b * T() * L.out_row(), esz);
-      for (std::int64_t kv = 0; kv < L.kv_heads; ++kv) {
-        const std::int64_t h0 = L.first_q(kv), n = L.end_q(kv) - h0;
-        if (n == 0) continue;
-        gemm(ctx, head_batch(false, false, T(), hs(), T(), at(p_b, h0 * square(), esz), T(), square(),
-                             at(q_b, L.v_offset(kv), esz), L.row(), at(o_b, L.q_offset(h0), esz), L.out_row(), hs(), n,
-                             act, act));
-      }
+      for (const HeadBatch& hb : batches)
+        for_blocks([&](std::int64_t r0, std::int64_t r1) {
+          product(hb, false, false, r1 - r0, hs(), r1, p.shift(r0), v, o.shift(r0), act);
+        });
     }
   }
 
   void backward(const Tensor& dout, const Tensor& qkv, const Tensor& saved, Tensor& dqkv) {
     const auto& L = s.heads;
-    Tensor dp = Tensor::empty({H(), T(), T()}, DType::F32, ctx);
+    Tensor dp_t = Tensor::empty({H(), T(), T()}, DType::F32, ctx);
     Tensor ds_narrow = act == DType::F32 ? Tensor() : Tensor::empty({H(), T(), T()}, act, ctx);
-    void* ds = act == DType::F32 ? dp.data() : ds_narrow.data();  // dS in the activation dtype
-    Tensor kv_sum = Tensor::empty({2, T(), hs()}, DType::F32, ctx);  // one kv head's dK and dV, fp32
-    float* dk_sum = static_cast<float*>(kv_sum.data());
-    float* dv_sum = dk_sum + T() * hs();
+    void* ds_b = act == DType::F32 ? dp_t.data() : ds_narrow.data();  // dS in the activation dtype
+    // Every kv head's dK and dV, summed over its q heads in fp32: [2, kv heads, T, hs].
+    Tensor kv_sums = Tensor::empty({2, L.kv_heads, T(), hs()}, DType::F32, ctx);
+    float* dk_sum = static_cast<float*>(kv_sums.data());
+    float* dv_sum = dk_sum + L.kv_heads * T() * hs();
+    const bool zeros_needed = unread_kv_heads(L);
     for (std::int64_t b = 0; b < s.B; ++b) {
-      const void* q_b = at(qkv.data(), b * T() * L.row(), esz);
-      const void* g_b = at(dout.data(), b * T() * L.out_row(), esz);
-      const void* p_b = at(saved.data(), b * H() * square(), esz);
+      const void* x_b = at(qkv.data(), b * T() * L.row(), esz);
       void* d_b = at(dqkv.data(), b * T() * L.row(), esz);
-      float* dp_b = static_cast<float*>(dp.data());
-      for (std::int64_t kv = 0; kv < L.kv_heads; ++kv) {
-        const std::int64_t h0 = L.first_q(kv), n = L.end_q(kv) - h0;
-        if (n == 0) continue;
-        gemm(ctx, head_batch(false, true, T(), T(), hs(), at(g_b, L.q_offset(h0), esz), L.out_row(), hs(),
-                             at(q_b, L.v_offset(kv), esz), L.row(), dp_b + h0 * square(), T(), square(), n, act,
-                             DType::F32));
-      }
+      const Operand q = act_operand(at(x_b, L.q_offset(0), esz), L.row(), hs(), true);
+      const Operand k = act_operand(at(x_b, L.k_offset(0), esz), L.row(), hs(), false);
+      const Operand v = act_operand(at(x_b, L.v_offset(0), esz), L.row(), hs(), false);
+      const Operand g = act_operand(at(dout.data(), b * T() * L.out_row(), esz), L.out_row(), hs(), true);
+      const Operand p = act_operand(at(saved.data(), b * H() * square(), esz), T(), square(), true);
+      const Operand dp = f32_operand(dp_t.data(), T(), square(), true);
+      const Operand ds = act_operand(ds_b, T(), square(), true);
+      const Operand dq = act_operand(at(d_b, L.q_offset(0), esz), L.row(), hs(), true);
+      const Operand dk = f32_operand(dk_sum, hs(), T() * hs(), false);
+      const Operand dv = f32_operand(dv_sum, hs(), T() * hs(), false);
+      for (const HeadBatch& hb : batches)
+        for_blocks([&](std::int64_t r0, std::int64_t r1) {
+          product(hb, false, true, r1 - r0, r1, hs(), g.shift(r0), v, dp.shift(r0), DType::F32);
+        });
       run<nn_math::CausalSoftmaxBackward>(ctx, act, [&](auto& op) {
         using T_ = std::remove_pointer_t<decltype(op.ds)>;
-        op = {static_cast<const T_*>(p_b), dp_b, static_cast<T_*>(ds), H() * T(), T(), scale};
+        op = {static_cast<const T_*>(p.base), static_cast<const float*>(dp.base), static_cast<T_*>(ds_b), H() * T(),
+              T(), scale};
       });
-      for (std::int64_t kv = 0; kv < L.kv_heads; ++kv) {
-        const std::int64_t h0 = L.first_q(kv), h1 = L.end_q(kv);
-        if (h1 > h0) {
-          gemm(ctx, head_batch(false, false, T(), hs(), T(), at(ds, h0 * square(), esz), T(), square(),
-                               at(q_b, L.k_offset(kv), esz), L.row(), at(d_b, L.q_offset(h0), esz), L.row(), hs(),
-                               h1 - h0, act, act));
-          // dK and dV sum the q heads that read the kv head, in ascending order, in fp32.
-          for (std::int64_t h = h0; h < h1; ++h) {
-            const float beta = h == h0 ? 0.0f : 1.0f;
-            gemm(ctx, head_batch(true, false, T(), hs(), T(), at(ds, h * square(), esz), T(), 0,
-                                 at(q_b, L.q_offset(h), esz), L.row(), dk_sum, hs(), 0, 1, act, DType::F32, beta));
-            gemm(ctx, head_batch(true, false, T(), hs(), T(), at(p_b, h * square(), esz), T(), 0,
-                                 at(g_b, L.q_offset(h), esz), L.out_row(), dv_sum, hs(), 0, 1, act, DType::F32, beta));
-          }
-        } else {
-          kernels::fill(ctx, kv_sum, 0.0);  // no local q head reads this kv head
-        }
-        store(dk_sum, at(d_b, L.k_offset(kv), esz));
-        store(dv_sum, at(d_b, L.v_offset(kv), esz));
+      if (zeros_needed) kernels::fill(ctx, kv_sums, 0.0);
+      std::vector<bool> started(static_cast<std::size_t>(L.kv_heads), false);
+      for (const HeadBatch& hb : batches) {
+        // A kv head's first batch starts its sums; later ones (its next q heads) add to them.
+        const bool accumulate = started[static_cast<std::size_t>(hb.kv0)];
+        for (std::int64_t j = 0; j < hb.count; ++j) started[static_cast<std::size_t>(hb.kv0 + j * hb.kv_step)] = true;
+        for_blocks([&](std::int64_t r0, std::int64_t r1) {
+          // dQ rows [r0, r1) read the keys [0, r1); dK and dV rows [r0, r1) the queries [r0, T) (dS
+          // and P are zero above the diagonal, so the rows before r0 add nothing).
+          product(hb, false, false, r1 - r0, hs(), r1, ds.shift(r0), k, dq.shift(r0), act);
+          product(hb, true, false, r1 - r0, hs(), T() - r0, ds.shift(r0, r0), q.shift(r0), dk.shift(r0), DType::F32,
+                  accumulate);
+          product(hb, true, false, r1 - r0, hs(), T() - r0, p.shift(r0, r0), g.shift(r0), dv.shift(r0), DType::F32,
+                  accumulate);
+        });
       }
+      store(dk_sum, at(d_b, L.k_offset(0), esz));
+      store(dv_sum, at(d_b, L.v_offset(0), esz));
     }
   }
 
-  // A compact fp32 [T, hs] block into a kv head's columns of one sequence's dqkv.
+  // Every kv head's compact fp32 [T, hs] sums into its columns of one sequence's dqkv.
   void store(const float* src, void* dst) {
     run<nn_math::StoreColumns>(ctx, act, [&](auto& op) {
       using T_ = std::remove_pointer_t<decltype(op.dst)>;
-      op = {src, static_cast<T_*>(dst), T(), hs(), s.heads.row()};
+      op = {src, static_cast<T_*>(dst), s.heads.kv_heads, T(), hs(), s.heads.row()};
     });
   }
 };

@@ -57,16 +57,20 @@ struct CausalSoftmaxBackward {
   }
 };
 
-// dst[r * ld + c] = src[r * cols + c] rounded into T: a compact fp32 block (a kv head's summed
-// gradient) into its columns of a wider row-major tensor. One unit per row.
+// dst[r * ld + j * cols + c] = src[(j * rows + r) * cols + c] rounded into T: `blocks` compact fp32
+// blocks [rows, cols] (the kv heads' summed gradients) into neighbouring column blocks of a wider
+// row-major tensor. One unit per (block, row).
 template <class T>
 struct StoreColumns {
   const float* src;
   T* dst;
-  std::int64_t rows, cols, ld;
-  MT_HD std::int64_t count() const { return rows; }
-  MT_HD void operator()(std::int64_t r) const {
-    for (std::int64_t c = 0; c < cols; ++c) dst[r * ld + c] = narrow_to<T>(src[r * cols + c]);
+  std::int64_t blocks, rows, cols, ld;
+  MT_HD std::int64_t count() const { return blocks * rows; }
+  MT_HD void operator()(std::int64_t u) const {
+    const std::int64_t j = u / rows, r = u % rows;
+    const float* from = src + u * cols;
+    T* to = dst + r * ld + j * cols;
+    for (std::int64_t c = 0; c < cols; ++c) to[c] = narrow_to<T>(from[c]);
   }
 };
 

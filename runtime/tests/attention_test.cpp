@@ -45,11 +45,15 @@ struct Case {
   i64 out_width() const { return heads.q_heads * head_size; }
 };
 
-// gpt2-like multi-head; a llama-like tensor-parallel rank holding q heads 2-5 of 8 (groups of 2)
-// and all 4 kv heads, of which it reads kv heads 1 and 2 only.
+// gpt2-like multi-head; llama-like groups of 3 q heads per kv head (each GEMM spans the kv heads,
+// dK and dV summed over three batches); a llama-like tensor-parallel rank holding q heads 2-5 of 8
+// (groups of 2) and all 4 kv heads, of which it reads kv heads 1 and 2 only (a GEMM per kv head);
+// a sequence long enough for the causal row blocks.
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       {"multi_head", 2, 37, 16, {3, 3, 0, 1, 0}},
+      {"grouped", 2, 33, 8, {6, 2, 0, 3, 0}},
+      {"long_causal_blocks", 1, 300, 8, {2, 1, 0, 2, 0}},  // rows in blocks of 128, 128 and 44
       {"grouped_slice", 2, 29, 8, {4, 4, 2, 2, 0}},
   };
   return all;
@@ -133,7 +137,7 @@ TEST_P(AttentionKernels, BatchedGemmAgreesWithTheReferenceOnTheCpu) {
 // The grouped slice's kv head 0 and 3 are read by no local q head: their gradients are zero, and
 // the probabilities above the diagonal are zero.
 TEST_P(AttentionKernels, UnreadKvHeadsGetZeroGradientsAndTheMaskHolds) {
-  const Case& c = cases()[1];
+  const Case& c = cases()[3];
   const Result r = run_attention(cpu_options(2), AttentionKernel::BatchedGemm, c, GetParam());
   const i64 row = c.width(), hs = c.head_size, H = c.heads.q_heads, KV = c.heads.kv_heads;
   for (i64 n = 0; n < c.B * c.T; ++n)
