@@ -449,8 +449,9 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   // micro-batch's new tokens before the old are freed, the step's few floats for the norm and loss.
   const double Bm = layout.micro_batch, Tm = training.seq_len, Hm = model.heads / layout.tp;
   const int ab = training.act_bytes();
+  const double kv_channels = (w.qkv - w.attention) / 2;  // the local [k | v] halves
   const double attention_scratch =
-      std::max(block(nn::attention_backward_scratch_bytes(training.attention, Bm, Hm, Tm, model.head_size(), ab)),
+      std::max(block(nn::attention_backward_scratch_bytes(training.attention, Bm, Hm, Tm, kv_channels, ab)),
                block(nn::attention_forward_scratch_bytes(training.attention, Hm, Tm, ab)));
   const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
   const double biggest =

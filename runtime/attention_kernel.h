@@ -43,13 +43,13 @@ inline double attention_forward_scratch_bytes(AttentionKernel k, double q_heads,
 
 // The scratch the backward allocates while it runs. Reference: the fp32 gradient of the scores of
 // the whole micro-batch. BatchedGemm, one sequence at a time: the fp32 gradient of its probabilities
-// [q_heads, T, T], under bf16 the bf16 gradient of its scores beside it, and the fp32 sums of one kv
-// head's gradients [T, 2 hs].
+// [q_heads, T, T], under bf16 the bf16 gradient of its scores beside it, and the fp32 sums of every
+// local kv head's dK and dV [2, T, kv_channels] (kv_channels: the local kv heads x head size).
 inline double attention_backward_scratch_bytes(AttentionKernel k, double batch, double q_heads, double seq_len,
-                                               double head_size, int act_bytes) {
+                                               double kv_channels, int act_bytes) {
   if (k == AttentionKernel::Reference) return batch * q_heads * seq_len * seq_len * 4.0;
   const double scores = q_heads * seq_len * seq_len;
-  return scores * 4.0 + (act_bytes == 4 ? 0.0 : scores * act_bytes) + seq_len * 2.0 * head_size * 4.0;
+  return scores * 4.0 + (act_bytes == 4 ? 0.0 : scores * act_bytes) + 2.0 * seq_len * kv_channels * 4.0;
 }
 
 }  // namespace mt::nn
