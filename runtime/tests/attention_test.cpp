@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/attention.h"  // defines: nn::attention_forward, nn::attention_backward, nn::attention_saved, ...
+#include "runtime/attention.h"  // defines: nn::attention_forward, nn::attention_backward, nn::attention_saved, nn::attention_kernel_for
 #include "runtime/context.h"    // defines: DeviceContext, DeviceOptions
 #include "runtime/error.h"      // defines: Error
 #include "runtime/kernels.h"    // defines: kernels::fill

@@ -117,6 +117,10 @@ requeue_case() {
   if ! wait_for "$bound" grep -q "requeueing job $job" "$log" || ! wait_for 10 eval '[ "$(state)" = PENDING ]'; then
     fail "$name: not requeued (state $(state))"; cat "$log"; scancel "$job"; return 1
   fi
+  # Release it once the first run's step daemons are gone: started while Slurm still ends the first
+  # run, the new run's step was aborted at launch (Slurm's own 120 s hold leaves users clear of this).
+  wait_for "$bound" eval '! pgrep -f "slurmstepd: \[$job\." >/dev/null' ||
+    fail "$name: the first run's slurmstepd still running after $bound s"
   scontrol update JobId="$job" StartTime=now
   if ! wait_for "$bound" eval '[ "$(state)" = COMPLETED ]'; then
     fail "$name: the requeued job did not complete (state $(state))"; cat "$log"; scancel "$job"; return 1
