@@ -69,31 +69,51 @@ Tensor attention_saved(DeviceContext& ctx, AttentionKernel kernel, std::int64_t 
 }
 
 
-void attention_forward(DeviceContext& ctx, const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& att) {
+namespace {
+
+// The checks both implementations share; each returns the shape.
+AttentionShape check_forward(const DeviceContext& ctx, const Tensor& qkv, const AttentionHeads& heads,
+                             const Tensor& out) {
   expect_on(ctx, qkv, "qkv");
   expect_on(ctx, out, "attention output");
-  expect_f32(ctx, att, "attention probabilities");
   const AttentionShape s = attention_shape(qkv, heads);
   expect_numel(out, s.B * s.T * s.heads.out_row(), "attention output");
-  expect_numel(att, s.B * s.heads.q_heads * s.T * s.T, "attention probabilities");
   MT_CHECK(out.dtype() == qkv.dtype(), "attention: output ", out.describe(), " for qkv ", qkv.describe());
+  return s;
+}
+
+AttentionShape check_backward(const DeviceContext& ctx, const Tensor& dout, const Tensor& qkv,
+                              const AttentionHeads& heads, const Tensor& dqkv) {
+  expect_on(ctx, dout, "attention output gradient");
+  expect_on(ctx, qkv, "qkv");
+  expect_on(ctx, dqkv, "qkv gradient");
+  const AttentionShape s = attention_shape(qkv, heads);
+  expect_numel(dout, s.B * s.T * s.heads.out_row(), "attention output gradient");
+  expect_numel(dqkv, qkv.numel(), "qkv gradient");
+  MT_CHECK(dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype(), "attention backward: mixed activation dtypes");
+  return s;
+}
+
+// The state the forward keeps, as attention_saved makes it for `kernel`.
+void check_saved(const DeviceContext& ctx, AttentionKernel kernel, const Tensor& saved, const AttentionShape& s,
+                 DType activations) {
+  expect_on(ctx, saved, "attention's saved state");
+  const DType want = attention_saved_dtype(kernel, activations);
+  MT_CHECK(saved.dtype() == want && saved.numel() == s.B * s.heads.q_heads * s.T * s.T, "attention (",
+           attention_kernel_name(kernel), "): saved state ", saved.describe(), ", expected [", s.B, ", ",
+           s.heads.q_heads, ", ", s.T, ", ", s.T, "] ", dtype_name(want));
+}
+
+// Reference: one unit per (sequence, position, q head); att [B, q_heads, T, T] fp32.
+void reference_forward(DeviceContext& ctx, const AttentionShape& s, const Tensor& qkv, Tensor& out, Tensor& att) {
   run<nn_math::AttentionForward>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.out)>;
     op = {ptr<const T_>(qkv), ptr<T_>(out), ptr<float>(att), s.B, s.T, s.heads};
   });
 }
 
-void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                        const AttentionHeads& heads, Tensor& dqkv) {
-  expect_on(ctx, dout, "attention output gradient");
-  expect_on(ctx, qkv, "qkv");
-  expect_on(ctx, dqkv, "qkv gradient");
-  expect_f32(ctx, att, "attention probabilities");
-  const AttentionShape s = attention_shape(qkv, heads);
-  expect_numel(dout, s.B * s.T * s.heads.out_row(), "attention output gradient");
-  expect_numel(att, s.B * s.heads.q_heads * s.T * s.T, "attention probabilities");
-  expect_numel(dqkv, qkv.numel(), "qkv gradient");
-  MT_CHECK(dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype(), "attention backward: mixed activation dtypes");
+void reference_backward(DeviceContext& ctx, const AttentionShape& s, const Tensor& dout, const Tensor& qkv,
+                        const Tensor& att, Tensor& dqkv) {
   // The gradient of the attention scores, att's size; the passes are those of nn_functors.h.
   Tensor dscore = Tensor::empty({s.B, s.heads.q_heads, s.T, s.T}, DType::F32, ctx);
   const std::int64_t width = unit_width(ctx);
@@ -113,6 +133,17 @@ void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qk
     op = {ptr<const T_>(dout), ptr<const T_>(qkv),  ptr<const float>(att), ptr<const float>(dscore),
           ptr<T_>(dqkv),       s.B, s.T, s.heads, width};
   });
+}
+
+}  // namespace
+
+void attention_forward(DeviceContext& ctx, const Tensor& qkv, const AttentionHeads& heads, Tensor& out, Tensor& att) {
+  attention_forward(ctx, AttentionKernel::Reference, qkv, heads, out, att);
+}
+
+void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        const AttentionHeads& heads, Tensor& dqkv) {
+  attention_backward(ctx, AttentionKernel::Reference, dout, qkv, att, heads, dqkv);
 }
 
 void attention_forward(DeviceContext& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& att) {
@@ -278,7 +309,8 @@ struct GemmAttention {
     Tensor kv_sums = Tensor::empty({2, L.kv_heads, T(), hs()}, DType::F32, ctx);
     float* dk_sum = static_cast<float*>(kv_sums.data());
     float* dv_sum = dk_sum + L.kv_heads * T() * hs();
-    const bool zeros_needed = unread_kv_heads(L);
+    // A kv head no local q head reads is never written: zero its sums once for every sequence.
+    if (unread_kv_heads(L)) kernels::fill(ctx, kv_sums, 0.0);
     for (std::int64_t b = 0; b < s.B; ++b) {
       const void* x_b = at(qkv.data(), b * T() * L.row(), esz);
       void* d_b = at(dqkv.data(), b * T() * L.row(), esz);
@@ -301,7 +333,6 @@ struct GemmAttention {
         op = {static_cast<const T_*>(p.base), static_cast<const float*>(dp.base), static_cast<T_*>(ds_b), H() * T(),
               T(), scale};
       });
-      if (zeros_needed) kernels::fill(ctx, kv_sums, 0.0);
       std::vector<bool> started(static_cast<std::size_t>(L.kv_heads), false);
       for (const HeadBatch& hb : batches) {
         // A kv head's first batch starts its sums; later ones (its next q heads) add to them.
@@ -331,47 +362,28 @@ struct GemmAttention {
   }
 };
 
-void check_saved(const DeviceContext& ctx, AttentionKernel kernel, const Tensor& saved, const AttentionShape& s,
-                 DType activations) {
-  expect_on(ctx, saved, "attention's saved state");
-  const DType want = attention_saved_dtype(kernel, activations);
-  MT_CHECK(saved.dtype() == want && saved.numel() == s.B * s.heads.q_heads * s.T * s.T, "attention (",
-           attention_kernel_name(kernel), "): saved state ", saved.describe(), ", expected [", s.B, ", ",
-           s.heads.q_heads, ", ", s.T, ", ", s.T, "] ", dtype_name(want));
-}
-
 }  // namespace
 
 void attention_forward(DeviceContext& ctx, AttentionKernel kernel, const Tensor& qkv, const AttentionHeads& heads,
                        Tensor& out, Tensor& saved) {
-  if (kernel == AttentionKernel::Reference) {
-    attention_forward(ctx, qkv, heads, out, saved);
-    return;
-  }
-  expect_on(ctx, qkv, "qkv");
-  expect_on(ctx, out, "attention output");
-  const AttentionShape s = attention_shape(qkv, heads);
-  expect_numel(out, s.B * s.T * s.heads.out_row(), "attention output");
-  MT_CHECK(out.dtype() == qkv.dtype(), "attention: output ", out.describe(), " for qkv ", qkv.describe());
+  const AttentionShape s = check_forward(ctx, qkv, heads, out);
   check_saved(ctx, kernel, saved, s, qkv.dtype());
-  GemmAttention(ctx, s, qkv.dtype()).forward(qkv, out, saved);
+  if (kernel == AttentionKernel::Reference) {
+    reference_forward(ctx, s, qkv, out, saved);
+  } else {
+    GemmAttention(ctx, s, qkv.dtype()).forward(qkv, out, saved);
+  }
 }
 
 void attention_backward(DeviceContext& ctx, AttentionKernel kernel, const Tensor& dout, const Tensor& qkv,
                         const Tensor& saved, const AttentionHeads& heads, Tensor& dqkv) {
-  if (kernel == AttentionKernel::Reference) {
-    attention_backward(ctx, dout, qkv, saved, heads, dqkv);
-    return;
-  }
-  expect_on(ctx, dout, "attention output gradient");
-  expect_on(ctx, qkv, "qkv");
-  expect_on(ctx, dqkv, "qkv gradient");
-  const AttentionShape s = attention_shape(qkv, heads);
-  expect_numel(dout, s.B * s.T * s.heads.out_row(), "attention output gradient");
-  expect_numel(dqkv, qkv.numel(), "qkv gradient");
-  MT_CHECK(dout.dtype() == qkv.dtype() && dqkv.dtype() == qkv.dtype(), "attention backward: mixed activation dtypes");
+  const AttentionShape s = check_backward(ctx, dout, qkv, heads, dqkv);
   check_saved(ctx, kernel, saved, s, qkv.dtype());
-  GemmAttention(ctx, s, qkv.dtype()).backward(dout, qkv, saved, dqkv);
+  if (kernel == AttentionKernel::Reference) {
+    reference_backward(ctx, s, dout, qkv, saved, dqkv);
+  } else {
+    GemmAttention(ctx, s, qkv.dtype()).backward(dout, qkv, saved, dqkv);
+  }
 }
 
 }  // namespace mt::nn
