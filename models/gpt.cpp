@@ -573,8 +573,7 @@ void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, T
   }
   const UnitUse use(hooks, blk.mlp_unit, ParamUse::Forward);
   blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
-  blk.fc.forward(ctx_, tp_enter(a.ln2, w.full), a.fch);
-  mlp_activation(a.fch, a.fch_gelu);
+  mlp_up_forward(blk, tp_enter(a.ln2, w.full), a);
   if (out == nullptr) return;
   blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, add_row_bias);
   kernels::binary(ctx_, BinaryOp::Add, a.res2, tp_leave(w.branch, w.branch_local), *out);
@@ -680,13 +679,25 @@ void Gpt::mlp_activation(const Tensor& fch, Tensor& out) {
   }
 }
 
-// dfch from the activation's output gradient dact; dfch may be fch (W no longer reads it) or, for
-// GELU, dact.
-void Gpt::mlp_activation_backward(const Tensor& fch, const Tensor& dact, Tensor& dfch) {
+// The MLP's up projection and its activation: gpt2's GELU in the GEMM's epilogue (fch the
+// pre-activation, fch_gelu the GELU of it as stored); llama's SwiGLU after the GEMM.
+void Gpt::mlp_up_forward(Block& blk, const Tensor& x, LayerActs& a) {
   if (config_.is_llama()) {
+    blk.fc.forward(ctx_, x, a.fch);
+    nn::swiglu_forward(ctx_, a.fch, a.fch_gelu);
+  } else {
+    blk.fc.forward_gelu(ctx_, x, a.fch, a.fch_gelu);
+  }
+}
+
+// dfch from the down projection's output gradient dy, through the activation: gpt2 in the GEMM's
+// epilogue (dact unused), llama through dact. dfch may be fch (W no longer reads it).
+void Gpt::mlp_down_backward_input(Block& blk, const Tensor& dy, const Tensor& fch, Tensor& dact, Tensor& dfch) {
+  if (config_.is_llama()) {
+    blk.fc_proj.backward_input(ctx_, dy, dact);
     nn::swiglu_backward(ctx_, fch, dact, dfch);
   } else {
-    nn::gelu_backward(ctx_, fch, dact, dfch);
+    blk.fc_proj.backward_input_dgelu(ctx_, dy, fch, dfch);
   }
 }
 
@@ -853,8 +864,9 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
       // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
       // collects the branch's contribution.
       // With sequence parallelism the GEMMs' inputs are gathered again (forward kept this rank's rows).
-      blk.fc_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.fch_gelu, &w.dact);
-      mlp_activation_backward(a.fch, w.dact, w.dfch);
+      const Tensor& dmlp_out = tp_leave_backward(s.dres, w.dfull);
+      blk.fc_proj.backward_weights(ctx_, dmlp_out, a.fch_gelu);  // then the input: Linear::backward's order
+      mlp_down_backward_input(blk, dmlp_out, a.fch, w.dact, w.dfch);
       blk.fc.backward(ctx_, w.dfch, tp_enter(a.ln2, w.full), &w.dln);
       layernorm_backward(blk.ln2, tp_enter_backward(w.dln, w.dln_local), a.res2, a.ln2_mean, a.ln2_rstd, s.dres, w);
     }
@@ -995,16 +1007,14 @@ void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
       if (sp) {
         // The fused backward's collectives in its order; W reads the gathered gradients and inputs.
         tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dmlp_out);
-        blk.fc_proj.backward_input(ctx_, g.dmlp_out, w.dact);
-        mlp_activation_backward(a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu, not fch
+        mlp_down_backward_input(blk, g.dmlp_out, a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu
         tp_.sequence_gather_forward(ctx_, a.ln2, g.ln2_full);
         blk.fc.backward_input(ctx_, a.fch, w.dln);
         tp_.sequence_gather_backward(ctx_, w.dln, g.dln2);
       } else {
         tp_.reduce_backward(s.dres);
         g.dmlp_out.copy_from(s.dres, ctx_.stream());  // dres collects the branches' gradients from here on
-        blk.fc_proj.backward_input(ctx_, s.dres, w.dact);
-        mlp_activation_backward(a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu, not fch
+        mlp_down_backward_input(blk, s.dres, a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu
         blk.fc.backward_input(ctx_, a.fch, g.dln2);
         tp_.copy_backward(g.dln2);
       }

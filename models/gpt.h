@@ -259,7 +259,8 @@ class Gpt {
   void qkv_backward_input(Block& blk, const Tensor& dqkv, Tensor& dx);
   void qkv_backward_weights(Block& blk, const Tensor& dqkv, const Tensor& x, Scratch& w);
   void mlp_activation(const Tensor& fch, Tensor& out);
-  void mlp_activation_backward(const Tensor& fch, const Tensor& dact, Tensor& dfch);
+  void mlp_up_forward(Block& blk, const Tensor& x, LayerActs& a);
+  void mlp_down_backward_input(Block& blk, const Tensor& dy, const Tensor& fch, Tensor& dact, Tensor& dfch);
   void ready(std::size_t first, std::size_t count);
   void check_tokens(std::span<const std::int32_t> ids, const char* what) const;
 

@@ -27,12 +27,18 @@ void Linear::forward(DeviceContext& ctx, const Tensor& x, Tensor& y, bool add_bi
   Tensor x2 = as_matrix(x, in_features());
   Tensor y2 = as_matrix(y, out_features());
   MT_CHECK(x2.dim(0) == y2.dim(0), "linear: input ", x.describe(), " and output ", y.describe(), " differ in rows");
-  if (bias.defined() && add_bias) {
-    nn::broadcast_rows(ctx, bias, y2);
-    matmul(ctx, x2, false, compute_weight, true, y2, 1.0f, 1.0f);
-  } else {
-    matmul(ctx, x2, false, compute_weight, true, y2);
-  }
+  matmul(ctx, x2, false, compute_weight, true, y2, 1.0f, 0.0f,
+         bias.defined() && add_bias ? MatmulEpilogue::with_bias(bias) : MatmulEpilogue{});
+}
+
+void Linear::forward_gelu(DeviceContext& ctx, const Tensor& x, Tensor& pre, Tensor& post) const {
+  Tensor x2 = as_matrix(x, in_features());
+  Tensor pre2 = as_matrix(pre, out_features());
+  Tensor post2 = as_matrix(post, out_features());
+  MT_CHECK(x2.dim(0) == pre2.dim(0) && pre.numel() == post.numel(), "linear+gelu: input ", x.describe(),
+           ", pre-activation ", pre.describe(), " and output ", post.describe(), " differ in rows");
+  matmul(ctx, x2, false, compute_weight, true, post2, 1.0f, 0.0f,
+         MatmulEpilogue::bias_gelu(bias.defined() ? &bias : nullptr, pre2));
 }
 
 void Linear::backward(DeviceContext& ctx, const Tensor& dy, const Tensor& x, Tensor* dx, bool accumulate_dx) {
@@ -46,11 +52,20 @@ void Linear::backward_input(DeviceContext& ctx, const Tensor& dy, Tensor& dx, bo
   matmul(ctx, dy2, false, compute_weight, false, dx2, 1.0f, accumulate_dx ? 1.0f : 0.0f);
 }
 
+void Linear::backward_input_dgelu(DeviceContext& ctx, const Tensor& dy, const Tensor& pre, Tensor& dpre) const {
+  Tensor dy2 = as_matrix(dy, out_features());
+  Tensor dpre2 = as_matrix(dpre, in_features());
+  Tensor pre2 = as_matrix(pre, in_features());
+  MT_CHECK(pre.numel() == dpre.numel(), "linear dgelu: pre-activation ", pre.describe(), " and its gradient ",
+           dpre.describe(), " differ");
+  matmul(ctx, dy2, false, compute_weight, false, dpre2, 1.0f, 0.0f, MatmulEpilogue::dgelu(pre2));
+}
+
 void Linear::backward_weights(DeviceContext& ctx, const Tensor& dy, const Tensor& x) {
   Tensor dy2 = as_matrix(dy, out_features());
   Tensor x2 = as_matrix(x, in_features());
-  matmul(ctx, dy2, true, x2, false, dweight, 1.0f, 1.0f);
-  if (dbias.defined()) nn::bias_backward(ctx, dy2, dbias);
+  matmul(ctx, dy2, true, x2, false, dweight, 1.0f, 1.0f,
+         dbias.defined() ? MatmulEpilogue::bias_grad_of_a(dbias) : MatmulEpilogue{});
 }
 
 namespace {

@@ -17,8 +17,9 @@ class ParameterStore;
 // The activations x, y and their gradients are of the compute dtype (fp32 or bf16); so is
 // `compute_weight`, the weight as the GEMMs read it: `weight` itself in fp32, the store's bf16 copy
 // of it otherwise. `weight`, `bias` and the gradients are the fp32 masters: dweight accumulates in
-// fp32 (a bf16 x bf16 -> fp32 GEMM); the kernels read the fp32 bias (broadcast into y, in y's
-// dtype, before the GEMM adds x W^T to it) and sum dbias in fp32.
+// fp32 (a bf16 x bf16 -> fp32 GEMM). The bias, its gradient and a following GELU ride on the GEMMs
+// as epilogues (runtime/gemm.h): the fp32 bias is added to the GEMM's fp32 result before it is
+// rounded to y's dtype, and dbias is summed in fp32 next to dweight.
 struct Linear {
   Tensor weight, bias, dweight, dbias;
   Tensor compute_weight;
@@ -30,12 +31,18 @@ struct Linear {
   // x [N, in] -> y [N, out] (overwritten). add_bias false: y = x W^T alone (a row-parallel layer
   // adds its bias on one rank of the group only, before the partial outputs are summed).
   void forward(DeviceContext& ctx, const Tensor& x, Tensor& y, bool add_bias = true) const;
+  // The same with a GELU after it, in the GEMM's epilogue: pre = x W^T + b, post = gelu(pre), both
+  // [N, out] (post as gelu_forward(pre) would give it, bit for bit).
+  void forward_gelu(DeviceContext& ctx, const Tensor& x, Tensor& pre, Tensor& post) const;
   // dweight += dy^T x; dbias += column sums of dy; and when dx is given, dx = dy W (or += with
   // accumulate_dx).
   void backward(DeviceContext& ctx, const Tensor& dy, const Tensor& x, Tensor* dx, bool accumulate_dx = false);
   // backward() in two halves, for a backward split in time (zero-bubble pipelines): together, on
   // the same dy, exactly backward()'s bits. dx = dy W (or += with accumulate_dx):
   void backward_input(DeviceContext& ctx, const Tensor& dy, Tensor& dx, bool accumulate_dx = false) const;
+  // The input gradient through the GELU that made this layer's input from `pre`: dpre =
+  // gelu'(pre) * (dy W), in the GEMM's epilogue (one rounding, of the product). dpre may be pre.
+  void backward_input_dgelu(DeviceContext& ctx, const Tensor& dy, const Tensor& pre, Tensor& dpre) const;
   // dweight += dy^T x; dbias += column sums of dy.
   void backward_weights(DeviceContext& ctx, const Tensor& dy, const Tensor& x);
 

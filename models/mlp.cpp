@@ -5,7 +5,7 @@
 
 #include "models/init.h"         // defines: counter_normal, name_hash
 #include "runtime/kernels.h"     // defines: kernels::reduce
-#include "runtime/nn_kernels.h"  // defines: nn::gelu_forward, nn::gelu_backward, nn::cross_entropy
+#include "runtime/nn_kernels.h"  // defines: nn::cross_entropy
 
 namespace mt {
 
@@ -86,8 +86,7 @@ void Mlp::run_forward(std::span<const float> features, int N) {
   a.x = Tensor::from_host(features, {N, config_.inputs}, ctx_);
   for (int i = 0; i < config_.layers; ++i) {
     const auto k = static_cast<std::size_t>(i);
-    fc_[k].forward(ctx_, i == 0 ? a.x : a.post[k - 1], a.pre[k]);
-    nn::gelu_forward(ctx_, a.pre[k], a.post[k]);
+    fc_[k].forward_gelu(ctx_, i == 0 ? a.x : a.post[k - 1], a.pre[k], a.post[k]);
   }
   fc_.back().forward(ctx_, config_.layers == 0 ? a.x : a.post.back(), a.logits);
 }
@@ -120,9 +119,9 @@ void Mlp::backward(float loss_weight) {
   const Tensor* dy = &a.logits;  // gradient of the output of fc.i
   for (int i = config_.layers; i >= 1; --i) {
     const auto k = static_cast<std::size_t>(i);
-    Tensor& dh = a.d[k % 2];  // gradient of post[i - 1], then of pre[i - 1]
-    fc_[k].backward(ctx_, *dy, a.post[k - 1], &dh);
-    nn::gelu_backward(ctx_, a.pre[k - 1], dh, dh);
+    Tensor& dh = a.d[k % 2];  // gradient of pre[i - 1], through the GELU in the GEMM's epilogue
+    fc_[k].backward_weights(ctx_, *dy, a.post[k - 1]);
+    fc_[k].backward_input_dgelu(ctx_, *dy, a.pre[k - 1], dh);
     dy = &dh;
   }
   fc_.front().backward(ctx_, *dy, a.x, nullptr);  // no gradient for the features

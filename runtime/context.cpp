@@ -8,6 +8,7 @@
 #include "runtime/blas_backend.h"
 #include "runtime/cuda_api.h"
 #include "runtime/error.h"
+#include "runtime/gemm.h"
 
 namespace mt {
 namespace {
@@ -44,7 +45,8 @@ DeviceContext::~DeviceContext() {
 
 void* DeviceContext::blas_handle() {
   if (options_.device.is_cuda() && blas_handle_ == nullptr) {
-    blas_handle_ = blas::create_cuda_handle(options_.device.index, stream_.handle());
+    blas_handle_ = blas::create_cuda_handle(options_.device.index, stream_.handle(),
+                                            cuda_gemm_path_from_env() == CudaGemmPath::CublasLt);
   }
   return blas_handle_;
 }

@@ -34,7 +34,9 @@ class DeviceContext {
   const std::shared_ptr<Allocator>& shared_allocator() const { return allocator_; }
   Stream& stream() { return stream_; }
   int cpu_threads() const { return options_.cpu_threads; }
-  void* blas_handle();  // cublasHandle_t on CUDA, created on first use; nullptr on the CPU
+  // The CUDA BLAS state (runtime/cuda/cuda_blas.h), created on first use with the GEMM path
+  // MESHTRAIN_GEMM names then (runtime/gemm.h); nullptr on the CPU.
+  void* blas_handle();
   void synchronize() { stream_.synchronize(); }
 
  private:

@@ -48,9 +48,12 @@ double Cuda::reduce(ReduceKind, const void*, DType, std::int64_t, cuda::StreamHa
 }  // namespace backend
 
 namespace blas {
-void* create_cuda_handle(int, cuda::StreamHandle) { not_built(); }
+void* create_cuda_handle(int, cuda::StreamHandle, bool) { not_built(); }
 void destroy_cuda_handle(void*) { not_built(); }
 void cuda_gemm(void*, const GemmArgs&) { not_built(); }
+bool cuda_uses_lt(void*) { not_built(); }
+void cuda_lt_gemm(void*, const GemmArgs&) { not_built(); }
+void cuda_bias_grad_tiles(void*, const GemmArgs&, float*) { not_built(); }
 }  // namespace blas
 
 }  // namespace mt

@@ -6,7 +6,8 @@
 // (exactly: a bf16 is the top half of an fp32) into compact fp32 scratch, multiplied by sgemm into
 // an fp32 result that starts from C (widened too when C is bf16, so beta x C is an fp32 term),
 // and a bf16 C gets that result rounded to nearest even. That is the math cuBLAS does with
-// CUBLAS_COMPUTE_32F (up to the order of the fp32 sums), at the cost of the copies.
+// CUBLAS_COMPUTE_32F (up to the order of the fp32 sums), at the cost of the copies. An epilogue
+// (runtime/gemm.h) runs on that fp32 result before it is rounded (runtime/gemm_epilogue_cpu.cpp).
 #include <cblas.h>
 #include <omp.h>
 
@@ -89,6 +90,30 @@ void widen(const bf16* src, std::int64_t rows, std::int64_t cols, std::int64_t l
     for (std::int64_t j = 0; j < cols; ++j) dst[static_cast<std::size_t>(r * cols + j)] = src[r * ld + j].to_float();
 }
 
+// An epilogue that writes C from the result (runtime/gemm.h): it needs the result first, in fp32.
+bool stores_through_epilogue(const GemmArgs& g) {
+  return g.epilogue != GemmEpilogue::None && g.epilogue != GemmEpilogue::BiasGradA;
+}
+
+// One fp32 matrix product into an fp32 C (x's pointers, compact or not), then g's epilogue. The
+// epilogues that store C start from an fp32 result with beta 0 (gemm() checked): the sgemm writes
+// C itself and the epilogue rewrites it in place, unless C is DGelu's aux, which the epilogue
+// still reads: then the result goes to scratch first.
+void f32_gemm_with_epilogue(const GemmArgs& g, const Fp32Matrices& x, int threads) {
+  if (!stores_through_epilogue(g)) {
+    tiled_sgemm(g, 1, x, threads);
+    return;
+  }
+  if (g.aux == static_cast<void*>(x.c)) {
+    std::vector<float> result(static_cast<std::size_t>(g.m * g.n));
+    tiled_sgemm(g, 1, {x.a, x.lda, x.b, x.ldb, result.data(), g.n}, threads);
+    cpu_store_epilogue(g, result.data(), g.n, threads);
+    return;
+  }
+  tiled_sgemm(g, 1, x, threads);
+  cpu_store_epilogue(g, x.c, x.ldc, threads);
+}
+
 void bf16_gemm(const GemmArgs& g, int threads) {
   const std::int64_t a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
   const std::int64_t b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
@@ -99,20 +124,19 @@ void bf16_gemm(const GemmArgs& g, int threads) {
     widen(a + i * g.stride_a, a_rows, a_cols, g.lda, wa);
     widen(b + i * g.stride_b, b_rows, b_cols, g.ldb, wb);
     if (g.c_type() == DType::F32) {
-      tiled_sgemm(g, 1, {wa.data(), a_cols, wb.data(), b_cols, static_cast<float*>(g.c) + i * g.stride_c, g.ldc},
-                  threads);
+      f32_gemm_with_epilogue(
+          g, {wa.data(), a_cols, wb.data(), b_cols, static_cast<float*>(g.c) + i * g.stride_c, g.ldc}, threads);
       continue;
     }
-    bf16* c = static_cast<bf16*>(g.c) + i * g.stride_c;
+    GemmArgs one = g;  // this matrix's C, stored through the epilogue (None: rounded)
+    one.c = static_cast<bf16*>(g.c) + i * g.stride_c;
     if (g.beta != 0.0f) {
-      widen(c, g.m, g.n, g.ldc, wc);
+      widen(static_cast<const bf16*>(one.c), g.m, g.n, g.ldc, wc);
     } else {
       wc.assign(static_cast<std::size_t>(g.m * g.n), 0.0f);  // BLAS ignores C when beta is 0: so do we
     }
     tiled_sgemm(g, 1, {wa.data(), a_cols, wb.data(), b_cols, wc.data(), g.n}, threads);
-    for (std::int64_t r = 0; r < g.m; ++r)
-      for (std::int64_t j = 0; j < g.n; ++j)
-        c[r * g.ldc + j] = bf16::from_float(wc[static_cast<std::size_t>(r * g.n + j)]);
+    cpu_store_epilogue(one, wc.data(), g.n, threads);
   }
 }
 
@@ -125,14 +149,18 @@ void cpu_gemm(const GemmArgs& g, int threads) {
   threads = std::max(threads, 1);
   if (g.dtype == DType::BF16) {
     bf16_gemm(g, threads);
-    return;
+  } else {
+    MT_CHECK(g.dtype == DType::F32 && g.c_type() == DType::F32, "the CPU GEMM takes fp32 or bf16 inputs, not ",
+             dtype_name(g.dtype), " into ", dtype_name(g.c_type()));
+    const Fp32Matrices x{static_cast<const float*>(g.a), g.lda, static_cast<const float*>(g.b), g.ldb,
+                         static_cast<float*>(g.c), g.ldc, g.stride_a, g.stride_b, g.stride_c};
+    if (g.epilogue == GemmEpilogue::None) {
+      tiled_sgemm(g, g.batch, x, threads);
+    } else {
+      f32_gemm_with_epilogue(g, x, threads);  // one matrix (gemm() checked)
+    }
   }
-  MT_CHECK(g.dtype == DType::F32 && g.c_type() == DType::F32, "the CPU GEMM takes fp32 or bf16 inputs, not ",
-           dtype_name(g.dtype), " into ", dtype_name(g.c_type()));
-  tiled_sgemm(g, g.batch,
-              {static_cast<const float*>(g.a), g.lda, static_cast<const float*>(g.b), g.ldb, static_cast<float*>(g.c),
-               g.ldc, g.stride_a, g.stride_b, g.stride_c},
-              threads);
+  if (g.epilogue == GemmEpilogue::BiasGradA) cpu_bias_grad_a(g, threads);
 }
 
 std::string cpu_gemm_kernel() { return openblas_get_corename(); }

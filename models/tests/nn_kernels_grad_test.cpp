@@ -27,7 +27,7 @@
 #include "models/tests/reference_gpt.h"  // defines: ref::embedding, ref::layernorm, ref::linear, ref::gelu,
 //          ref::attention, ref::cross_entropy, ref::softmax_rows, ref::dot, ref::central_difference_gradient
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
-#include "runtime/gemm.h"                // defines: matmul
+#include "runtime/gemm.h"                // defines: matmul, MatmulEpilogue
 #include "runtime/nn_kernels.h"          // defines: nn::embedding_forward, nn::embedding_backward,
 //          nn::layernorm_forward, nn::layernorm_backward, nn::broadcast_rows, nn::bias_backward, nn::gelu_forward,
 //          nn::gelu_backward, nn::attention_forward, nn::attention_backward, nn::softmax_rows, nn::cross_entropy
@@ -163,24 +163,23 @@ TEST_P(NnKernels, BroadcastRowsCopiesTheBiasAndBiasBackwardAccumulatesColumnSums
   EXPECT_TRUE(all_close(values_of(db), plus(db0, gb), kBackwardTol)) << "dbias";
 }
 
-// y = x W^T + b as the model computes it: broadcast_rows, then a GEMM with beta 1; backward
-// dx = dy W, dW += dy^T x, db += column sums of dy. Checks the [out, in] layout end to end.
-TEST_P(NnKernels, LinearFromBroadcastRowsAndGemmMatchesReference) {
+// y = x W^T + b as the model computes it: one GEMM with the bias in its epilogue; backward
+// dx = dy W, dW += dy^T x with db += column sums of dy in the same GEMM's epilogue. Checks the
+// [out, in] layout end to end.
+TEST_P(NnKernels, LinearFromGemmEpiloguesMatchesReference) {
   const int N = 4, in = 6, out = 5;
   const Vec x = random_vec(rng, idx(N * in), -1, 1), w = random_vec(rng, idx(out * in), -1, 1),
             b = random_vec(rng, out, -1, 1), dy = random_vec(rng, idx(N * out), -1, 1);
-  const Tensor xt = f32(x, {N, in}, ctx), wt = f32(w, {out, in}, ctx);
-  Tensor y = Tensor::empty({N, out}, DType::F32, ctx);
-  nn::broadcast_rows(ctx, f32(b, {out}, ctx), y);
-  matmul(ctx, xt, false, wt, true, y, 1.0f, 1.0f);
+  const Tensor xt = f32(x, {N, in}, ctx), wt = f32(w, {out, in}, ctx), bt = f32(b, {out}, ctx);
+  Tensor y = f32(Vec(idx(N * out), kGarbage), {N, out}, ctx);
+  matmul(ctx, xt, false, wt, true, y, 1.0f, 0.0f, MatmulEpilogue::with_bias(bt));
   EXPECT_TRUE(all_close(values_of(y), ref::linear(x, w, b, N, in, out), kForwardTol)) << "y";
 
   const Tensor dyt = f32(dy, {N, out}, ctx);
   const Vec dw0 = random_vec(rng, idx(out * in), -1, 1), db0 = random_vec(rng, out, -1, 1);
   Tensor dx = Tensor::empty({N, in}, DType::F32, ctx), dw = f32(dw0, {out, in}, ctx), db = f32(db0, {out}, ctx);
   matmul(ctx, dyt, false, wt, false, dx);
-  matmul(ctx, dyt, true, xt, false, dw, 1.0f, 1.0f);
-  nn::bias_backward(ctx, dyt, db);
+  matmul(ctx, dyt, true, xt, false, dw, 1.0f, 1.0f, MatmulEpilogue::bias_grad_of_a(db));
   EXPECT_TRUE(all_close(values_of(dx), fd_grad([&](const Vec& v) { return ref::linear(v, w, b, N, in, out); }, dy, x),
                         kBackwardTol))
       << "dx";
@@ -192,6 +191,27 @@ TEST_P(NnKernels, LinearFromBroadcastRowsAndGemmMatchesReference) {
                         plus(db0, fd_grad([&](const Vec& v) { return ref::linear(x, w, v, N, in, out); }, dy, b)),
                         kBackwardTol))
       << "dbias";
+}
+
+// gpt2's MLP through the epilogues: post = gelu(x W^T + b) keeping pre; and the gradient at the
+// input of a linear layer fed by a GELU, dpre = gelu'(pre) * (dy W), written over pre.
+TEST_P(NnKernels, GeluEpiloguesMatchReference) {
+  const int N = 4, in = 6, out = 5;
+  const Vec x = random_vec(rng, idx(N * in), -2, 2), w = random_vec(rng, idx(out * in), -1, 1),
+            b = random_vec(rng, out, -1, 1), dy = random_vec(rng, idx(N * out), -1, 1);
+  const Tensor xt = f32(x, {N, in}, ctx), wt = f32(w, {out, in}, ctx), bt = f32(b, {out}, ctx);
+  Tensor pre = f32(Vec(idx(N * out), kGarbage), {N, out}, ctx), post = f32(Vec(idx(N * out), kGarbage), {N, out}, ctx);
+  matmul(ctx, xt, false, wt, true, post, 1.0f, 0.0f, MatmulEpilogue::bias_gelu(&bt, pre));
+  const Vec want_pre = ref::linear(x, w, b, N, in, out);
+  EXPECT_TRUE(all_close(values_of(pre), want_pre, kForwardTol)) << "pre";
+  EXPECT_TRUE(all_close(values_of(post), ref::gelu(want_pre), kForwardTol)) << "post";
+
+  // The layer after the GELU reads gelu(h) for h [N, in]: the gradient at h.
+  Tensor h = f32(x, {N, in}, ctx);
+  matmul(ctx, f32(dy, {N, out}, ctx), false, wt, false, h, 1.0f, 0.0f, MatmulEpilogue::dgelu(h));
+  const Vec zero_bias(idx(out), 0.0);
+  const Vec gh = fd_grad([&](const Vec& v) { return ref::linear(ref::gelu(v), w, zero_bias, N, in, out); }, dy, x);
+  EXPECT_TRUE(all_close(values_of(h), gh, kBackwardTol)) << "dpre";
 }
 
 TEST_P(NnKernels, GeluForwardAndBackwardMatchReference) {

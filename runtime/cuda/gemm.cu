@@ -16,13 +16,18 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 
 #include "runtime/blas_backend.h"
+#include "runtime/cuda/cuda_blas.h"
 #include "runtime/cuda/cuda_check.h"
 
 namespace mt::blas {
 namespace {
-cublasHandle_t to_handle(void* h) { return static_cast<cublasHandle_t>(h); }
+CudaBlas& to_blas(void* h) {
+  MT_CHECK(h != nullptr, "CUDA GEMM without a BLAS handle");
+  return *static_cast<CudaBlas*>(h);
+}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -34,26 +39,31 @@ cudaDataType_t cuda_type(DType t) {
 }
 }  // namespace
 
-void* create_cuda_handle(int device, cuda::StreamHandle stream) {
+void* create_cuda_handle(int device, cuda::StreamHandle stream, bool use_lt) {
   MT_CUDA_CHECK(cudaSetDevice(device));  // the handle belongs to the current device
-  cublasHandle_t handle = nullptr;
-  MT_CUBLAS_CHECK(cublasCreate(&handle));
+  auto blas = std::make_unique<CudaBlas>();
+  blas->stream = static_cast<cudaStream_t>(stream);
+  blas->device = device;
+  blas->use_lt = use_lt;
+  MT_CUBLAS_CHECK(cublasCreate(&blas->handle));
   try {
-    MT_CUBLAS_CHECK(cublasSetStream(handle, static_cast<cudaStream_t>(stream)));
+    MT_CUBLAS_CHECK(cublasSetStream(blas->handle, blas->stream));
     // Stated rather than inherited: no TF32 or emulated fp32 paths, and split-k partial sums of
     // a bf16 GEMM are added in fp32, not rounded to bf16 first.
     MT_CUBLAS_CHECK(cublasSetMathMode(
-        handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+        blas->handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   } catch (...) {
-    cublasDestroy(handle);
+    cublasDestroy(blas->handle);
     throw;
   }
-  return handle;
+  return blas.release();
 }
 
 void destroy_cuda_handle(void* handle) {
   // Runs in DeviceContext's destructor: report, never throw.
-  const cublasStatus_t rc = cublasDestroy(to_handle(handle));
+  std::unique_ptr<CudaBlas> blas(static_cast<CudaBlas*>(handle));
+  blas->lt.reset();
+  const cublasStatus_t rc = cublasDestroy(blas->handle);
   if (rc != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "%s: warning: cuBLAS error in cublasDestroy: %s (%s)\n",
                  describe_location(std::source_location::current()).c_str(), cublasGetStatusName(rc),
@@ -61,8 +71,15 @@ void destroy_cuda_handle(void* handle) {
   }
 }
 
+bool cuda_uses_lt(void* handle) { return to_blas(handle).use_lt; }
+
+void cuda_lt_gemm(void* handle, const GemmArgs& g) {
+  CudaBlas& blas = to_blas(handle);
+  if (!blas.lt) blas.lt = std::make_unique<LtGemm>(blas.device, blas.stream);
+  blas.lt->run(g);
+}
+
 void cuda_gemm(void* handle, const GemmArgs& g) {
-  MT_CHECK(handle != nullptr, "cuda_gemm without a cuBLAS handle");
   MT_CHECK(g.m <= INT_MAX && g.n <= INT_MAX && g.k <= INT_MAX && g.lda <= INT_MAX && g.ldb <= INT_MAX &&
                g.ldc <= INT_MAX && g.batch <= INT_MAX,
            "GEMM dimension exceeds the 32-bit cuBLAS interface: m=", g.m, " n=", g.n, " k=", g.k,
@@ -80,7 +97,7 @@ void cuda_gemm(void* handle, const GemmArgs& g) {
   const float alpha = g.alpha;  // host scalars (the default pointer mode), fp32 for COMPUTE_32F
   const float beta = g.beta;
   MT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      to_handle(handle), op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha,
+      to_blas(handle).handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha,
       g.b, ab_type, ldb, static_cast<long long>(g.stride_b),  //
       g.a, ab_type, lda, static_cast<long long>(g.stride_a),  //
       &beta, g.c, c_type, ldc, static_cast<long long>(g.stride_c), static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,

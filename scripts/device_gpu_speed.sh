@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# A GPU session's work in one call (issue "Fast on a GPU"), on a lent machine, from the repository
+# root, after scripts/device_bundle.sh here and with the PyTorch peer copied into .device/peers/
+# (git-ignored; name .device in the device tool's carry):
+#   mkdir -p .device/peers && cp ../shared/peers/torch_gpt.py .device/peers/
+#   OUT=$OUT scripts/device_gpu_speed.sh [STEPS]
+# 1. the CUDA tests of every op family (ctest -L cuda), then their GPU cases once under
+#    compute-sanitizer memcheck;
+# 2. meshbench train for gpt2 and llama-125m at B=16 T=1024 in bf16 on the defaults, and on the
+#    fast paths still behind switches (MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm);
+# 3. the PyTorch peer on the same GPU and shapes, its settings untouched;
+# 4. where the step goes: nsys's kernel summary of one gpt2 run, where nsys is installed;
+# 5. a short table last. Full logs under $OUT. About 6-8 minutes after the machine is up.
+set -u
+OUT=${OUT:?set OUT to a folder for the findings}
+STEPS=${1:-10}
+R=scripts/device_run.sh
+B=/work/main/build/cuda
+MB=$B/bin/meshbench
+PEER=.device/peers/torch_gpt.py
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$OUT/progress.txt"; }
+
+stamp "CUDA tests (ctest -L cuda)"
+timeout 180 $R ctest -L cuda -j4 > "$OUT/cuda_tests.txt" 2>&1
+tail -25 "$OUT/cuda_tests.txt"
+
+# The op-family tests' GPU cases, once each under memcheck.
+stamp "compute-sanitizer memcheck"
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for t in runtime/tests/gemm_epilogue_test runtime/tests/attention_test runtime/tests/layernorm_backward_test \
+         runtime/tests/gemm_bf16_test runtime/tests/nn_backward_units_test runtime/tests/cuda_backend_test; do
+  echo "=== $t"
+  timeout 90 $R exec "$SAN" --tool memcheck --error-exitcode 9 "$B/$t" --gtest_filter='*Cuda*:*Gpu*:*GPU*' 2>&1 |
+    grep -E "ERROR SUMMARY|PASSED|FAILED|SKIPPED|Invalid|Failure" | head -12
+  echo "exit ${PIPESTATUS[0]}"
+done > "$OUT/memcheck.txt" 2>&1
+cat "$OUT/memcheck.txt"
+
+train() {  # label model env...
+  local label=$1 model=$2; shift 2
+  env "$@" timeout 150 $R exec "$MB" train --device cuda:0 --dtype bf16 --models "$model" --batch 16 --seq-len 1024 \
+    --steps "$STEPS" --warmup 3 --json "$OUT/bench_${label}_${model}.jsonl" > "$OUT/train_${label}_${model}.txt" 2>&1
+  echo "exit $?" >> "$OUT/train_${label}_${model}.txt"
+}
+for model in gpt2 llama-125m; do
+  stamp "meshbench $model: defaults"
+  train default "$model" MESHTRAIN_GEMM=cublas
+  stamp "meshbench $model: fast paths (cublaslt, gemm attention)"
+  train fast "$model" MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm
+  stamp "PyTorch peer $model"
+  timeout 240 python3 "$PEER" --model "$model" --batch 16 --seq 1024 > "$OUT/peer_${model}.txt" 2>&1
+  echo "exit $?" >> "$OUT/peer_${model}.txt"
+done
+
+if command -v nsys > /dev/null; then
+  stamp "nsys: gpt2 on the fast paths"
+  MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm timeout 150 $R exec nsys profile -o /tmp/gpt2 --force-overwrite true \
+    "$MB" train --device cuda:0 --dtype bf16 --models gpt2 --batch 16 --seq-len 1024 --steps 3 --warmup 1 > /dev/null 2>&1
+  nsys stats --report cuda_gpu_kern_sum --format csv /tmp/gpt2.nsys-rep > "$OUT/nsys_kernels.csv" 2>/dev/null
+else
+  echo "nsys is not installed: no per-kernel profile" > "$OUT/nsys_kernels.csv"
+fi
+
+stamp "summary"
+python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
+import csv, json, os, sys
+out = sys.argv[1]
+peak = 989e12  # H100 SXM bf16 dense, the peer's own MFU convention
+rows = []
+for model in ("gpt2", "llama-125m"):
+    for label in ("default", "fast"):
+        path = os.path.join(out, f"bench_{label}_{model}.jsonl")
+        for line in open(path) if os.path.exists(path) else []:
+            rows.append((label, json.loads(line)))
+peers = {}
+for model in ("gpt2", "llama-125m"):
+    path = os.path.join(out, f"peer_{model}.txt")
+    for line in open(path) if os.path.exists(path) else []:
+        if line.startswith("{"):
+            peers[model] = json.loads(line)
+print(f"{'model':<11} {'path':<8} {'ours tok/s':>11} {'peer tok/s':>11} {'ratio':>6} {'MFU':>6} {'peer MFU':>8} {'act GiB':>8}")
+for label, r in rows:
+    tps = r["tokens_per_step"] / r["step_s"]
+    p = peers.get(r["model"], {})
+    ptps = p.get("tokens_per_s", float("nan"))
+    mfu = r["model_flops_per_step"] / r["step_s"] / peak
+    print(f"{r['model']:<11} {label:<8} {tps:>11.0f} {ptps:>11.0f} {tps / ptps:>6.3f} {mfu:>6.3f} "
+          f"{p.get('mfu', float('nan')):>8.3f} {r['activation_peak_bytes'] / 2**30:>8.2f}")
+kern = os.path.join(out, "nsys_kernels.csv")
+try:
+    with open(kern) as f:
+        reader = list(csv.DictReader(f))
+    print("\ntop kernels of a gpt2 step (nsys, fast paths):")
+    for k in reader[:12]:
+        print(f"  {float(k['Time (%)']):5.1f}%  {k['Name'][:90]}")
+except Exception as e:
+    print(f"\nno kernel profile ({e})")
+EOF
+stamp "done"
