@@ -15,7 +15,7 @@
   X(BroadcastRows) X(ColumnSum) X(GeluForward) X(GeluBackward) X(Rope) X(SwigluForward)                \
   X(SwigluBackward) X(AttentionForward) X(AttentionBackwardDots)                                      \
   X(AttentionBackwardSoftmax) X(AttentionBackwardQuery) X(AttentionBackwardKeyValue)                  \
-  X(CrossEntropyForward) X(CrossEntropyBackward) X(SoftmaxRow) X(VocabParallelMax)                    \
+  X(CrossEntropyForward) X(CrossEntropyBackward) X(CrossEntropyFused) X(SoftmaxRow) X(VocabParallelMax) \
   X(VocabParallelSumExp) X(VocabParallelTargetLogit) X(VocabParallelLoss)                             \
   X(CausalSoftmaxForward) X(CausalSoftmaxBackward) X(StoreColumns)
 // X(op) for every op of nn_functors.h: the CPU runs them all unit by unit.
