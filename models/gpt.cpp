@@ -773,13 +773,14 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
     Tensor losses = s.losses.narrow(first, rows), lse = s.lse.narrow(first, rows);
     // logits = lnf wte^T over this rank's vocabulary rows (padding columns are ignored by the loss).
     head_logits(x, logits, cut);
-    chunk_loss(logits, targets_c, losses, lse, w, first);
-    if (!training) continue;
     // dlogits replaces the logits; then through the tied LM head: the embedding's gradient (fp32
-    // whatever the compute dtype), and this rank's part of lnf's output gradient.
-    if (!tp_.active()) {
-      nn::cross_entropy_backward(ctx_, logits, targets_c, lse, config_.vocab_size, dloss, logits);
+    // whatever the compute dtype), and this rank's part of lnf's output gradient. Without tensor
+    // parallelism training takes the loss and dlogits in one call (forward-then-backward's bits).
+    if (training && !tp_.active()) {
+      nn::cross_entropy_fused(ctx_, logits, targets_c, config_.vocab_size, dloss, losses, lse, logits);
     } else {
+      chunk_loss(logits, targets_c, losses, lse, w, first);
+      if (!training) continue;
       nn::vocab_parallel_cross_entropy_backward(ctx_, logits, targets_c, lse, partition_.vocab_begin(config_),
                                                 config_.vocab_size, dloss, logits);
     }

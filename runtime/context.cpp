@@ -34,7 +34,8 @@ int default_cpu_threads(int ranks_on_node) {
 }
 
 DeviceContext::DeviceContext(const DeviceOptions& options)
-    : options_(checked(options)), allocator_(make_allocator(options_)), stream_(options_.device) {
+    : options_(checked(options)), allocator_(make_allocator(options_)), stream_(options_.device),
+      cuda_kernels_(resolve_cuda_kernels(options_.device.is_cuda(), options_.cuda_kernels)) {
   // Thread counts are per process; one context per rank sets them once.
   omp_set_num_threads(options_.cpu_threads);
 }

@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 
 #include "runtime/allocator.h"
+#include "runtime/cuda_kernel_choice.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
 
@@ -16,6 +18,7 @@ struct DeviceOptions {
   Device device = Device::cpu();
   std::size_t memory_limit = 0;  // bytes; 0: no cap
   int cpu_threads = 1;           // threads for CPU kernels and OpenBLAS
+  std::optional<CudaKernels> cuda_kernels = std::nullopt;  // unset: from MESHTRAIN_CUDA_KERNELS
 };
 
 // Cores of the node shared among the ranks on it, at least one each.
@@ -34,6 +37,9 @@ class DeviceContext {
   const std::shared_ptr<Allocator>& shared_allocator() const { return allocator_; }
   Stream& stream() { return stream_; }
   int cpu_threads() const { return options_.cpu_threads; }
+  // The GPU-shaped kernels in use (all off on the CPU); settable so a test runs both on one GPU.
+  CudaKernels cuda_kernels() const { return cuda_kernels_; }
+  void set_cuda_kernels(CudaKernels k) { cuda_kernels_ = options_.device.is_cuda() ? k : CudaKernels{}; }
   // The CUDA BLAS state (runtime/cuda/cuda_blas.h), created on first use with the GEMM path
   // MESHTRAIN_GEMM names then (runtime/gemm.h); nullptr on the CPU.
   void* blas_handle();
@@ -44,6 +50,7 @@ class DeviceContext {
   std::shared_ptr<Allocator> allocator_;
   Stream stream_;
   void* blas_handle_ = nullptr;
+  CudaKernels cuda_kernels_;
 };
 
 }  // namespace mt

@@ -12,8 +12,8 @@
 //          Rope, rope_inv_freq, SwigluForward, SwigluBackward, silu, AttentionLayout, AttentionForward,
 //          AttentionBackwardDots, AttentionBackwardSoftmax,
 //          AttentionBackwardQuery, AttentionBackwardKeyValue, CrossEntropyForward, CrossEntropyBackward,
-//          VocabParallelMax, VocabParallelSumExp, VocabParallelTargetLogit, VocabParallelLoss, SoftmaxRow,
-//          exp_f, lane_sum, blocks_of
+//          CrossEntropyFused, VocabParallelMax, VocabParallelSumExp, VocabParallelTargetLogit,
+//          VocabParallelLoss, SoftmaxRow, exp_f, lane_sum, blocks_of
 #pragma once
 
 #include <cmath>
@@ -772,6 +772,25 @@ struct CrossEntropyBackward {
     for (std::int64_t j = 0; j < vocab; ++j) d[j] = narrow_to<T>(exp_f(widen(x[j]) - log_sum) * dloss);
     if (owned) d[target] = narrow_to<T>((p_target - 1.0f) * dloss);
     for (std::int64_t j = vocab; j < padded_vocab; ++j) d[j] = narrow_to<T>(0.0f);
+  }
+};
+
+// CrossEntropyForward then CrossEntropyBackward (the whole vocabulary, vocab_begin 0) on one row in
+// one unit: losses, lse and dlogits come out as the two ops give them, bit for bit, while the row is
+// at hand once. dlogits may alias logits (the backward reads each element before writing it).
+template <class T>
+struct CrossEntropyFused {
+  const T* logits;
+  const std::int32_t* targets;
+  float* losses;
+  float* lse;
+  T* dlogits;
+  std::int64_t rows, vocab, padded_vocab;
+  float dloss;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    CrossEntropyForward<T>{logits, targets, losses, lse, rows, vocab, padded_vocab}(n);
+    CrossEntropyBackward<T>{logits, targets, lse, dlogits, rows, vocab, padded_vocab, dloss, 0}(n);
   }
 };
 

@@ -421,6 +421,24 @@ void cross_entropy_backward(DeviceContext& ctx, const Tensor& logits, const Tens
   });
 }
 
+void cross_entropy_fused(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, int vocab, float dloss,
+                         Tensor& losses, Tensor& lse, Tensor& dlogits) {
+  const std::int64_t N = check_logits(ctx, logits, targets, vocab);
+  expect_f32(ctx, losses, "losses");
+  expect_f32(ctx, lse, "log-sum-exp");
+  expect_numel(losses, N, "losses");
+  expect_numel(lse, N, "log-sum-exp");
+  expect_on(ctx, dlogits, "logits gradient");
+  expect_numel(dlogits, logits.numel(), "logits gradient");
+  MT_CHECK(dlogits.dtype() == logits.dtype(), "cross entropy: gradient ", dlogits.describe(), " for logits ",
+           logits.describe());
+  run<nn_math::CrossEntropyFused>(ctx, logits.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.dlogits)>;
+    op = {ptr<const T_>(logits), ptr<const std::int32_t>(targets), ptr<float>(losses), ptr<float>(lse),
+          ptr<T_>(dlogits), N, vocab, logits.dim(1), dloss};
+  });
+}
+
 namespace {
 // A vocabulary slice of logits [N, cols] (columns [vocab_begin, vocab_begin + cols) of the full
 // logits): returns its number of real columns, those below `vocab`, possibly none.
@@ -521,8 +539,11 @@ void vocab_parallel_cross_entropy_backward(DeviceContext& ctx, const Tensor& log
 void cross_entropy(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, int vocab, Tensor& losses,
                    Tensor* dlogits, float dloss) {
   Tensor lse = Tensor::empty({losses.numel()}, DType::F32, ctx);
-  cross_entropy_forward(ctx, logits, targets, vocab, losses, lse);
-  if (dlogits != nullptr) cross_entropy_backward(ctx, logits, targets, lse, vocab, dloss, *dlogits);
+  if (dlogits != nullptr) {
+    cross_entropy_fused(ctx, logits, targets, vocab, dloss, losses, lse, *dlogits);
+  } else {
+    cross_entropy_forward(ctx, logits, targets, vocab, losses, lse);
+  }
 }
 
 void softmax_rows(DeviceContext& ctx, const Tensor& logits, int vocab, float temperature, Tensor& probs) {

@@ -15,7 +15,7 @@
 //          broadcast_rows, bias_backward, gelu_forward, gelu_backward, rope_forward, rope_backward,
 //          swiglu_forward, swiglu_backward, AttentionHeads, attention_forward, attention_backward,
 //          softmax_rows, cross_entropy,
-//          cross_entropy_forward, cross_entropy_backward, vocab_parallel_max, vocab_parallel_sum_exp,
+//          cross_entropy_forward, cross_entropy_backward, cross_entropy_fused, vocab_parallel_max, vocab_parallel_sum_exp,
 //          vocab_parallel_target_logit, vocab_parallel_loss, vocab_parallel_cross_entropy_backward
 #pragma once
 
@@ -129,7 +129,8 @@ void attention_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& qk
 
 // Softmax cross-entropy over the first `vocab` columns of logits [N, Vp] (columns >= vocab are
 // padding). losses [N] fp32 = -log p[target]. When `dlogits` is defined (it may be `logits`
-// itself) it receives (p - onehot(target)) * dloss, zero in the padding columns.
+// itself) it receives (p - onehot(target)) * dloss, zero in the padding columns (through
+// cross_entropy_fused).
 // targets int32 [N] in [0, vocab).
 void cross_entropy(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, int vocab, Tensor& losses,
                    Tensor* dlogits, float dloss);
@@ -140,6 +141,14 @@ void cross_entropy_forward(DeviceContext& ctx, const Tensor& logits, const Tenso
                            Tensor& lse);
 void cross_entropy_backward(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                             int vocab, float dloss, Tensor& dlogits);
+
+// Both at once, as the training step needs them: losses and lse as cross_entropy_forward gives
+// them and dlogits as cross_entropy_backward then gives it (dlogits may be logits), row by row while
+// the row is at hand. The same bits as the two calls on the CPU and with CUDA's unit kernels; CUDA's
+// fused classifier (MESHTRAIN_CUDA_KERNELS=classifier: a block per row, runtime/cuda/classifier.cu)
+// adds each row's sum of exponentials in another order.
+void cross_entropy_fused(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, int vocab, float dloss,
+                         Tensor& losses, Tensor& lse, Tensor& dlogits);
 
 // Cross-entropy with the vocabulary split over a tensor-parallel group (Megatron's vocab-parallel
 // cross-entropy): each rank holds logits [N, cols], the columns [vocab_begin, vocab_begin + cols)

@@ -1,7 +1,7 @@
 // Runs an op of runtime/nn_functors.h (or runtime/attention_functors.h) on the context's device:
 // builds Op<T> for the activation dtype, lets `fill` set its fields, and hands it to the CPU or CUDA
-// backend (runtime/nn_backend.h). Shared by the files that implement the op families, with the
-// and the checks and pointers their entry points share.
+// backend (runtime/nn_backend.h; on CUDA its CudaRows kernel where the context asks for it). Shared
+// by the files that implement the op families, with the checks and pointers their entry points share.
 // defines: nn::run, expect_on, expect_f32, expect_numel, check_ids, ptr, unit_width
 #pragma once
 
@@ -23,6 +23,13 @@ void run(DeviceContext& ctx, DType activations, Fill&& fill) {
     fill(op);
     if (ctx.device().is_cpu()) {
       backend::CpuNn::run(op, ctx.cpu_threads());
+    } else if constexpr (backend::RowKernelOf<Op>::exists) {
+      // The GPU-shaped kernel where the context turned its family on (runtime/cuda_kernel_choice.h).
+      if (ctx.cuda_kernels().uses(backend::RowKernelOf<Op>::family)) {
+        backend::CudaRows::run(op, ctx.stream().handle());
+      } else {
+        backend::CudaNn::run(op, ctx.stream().handle());
+      }
     } else {
       backend::CudaNn::run(op, ctx.stream().handle());
     }

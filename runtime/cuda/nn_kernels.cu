@@ -4,7 +4,8 @@
 // rotated pair, SwiGLU one per element); the backward ops that sum over many rows (attention,
 // embeddings, the column sums of parameter gradients, RMSNorm's among them) run one thread per
 // output column (width 1 in runtime/nn_functors.h). The layernorm backward has kernels cut for the
-// GPU instead (runtime/cuda/layernorm_backward.cu).
+// GPU instead (runtime/cuda/layernorm_backward.cu); the norms' forward, the causal softmax and the
+// fused classifier have such kernels too (CudaRows), used only where the context turns them on.
 #include <cuda_runtime.h>
 
 #include <algorithm>
