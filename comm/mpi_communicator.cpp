@@ -7,7 +7,7 @@
 
 #include "comm/mpi_types.h"
 #include "runtime/cuda_api.h"
-#include "runtime/functors.h"
+#include "runtime/ops/elementwise.h"
 
 namespace mt {
 namespace {

@@ -3,7 +3,7 @@
 #include <mutex>
 
 #include "comm/mpi_runtime.h"
-#include "runtime/functors.h"
+#include "runtime/ops/elementwise.h"
 
 namespace mt {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "optim/adamw_backend.h"  // defines: backend::adamw_cpu, backend::adamw_cuda
+#include "runtime/backend.h"  // defines: backend::Cpu::adamw, backend::Cuda::adamw
 
 namespace mt {
 namespace {
@@ -80,9 +80,9 @@ void AdamW::step(float lr, float grad_scale) {
     float* m = m_[i].data_as<float>();
     float* v = v_[i].data_as<float>();
     if (ctx_->device().is_cpu()) {
-      backend::adamw_cpu(args, p, g, m, v, s.param.numel(), ctx_->cpu_threads());
+      backend::Cpu::adamw(args, p, g, m, v, s.param.numel(), ctx_->cpu_threads());
     } else {
-      backend::adamw_cuda(args, p, g, m, v, s.param.numel(), ctx_->stream().handle());
+      backend::Cuda::adamw(args, p, g, m, v, s.param.numel(), ctx_->stream().handle());
     }
   }
   step_count_ = t;

@@ -3,7 +3,7 @@
 // slot) and the step count; it holds no other state and nothing global, so a data-parallel rank
 // can run one over the slices of the parameters it owns (ZeRO-1) just as over whole tensors.
 //
-// The per-element math is adamw_math.h; step() queues it on the context's stream, one launch per
+// The per-element math is runtime/ops/optimizer.h; step() queues it on the context's stream, one launch per
 // slot (CPU: an OpenMP loop with the context's thread count; the result never depends on it).
 // defines: AdamWConfig, ParamSlot, AdamW
 #pragma once

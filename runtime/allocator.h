@@ -1,5 +1,6 @@
 // Device memory: an allocator per device that enforces an optional cap (--device-memory-limit)
-// and, on CUDA, caches freed blocks so steady-state training never calls cudaMalloc.
+// and caches freed blocks, so steady-state training never calls cudaMalloc on a GPU nor faults in
+// fresh pages on the host.
 // defines: MemoryStats, RawMemory, Allocator, make_host_raw_memory, make_cuda_raw_memory
 #pragma once
 

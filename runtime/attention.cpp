@@ -1,5 +1,5 @@
 // The attention family: the checks both implementations share, the Reference implementation (one
-// unit per position and head, runtime/nn_functors.h), and the batched-GEMM one (runtime/attention.h).
+// unit per position and head, runtime/ops/attention.h), and the batched-GEMM one (runtime/attention.h).
 #include "runtime/attention.h"
 
 #include <algorithm>
@@ -114,7 +114,7 @@ void reference_forward(DeviceContext& ctx, const AttentionShape& s, const Tensor
 
 void reference_backward(DeviceContext& ctx, const AttentionShape& s, const Tensor& dout, const Tensor& qkv,
                         const Tensor& att, Tensor& dqkv) {
-  // The gradient of the attention scores, att's size; the passes are those of nn_functors.h.
+  // The gradient of the attention scores, att's size; the passes are those of runtime/ops/attention.h.
   Tensor dscore = Tensor::empty({s.B, s.heads.q_heads, s.T, s.T}, DType::F32, ctx);
   const std::int64_t width = unit_width(ctx);
   run<nn_math::AttentionBackwardDots>(ctx, qkv.dtype(), [&](auto& op) {

@@ -9,7 +9,7 @@
 //   backward  dP = dO V^T (fp32), dS = P (dP - rowsum(P dP)) / sqrt(hs) in the activation dtype,
 //             dQ = dS K, dK = sum over the q heads of dS^T Q, dV = sum of P^T dO
 // dK and dV sum the q heads in ascending order in fp32 and are rounded once. Every GEMM is the
-// tiled one of runtime/gemm_cpu.cpp on the CPU (the same bits at any thread count) and cuBLAS on CUDA.
+// tiled one of runtime/cpu/gemm.cpp on the CPU (the same bits at any thread count) and cuBLAS on CUDA.
 // Tolerances against Reference (runtime/tests/attention_test.cpp): fp32 within 2e-5 relative (the
 // same sums in another order); bf16 within 2e-2 (P and dS are rounded to bf16 before the GEMMs
 // that read them, as cuBLAS and cuDNN paths do, where Reference keeps them in fp32).

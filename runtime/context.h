@@ -40,7 +40,7 @@ class DeviceContext {
   // The GPU-shaped kernels in use (all off on the CPU); settable so a test runs both on one GPU.
   CudaKernels cuda_kernels() const { return cuda_kernels_; }
   void set_cuda_kernels(CudaKernels k) { cuda_kernels_ = options_.device.is_cuda() ? k : CudaKernels{}; }
-  // The CUDA BLAS state (runtime/cuda/cuda_blas.h), created on first use with the GEMM path
+  // The CUDA BLAS state (runtime/cuda/gemm.cu), created on first use with the GEMM path
   // MESHTRAIN_GEMM names then (runtime/gemm.h); nullptr on the CPU.
   void* blas_handle();
   void synchronize() { stream_.synchronize(); }

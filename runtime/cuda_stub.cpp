@@ -1,9 +1,9 @@
-// Stands in for runtime/cuda/ when meshtrain is built without CUDA: discovery reports that no
-// GPU can be used, and anything that would touch one throws, naming the missing build option.
-#include "runtime/blas_backend.h"
+// Stands in for runtime/cuda/ when meshtrain is built without CUDA: discovery reports that no GPU
+// can be used, and anything that would touch one throws, naming the missing build option. The one
+// stub of the one seam (runtime/backend.h): every family's CUDA entry points are here.
+#include "runtime/backend.h"
 #include "runtime/cuda_api.h"
 #include "runtime/error.h"
-#include "runtime/kernel_backend.h"
 
 namespace mt {
 namespace {
@@ -45,15 +45,31 @@ void Cuda::binary(BinaryOp, DType, const void*, const void*, void*, std::int64_t
 void Cuda::scale(void*, DType, std::int64_t, double, cuda::StreamHandle) { not_built(); }
 void Cuda::cast(const void*, DType, void*, DType, std::int64_t, cuda::StreamHandle) { not_built(); }
 double Cuda::reduce(ReduceKind, const void*, DType, std::int64_t, cuda::StreamHandle) { not_built(); }
-}  // namespace backend
 
-namespace blas {
-void* create_cuda_handle(int, cuda::StreamHandle, bool) { not_built(); }
-void destroy_cuda_handle(void*) { not_built(); }
-void cuda_gemm(void*, const GemmArgs&) { not_built(); }
-bool cuda_uses_lt(void*) { not_built(); }
-void cuda_lt_gemm(void*, const GemmArgs&) { not_built(); }
-void cuda_bias_grad_tiles(void*, const GemmArgs&, float*) { not_built(); }
-}  // namespace blas
+#define MT_STUB_RUN(Op)                                                                 \
+  void Cuda::run(const nn_math::Op<float>&, cuda::StreamHandle) { not_built(); }        \
+  void Cuda::run(const nn_math::Op<bf16>&, cuda::StreamHandle) { not_built(); }
+MT_UNIT_OPS(MT_STUB_RUN)
+MT_STUB_RUN(LayerNormBackwardInput)
+#undef MT_STUB_RUN
+void Cuda::run(const nn_math::LayerNormBackwardParams<float>&, float*, cuda::StreamHandle) { not_built(); }
+void Cuda::run(const nn_math::LayerNormBackwardParams<bf16>&, float*, cuda::StreamHandle) { not_built(); }
+#define MT_STUB_FAST_RUN(Op, Family)                                                    \
+  void Cuda::run_fast(const nn_math::Op<float>&, cuda::StreamHandle) { not_built(); }   \
+  void Cuda::run_fast(const nn_math::Op<bf16>&, cuda::StreamHandle) { not_built(); }
+MT_FAST_OPS(MT_STUB_FAST_RUN)
+#undef MT_STUB_FAST_RUN
+
+void* Cuda::create_blas(int, cuda::StreamHandle, bool) { not_built(); }
+void Cuda::destroy_blas(void*) { not_built(); }
+bool Cuda::uses_lt(void*) { not_built(); }
+void Cuda::gemm(void*, const GemmArgs&) { not_built(); }
+void Cuda::gemm_lt(void*, const GemmArgs&) { not_built(); }
+void Cuda::bias_grad_tiles(void*, const GemmArgs&, float*) { not_built(); }
+
+void Cuda::adamw(const AdamWStepArgs&, float*, const float*, float*, float*, std::int64_t, cuda::StreamHandle) {
+  not_built();
+}
+}  // namespace backend
 
 }  // namespace mt

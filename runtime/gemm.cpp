@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/blas_backend.h"
+#include "runtime/backend.h"
 #include "runtime/nn_run.h"
 
 namespace mt {
@@ -76,12 +76,12 @@ void cuda_reference_gemm(DeviceContext& ctx, const GemmArgs& g) {
   };
   switch (g.epilogue) {
     case GemmEpilogue::None:
-      blas::cuda_gemm(handle, plain);
+      backend::Cuda::gemm(handle, plain);
       return;
     case GemmEpilogue::Bias:
       broadcast_bias(g.c);
       plain.beta = 1.0f;
-      blas::cuda_gemm(handle, plain);
+      backend::Cuda::gemm(handle, plain);
       return;
     case GemmEpilogue::BiasGelu:
       plain.c = g.aux;
@@ -89,7 +89,7 @@ void cuda_reference_gemm(DeviceContext& ctx, const GemmArgs& g) {
         broadcast_bias(g.aux);
         plain.beta = 1.0f;
       }
-      blas::cuda_gemm(handle, plain);
+      backend::Cuda::gemm(handle, plain);
       nn::run<nn_math::GeluForward>(ctx, c_type, [&](auto& op) {
         using T = std::remove_pointer_t<decltype(op.out)>;
         op = {static_cast<const T*>(g.aux), static_cast<T*>(g.c), count};
@@ -101,7 +101,7 @@ void cuda_reference_gemm(DeviceContext& ctx, const GemmArgs& g) {
         product = Tensor::empty({g.m, g.n}, c_type, ctx);
         plain.c = product.data();
       }
-      blas::cuda_gemm(handle, plain);
+      backend::Cuda::gemm(handle, plain);
       nn::run<nn_math::GeluBackward>(ctx, c_type, [&](auto& op) {
         using T = std::remove_pointer_t<decltype(op.dx)>;
         op = {static_cast<const T*>(g.aux), static_cast<const T*>(plain.c), static_cast<T*>(g.c), count};
@@ -109,7 +109,7 @@ void cuda_reference_gemm(DeviceContext& ctx, const GemmArgs& g) {
       return;
     }
     case GemmEpilogue::BiasGradA:
-      blas::cuda_gemm(handle, plain);
+      backend::Cuda::gemm(handle, plain);
       break;
   }
 }
@@ -136,14 +136,14 @@ void cuda_lt_gemm(DeviceContext& ctx, const GemmArgs& g) {
     Tensor product = Tensor::empty({g.m, g.n}, g.c_type(), ctx);
     GemmArgs apart = g;
     apart.c = product.data();
-    blas::cuda_lt_gemm(handle, apart);
+    backend::Cuda::gemm_lt(handle, apart);
     cuda::copy_async(g.c, product.data(), product.nbytes(), ctx.stream().handle());
     return;
   }
-  blas::cuda_lt_gemm(handle, g);
-  if (g.epilogue == GemmEpilogue::BiasGradA) {  // by row tiles, folded in order (runtime/cuda/bias_grad.cu)
-    Tensor partials = Tensor::empty({blas::bias_grad_workspace(g.k, g.m)}, DType::F32, ctx);
-    blas::cuda_bias_grad_tiles(handle, g, static_cast<float*>(partials.data()));
+  backend::Cuda::gemm_lt(handle, g);
+  if (g.epilogue == GemmEpilogue::BiasGradA) {  // by row tiles, folded in order (runtime/cuda/gemm.cu)
+    Tensor partials = Tensor::empty({backend::bias_grad_workspace(g.k, g.m)}, DType::F32, ctx);
+    backend::Cuda::bias_grad_tiles(handle, g, static_cast<float*>(partials.data()));
   }
 }
 
@@ -161,8 +161,8 @@ void gemm(DeviceContext& ctx, const GemmArgs& args) {
   check_epilogue(args);
   if (args.m == 0 || args.n == 0 || args.batch == 0) return;
   if (ctx.device().is_cpu()) {
-    blas::cpu_gemm(args, ctx.cpu_threads());
-  } else if (blas::cuda_uses_lt(ctx.blas_handle())) {
+    backend::Cpu::gemm(args, ctx.cpu_threads());
+  } else if (backend::Cuda::uses_lt(ctx.blas_handle())) {
     cuda_lt_gemm(ctx, args);
   } else {
     cuda_reference_gemm(ctx, args);

@@ -13,8 +13,8 @@
 //
 // Epilogues: what a linear layer does around its GEMM, done on the GEMM's fp32 result before it is
 // stored (and rounded, for a bf16 C) instead of as passes of their own. The CPU runs them as loops
-// over the result after the sgemm (runtime/gemm_cpu.cpp, math in runtime/gemm_epilogue.h); CUDA
-// through cuBLASLt's epilogues (runtime/cuda/gemm_lt.cu) or, by default until a GPU has validated
+// over the result after the sgemm (runtime/cpu/gemm.cpp, math in runtime/ops/gemm.h); CUDA
+// through cuBLASLt's epilogues (runtime/cuda/gemm.cu) or, by default until a GPU has validated
 // that path, as the separate kernels they replace (runtime/gemm.cpp).
 // defines: GemmEpilogue, gemm_epilogue_name, GemmArgs, CudaGemmPath, cuda_gemm_path_from_env, gemm,
 //          MatmulEpilogue, matmul, matmul_batched

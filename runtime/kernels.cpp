@@ -1,6 +1,6 @@
 #include "runtime/kernels.h"
 
-#include "runtime/kernel_backend.h"
+#include "runtime/backend.h"
 
 namespace mt::kernels {
 namespace {

@@ -3,7 +3,7 @@
 // defines: fill, binary, scale, cast, reduce
 #pragma once
 
-#include "runtime/functors.h"
+#include "runtime/ops/elementwise.h"
 #include "runtime/tensor.h"
 
 namespace mt::kernels {

@@ -1,5 +1,5 @@
-// Checks shapes, builds the op of runtime/nn_functors.h and runs it on the context's device's
-// backend (runtime/nn_backend.h).
+// Checks shapes, builds the op of its family (runtime/ops/<family>.h) and runs it on the context's
+// device's backend (runtime/backend.h).
 #include "runtime/nn_kernels.h"
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <type_traits>
 
-#include "runtime/nn_backend.h"
+#include "runtime/backend.h"
 #include "runtime/nn_run.h"
 
 namespace mt::nn {
@@ -189,11 +189,11 @@ void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Ten
                                                   ptr<const float>(rstd), ptr<float>(dweight), ptr<float>(dbias),
                                                   N,                      C,                   unit_width(ctx)};
     if (ctx.device().is_cpu()) {
-      backend::CpuNn::run(op, ctx.cpu_threads());
+      backend::Cpu::run(op, ctx.cpu_threads());
     } else {
       // Per-tile partial sums, folded in a fixed order by a second kernel (no float atomics).
       Tensor partials = Tensor::empty({backend::layernorm_params_workspace(N, C)}, DType::F32, ctx);
-      backend::CudaNn::run(op, ptr<float>(partials), ctx.stream().handle());
+      backend::Cuda::run(op, ptr<float>(partials), ctx.stream().handle());
     }
   };
   if (x.dtype() == DType::F32) {

@@ -1,8 +1,8 @@
 // The kernels of a GPT-2 or Llama style transformer, forward and backward, on row-major tensors, dispatched
 // to the CPU (OpenMP) or CUDA backend by the context's device. The math of each op is written once
-// in runtime/nn_functors.h and run by both backends. Every output element is produced by one
+// in its family's header (runtime/ops/<family>.h) and run by both backends. Every output element is produced by one
 // thread in a fixed order, so results repeat bit for bit whatever the thread count. The layernorm
-// backward has CUDA kernels of its own (runtime/cuda/layernorm_backward.cu: a warp per row, column
+// backward has CUDA kernels of its own (runtime/cuda/norms.cu: a warp per row, column
 // tiles folded in a fixed order): they repeat bit for bit too, and agree with the CPU within fp32
 // rounding, not bit for bit.
 //
@@ -145,7 +145,7 @@ void cross_entropy_backward(DeviceContext& ctx, const Tensor& logits, const Tens
 // Both at once, as the training step needs them: losses and lse as cross_entropy_forward gives
 // them and dlogits as cross_entropy_backward then gives it (dlogits may be logits), row by row while
 // the row is at hand. The same bits as the two calls on the CPU and with CUDA's unit kernels; CUDA's
-// fused classifier (MESHTRAIN_CUDA_KERNELS=classifier: a block per row, runtime/cuda/classifier.cu)
+// fused classifier (MESHTRAIN_CUDA_KERNELS=loss: a block per row, runtime/cuda/loss.cu)
 // adds each row's sum of exponentials in another order.
 void cross_entropy_fused(DeviceContext& ctx, const Tensor& logits, const Tensor& targets, int vocab, float dloss,
                          Tensor& losses, Tensor& lse, Tensor& dlogits);

@@ -1,14 +1,14 @@
-// Runs an op of runtime/nn_functors.h (or runtime/attention_functors.h) on the context's device:
+// Runs an op of an op family (runtime/ops/<family>.h) on the context's device:
 // builds Op<T> for the activation dtype, lets `fill` set its fields, and hands it to the CPU or CUDA
-// backend (runtime/nn_backend.h; on CUDA its CudaRows kernel where the context asks for it). Shared
+// backend (runtime/backend.h; on CUDA its fast kernel where the context asks for it). Shared
 // by the files that implement the op families, with the checks and pointers their entry points share.
 // defines: nn::run, expect_on, expect_f32, expect_numel, check_ids, ptr, unit_width
 #pragma once
 
 #include <cstdint>
 
+#include "runtime/backend.h"
 #include "runtime/error.h"
-#include "runtime/nn_backend.h"
 #include "runtime/tensor.h"
 
 namespace mt::nn {
@@ -22,16 +22,16 @@ void run(DeviceContext& ctx, DType activations, Fill&& fill) {
     Op<T> op{};
     fill(op);
     if (ctx.device().is_cpu()) {
-      backend::CpuNn::run(op, ctx.cpu_threads());
-    } else if constexpr (backend::RowKernelOf<Op>::exists) {
-      // The GPU-shaped kernel where the context turned its family on (runtime/cuda_kernel_choice.h).
-      if (ctx.cuda_kernels().uses(backend::RowKernelOf<Op>::family)) {
-        backend::CudaRows::run(op, ctx.stream().handle());
+      backend::Cpu::run(op, ctx.cpu_threads());
+    } else if constexpr (backend::FastKernelOf<Op>::exists) {
+      // The kernel cut for the GPU where the context turned its family on (runtime/cuda_kernel_choice.h).
+      if (ctx.cuda_kernels().uses(backend::FastKernelOf<Op>::family)) {
+        backend::Cuda::run_fast(op, ctx.stream().handle());
       } else {
-        backend::CudaNn::run(op, ctx.stream().handle());
+        backend::Cuda::run(op, ctx.stream().handle());
       }
     } else {
-      backend::CudaNn::run(op, ctx.stream().handle());
+      backend::Cuda::run(op, ctx.stream().handle());
     }
   };
   if (activations == DType::F32) {
@@ -71,7 +71,7 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data());
 }
 
-// Columns per unit of the ops that take a `width` (runtime/nn_functors.h): a vector's worth for a
+// Columns per unit of the ops that take a `width` (runtime/ops/math.h): a vector's worth for a
 // CPU unit's inner loop, one per CUDA thread. The results are the same bits either way.
 inline std::int64_t unit_width(const DeviceContext& ctx) { return ctx.device().is_cpu() ? nn_math::kColumnBlock : 1; }
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "comm/communicator.h"
-#include "runtime/functors.h"
+#include "runtime/ops/elementwise.h"
 #include "tests/test_env.h"
 
 namespace mt {

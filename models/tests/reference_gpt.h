@@ -1,5 +1,5 @@
 // A double-precision reference of the GPT-2 forward pass, and of the llama family's ops, for tests: every op as plain loops on
-// std::vector<double>, written independently of runtime/nn_functors.h, and the whole model on
+// std::vector<double>, written independently of runtime/ops/, and the whole model on
 // parameters named as models/gpt_parameters.h names them. Test-only: slow, clear, exact to ~1e-15.
 //
 // Layouts follow the kernels: row-major, N = rows (B x T), C = channels; linear weights are

@@ -1,5 +1,5 @@
 // A double-precision reference of the llama family's whole forward pass, for tests, composed from
-// the ops of reference_gpt.h (written independently of runtime/nn_functors.h) on parameters named
+// the ops of reference_gpt.h (written independently of runtime/ops/) on parameters named
 // as models/gpt_parameters.h names llama's. Test-only: slow, clear, exact to ~1e-15.
 // defines: reference_llama_logits, reference_llama_loss
 #pragma once

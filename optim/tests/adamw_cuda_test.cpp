@@ -10,18 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "optim/adamw.h"           // defines: AdamW
+#include "optim/grad_norm.h"       // defines: sum_of_squares
+#include "runtime/backend.h"
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/cuda_api.h"            // defines: cuda::compiled
 #include "runtime/device.h"              // defines: Device
 #include "runtime/error.h"
 #include "runtime/tensor.h"              // defines: Tensor
 #include "tests/float_bits.h"            // defines: same_bits
+#include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
 #include "tests/random_values.h"         // defines: random_values
 #include "tests/test_helpers.h"          // defines: error_of, contains
-#include "optim/adamw.h"           // defines: AdamW
-#include "optim/adamw_backend.h"   // defines: backend::adamw_cuda
-#include "optim/grad_norm.h"       // defines: sum_of_squares
-#include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
 
 namespace mt {
 namespace {
@@ -87,7 +87,7 @@ TEST(AdamWCuda, RejectsTensorsOnAnotherDevice) {
 TEST(AdamWCuda, BackendWithoutCudaSaysHowToBuildIt) {
   if (cuda::compiled()) GTEST_SKIP() << "the CUDA backend is built";
   float x = 0;
-  const std::string e = error_of([&] { backend::adamw_cuda(AdamWStepArgs{}, &x, &x, &x, &x, 1, nullptr); });
+  const std::string e = error_of([&] { backend::Cuda::adamw(AdamWStepArgs{}, &x, &x, &x, &x, 1, nullptr); });
   EXPECT_TRUE(contains(e, "-DMESHTRAIN_CUDA=ON")) << e;
 }
 

@@ -1,4 +1,4 @@
-// What the GPU-shaped row kernels share (runtime/cuda/norms.cu, softmax.cu, classifier.cu): a group
+// What the GPU-shaped row kernels share (runtime/cuda/norms.cu, attention.cu, loss.cu): a group
 // of threads per row (a warp, or a whole block), its reductions in a fixed order, a walk over a
 // row's columns in 16-byte packs where the row allows, and the launch check.
 //
@@ -17,7 +17,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/error.h"
-#include "runtime/functors.h"
+#include "runtime/ops/elementwise.h"
 
 namespace mt::backend::rows {
 

@@ -1,6 +1,6 @@
 // The allocator over host memory: accounting (in use, peak, raw calls), 256-byte blocks, the cap
 // set by --device-memory-limit, and block caching (reuse, the "no more than twice" rule, release
-// under the cap). Then the cap as tensors see it through a DeviceContext.
+// under the cap). Then the cap and the cache as tensors see them through a DeviceContext.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -274,6 +274,22 @@ TEST(AllocatorContext, TensorOverTheCapThrowsOutOfMemory) {
   Tensor b = Tensor::empty({600 * 256}, DType::I32, ctx);
   EXPECT_EQ(ctx.allocator().stats().in_use, 600 * KiB);
   EXPECT_EQ(ctx.allocator().stats().peak, 600 * KiB);
+}
+
+// A CPU context keeps freed blocks too: a step's big scratch (the logits chunk, the attention
+// probabilities) is past glibc's mmap threshold and would otherwise be faulted in again each step.
+TEST(AllocatorContext, CpuContextReusesFreedBlocks) {
+  DeviceContext ctx(DeviceOptions{Device::cpu(), 0, 1});
+  { Tensor first = Tensor::empty({16 * 1024 * 1024}, DType::F32, ctx); }  // 64 MiB
+  const MemoryStats after_first = ctx.allocator().stats();
+  EXPECT_EQ(after_first.raw_calls, 1u);
+  EXPECT_EQ(after_first.cached, 64 * MiB);
+  for (int i = 0; i < 3; ++i) {
+    Tensor again = Tensor::empty({16 * 1024 * 1024}, DType::F32, ctx);
+    EXPECT_EQ(ctx.allocator().stats().raw_calls, 1u) << "re-allocation " << i;
+  }
+  ctx.allocator().release_cached();
+  EXPECT_EQ(ctx.allocator().stats().cached, 0u);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "runtime/context.h"    // defines: DeviceContext, DeviceOptions
 #include "runtime/error.h"      // defines: Error
 #include "runtime/kernels.h"    // defines: kernels::fill
+#include "runtime/ops/attention.h"  // defines: nn_math::kBatchedGemmTolerance
 #include "runtime/tensor.h"     // defines: Tensor
 #include "tests/gpu_skip.h"     // defines: MT_SKIP_WITHOUT_GPU
 
@@ -109,7 +110,8 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
   EXPECT_EQ(bad, 0u) << what << ": of " << want.size() << " elements";
 }
 
-double tolerance(DType dtype) { return dtype == DType::F32 ? 2e-5 : 2e-2; }
+// The implementation's tolerance, stated with its reasons beside the math (runtime/ops/attention.h).
+double tolerance(DType dtype) { return nn_math::kBatchedGemmTolerance.allowed(dtype); }
 
 void expect_results_near(const Result& got, const Result& want, DType dtype, const std::string& what) {
   const double tol = tolerance(dtype);

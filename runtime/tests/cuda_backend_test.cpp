@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "runtime/allocator.h"       // defines: MemoryStats
+#include "runtime/backend.h"
 #include "runtime/context.h"         // defines: DeviceContext, DeviceOptions
 #include "runtime/cuda_api.h"        // defines: cuda::device_count, cuda::properties, cuda::malloc_device
 #include "runtime/device.h"          // defines: Device
 #include "runtime/error.h"           // defines: Error, OutOfMemoryError
 #include "runtime/gemm.h"            // defines: GemmArgs, gemm, matmul, matmul_batched
-#include "runtime/kernel_backend.h"  // defines: backend::Cuda (kernels on a chosen stream)
 #include "runtime/kernels.h"         // defines: kernels::fill, binary, scale, cast, reduce
 #include "runtime/nn_kernels.h"      // defines: nn::rmsnorm_forward, nn::rmsnorm_backward_input, nn::rmsnorm_backward_params, nn::rope_forward, nn::rope_backward, nn::swiglu_forward, nn::swiglu_backward, nn::attention_forward, nn::attention_backward
 #include "runtime/stream.h"          // defines: Stream, Event
@@ -557,7 +557,7 @@ TEST(CudaTensor, CopiesRoundTripBetweenHostAndDevice) {
 
 // ---------------------------------------------------------------------------------------------
 // The llama family's transformer ops (RMSNorm, RoPE, SwiGLU, grouped-query attention): CUDA
-// against the CPU. Both run the same functors (runtime/nn_functors.h), but not bit for bit: nvcc
+// against the CPU. Both run the same ops (runtime/ops/), but not bit for bit: nvcc
 // contracts a * b + c into FMAs, and RoPE's powf, cosf and sinf are CUDA's (within 2 ulp), not
 // glibc's. fp32 outputs agree within 1e-5 of the tensor's largest element plus 1e-5 of each;
 // bf16 outputs within 2^-7 (one bf16 ulp: an fp32 difference can move a rounding) of the same.

@@ -3,7 +3,7 @@
 //
 // On the CPU an epilogue runs on the very fp32 result the plain GEMM would store, so each is
 // checked bit for bit against that plain GEMM (fp32 C) and the per-element math of
-// runtime/gemm_epilogue.h applied on the host, in fp32 and bf16, at several thread counts. The
+// runtime/ops/gemm.h applied on the host, in fp32 and bf16, at several thread counts. The
 // promises the layers lean on are checked against the kernels they replace: gelu_forward of the
 // kept pre-activation repeats the GELU output (a recomputation), and the bias gradient has
 // bias_backward's bits. Then the argument errors, MESHTRAIN_GEMM, and on a GPU (skipped without
@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "runtime/context.h"         // defines: DeviceContext, DeviceOptions
-#include "runtime/functors.h"        // defines: widen, narrow_to
 #include "runtime/gemm.h"            // defines: GemmArgs, gemm, matmul, MatmulEpilogue, cuda_gemm_path_from_env
-#include "runtime/gemm_epilogue.h"   // defines: gemm_math::store_bias, store_bias_gelu, store_dgelu
 #include "runtime/nn_kernels.h"      // defines: nn::gelu_forward, nn::bias_backward
+#include "runtime/ops/elementwise.h"
+#include "runtime/ops/gemm.h"
 #include "runtime/tensor.h"          // defines: Tensor
 #include "tests/gpu_skip.h"          // defines: MT_SKIP_WITHOUT_GPU
 #include "tests/test_helpers.h"      // defines: error_of, contains
@@ -323,7 +323,7 @@ void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, 
   const double spacing = dt == DType::BF16 ? std::ldexp(1.0, -7) : 1e-6;  // fp32: the two sides' own GELU math
   int reported = 0;
   for (std::size_t i = 0; i < cpu.size(); ++i) {
-    double allowed = 1.13 * 1e-4 * magnitude + spacings * spacing * std::fabs(cpu[i]);
+    double allowed = 1.13 * gemm_math::kGemmTolerance.fp32 * magnitude + spacings * spacing * std::fabs(cpu[i]);
     if (pre != nullptr) allowed += 1.13 * spacing * std::fabs((*pre)[i]);
     if (!(std::fabs(gpu[i] - cpu[i]) <= allowed) && reported++ < 5)
       ADD_FAILURE() << what << "[" << i << "]: cpu " << cpu[i] << ", gpu " << gpu[i] << " (allowed " << allowed << ")";

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/blas_backend.h"
+#include "runtime/backend.h"
 #include "runtime/context.h"
 #include "runtime/gemm.h"
 #include "runtime/gemm_tiles.h"
@@ -143,7 +143,7 @@ std::string lower(std::string s) {
 
 // The variants under OPENBLAS_CORETYPE prove something only if OpenBLAS took the kernel asked for.
 TEST(OpenBlasKernel, IsTheOneTheEnvironmentAsksFor) {
-  const std::string kernel = blas::cpu_gemm_kernel();
+  const std::string kernel = backend::Cpu::gemm_kernel_name();
   ASSERT_FALSE(kernel.empty());
   const char* asked = std::getenv("OPENBLAS_CORETYPE");
   if (asked == nullptr) GTEST_SKIP() << "OpenBLAS chose its kernel itself: " << kernel;

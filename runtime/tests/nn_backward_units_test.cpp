@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend.h"
 #include "runtime/context.h"     // defines: DeviceContext, DeviceOptions
-#include "runtime/nn_backend.h"  // defines: backend::CpuNn (runs one functor on the CPU)
 #include "runtime/nn_kernels.h"  // defines: nn::embedding_backward, nn::embedding_backward_slice,
 //          nn::attention_forward, nn::attention_backward
 #include "runtime/tensor.h"      // defines: Tensor
@@ -101,7 +101,7 @@ TEST(NnBackwardUnits, TokenOrderIsAStableSortByRowWithOtherSlicesLast) {
   tokens[13] = vocab_begin + vocab_rows;
   std::vector<std::int32_t> order(idx(N), -1), keys(idx(N), -1);
   const nn_math::EmbeddingTokenOrder<float> op{tokens.data(), order.data(), keys.data(), N, vocab_begin, vocab_rows};
-  backend::CpuNn::run(op, 3);
+  backend::Cpu::run(op, 3);
 
   auto key = [&](std::int32_t n) {
     const i64 local = tokens[idx(n)] - vocab_begin;
@@ -332,10 +332,10 @@ TYPED_TEST(BackwardUnits, WidthOneAndBlockWidthGiveTheSameBits) {
       std::vector<T> dqkv(idx(B * T_ * row), from_float<T>(777.0f));
       using nn_math::AttentionBackwardDots, nn_math::AttentionBackwardSoftmax, nn_math::AttentionBackwardQuery,
           nn_math::AttentionBackwardKeyValue;
-      backend::CpuNn::run(AttentionBackwardDots<T>{dout.data(), qkv.data(), dscore.data(), B, T_, layout, width}, 2);
-      backend::CpuNn::run(AttentionBackwardSoftmax<T>{att.data(), dscore.data(), B, T_, layout}, 2);
-      backend::CpuNn::run(AttentionBackwardQuery<T>{qkv.data(), dscore.data(), dqkv.data(), B, T_, layout, width}, 2);
-      backend::CpuNn::run(AttentionBackwardKeyValue<T>{dout.data(), qkv.data(), att.data(), dscore.data(), dqkv.data(),
+      backend::Cpu::run(AttentionBackwardDots<T>{dout.data(), qkv.data(), dscore.data(), B, T_, layout, width}, 2);
+      backend::Cpu::run(AttentionBackwardSoftmax<T>{att.data(), dscore.data(), B, T_, layout}, 2);
+      backend::Cpu::run(AttentionBackwardQuery<T>{qkv.data(), dscore.data(), dqkv.data(), B, T_, layout, width}, 2);
+      backend::Cpu::run(AttentionBackwardKeyValue<T>{dout.data(), qkv.data(), att.data(), dscore.data(), dqkv.data(),
                                                        B, T_, layout, width},
                           2);
       return bits_of(dqkv);
@@ -349,12 +349,12 @@ TYPED_TEST(BackwardUnits, WidthOneAndBlockWidthGiveTheSameBits) {
     const std::vector<float> dwte0 = random_values<float>(rng, V * C, -1.0f, 1.0f);
     const std::vector<float> dwpe0 = random_values<float>(rng, T_ * C, -1.0f, 1.0f);
     std::vector<std::int32_t> order(idx(N)), keys(idx(N));
-    backend::CpuNn::run(nn_math::EmbeddingTokenOrder<T>{tokens.data(), order.data(), keys.data(), N, 0, V}, 2);
+    backend::Cpu::run(nn_math::EmbeddingTokenOrder<T>{tokens.data(), order.data(), keys.data(), N, 0, V}, 2);
     auto run = [&](i64 width) {
       std::vector<float> dwte = dwte0, dwpe = dwpe0;
-      backend::CpuNn::run(
+      backend::Cpu::run(
           nn_math::EmbeddingBackwardTokens<T>{order.data(), keys.data(), dout.data(), dwte.data(), N, C, V, width}, 2);
-      backend::CpuNn::run(nn_math::EmbeddingBackwardPositions<T>{dout.data(), dwpe.data(), B, T_, C, width}, 2);
+      backend::Cpu::run(nn_math::EmbeddingBackwardPositions<T>{dout.data(), dwpe.data(), B, T_, C, width}, 2);
       std::vector<std::uint32_t> bits = bits_of(dwte), wpe = bits_of(dwpe);
       bits.insert(bits.end(), wpe.begin(), wpe.end());
       return bits;
@@ -370,10 +370,10 @@ TYPED_TEST(BackwardUnits, WidthOneAndBlockWidthGiveTheSameBits) {
     const std::vector<float> start = random_values<float>(rng, C, -1.0f, 1.0f);
     auto run = [&](i64 width) {
       std::vector<float> dweight = start, dbias = start, sum = start;
-      backend::CpuNn::run(nn_math::LayerNormBackwardParams<T>{dout.data(), x.data(), mean.data(), rstd.data(),
+      backend::Cpu::run(nn_math::LayerNormBackwardParams<T>{dout.data(), x.data(), mean.data(), rstd.data(),
                                                               dweight.data(), dbias.data(), N, C, width},
                           2);
-      backend::CpuNn::run(nn_math::ColumnSum<T>{dout.data(), sum.data(), N, C, width}, 2);
+      backend::Cpu::run(nn_math::ColumnSum<T>{dout.data(), sum.data(), N, C, width}, 2);
       std::vector<std::uint32_t> bits = bits_of(dweight), b = bits_of(dbias), c = bits_of(sum);
       bits.insert(bits.end(), b.begin(), b.end());
       bits.insert(bits.end(), c.begin(), c.end());

@@ -1,4 +1,4 @@
-// The GPU-shaped row kernels (runtime/nn_backend.h CudaRows, chosen by MESHTRAIN_CUDA_KERNELS or
+// The row kernels cut for the GPU (runtime/backend.h Cuda::run_fast, chosen by MESHTRAIN_CUDA_KERNELS or
 // DeviceContext::set_cuda_kernels): LayerNorm and RMSNorm forward (a warp per row), the causal
 // softmax of batched-GEMM attention and its backward (a warp or a block per row), the fused
 // classifier (a block per row). On a GPU (skipped without one), for fp32 and bf16 activations, each
@@ -38,11 +38,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/backend.h"
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/cuda_kernel_choice.h"  // defines: CudaKernels, parse_cuda_kernels, cuda_kernels_name, kCudaKernelsEnv
 #include "runtime/error.h"               // defines: EnvironmentError
 #include "runtime/kernels.h"             // defines: kernels::fill
-#include "runtime/nn_backend.h"          // defines: kRowWarpsPerBlock, kRowMaxBlocks, kSoftmaxWarpMaxColumns, kClassifierMaxBlocks
 #include "runtime/nn_kernels.h"          // defines: nn::layernorm_forward, nn::rmsnorm_forward, nn::cross_entropy_fused, nn::cross_entropy_forward, nn::cross_entropy_backward
 #include "runtime/nn_run.h"              // defines: nn::run
 #include "runtime/tensor.h"              // defines: Tensor
@@ -63,7 +63,8 @@ constexpr int kBf16Bits = 8;  // significant bits, the implicit one included
 DeviceOptions cpu_options(int threads) { return DeviceOptions{Device::cpu(), 0, threads, std::nullopt}; }
 DeviceOptions gpu_options() { return DeviceOptions{Device::cuda(0), 0, 1, CudaKernels{}}; }
 
-double sum_tol(i64 n) { return 8.0 * std::sqrt(static_cast<double>(std::max<i64>(n, 4))) * 0x1p-24; }
+// The allowance the ops state for a sum in another order (runtime/ops/tolerance.h, kSumOrder).
+double sum_tol(i64 n) { return nn_math::kSumOrder * std::sqrt(static_cast<double>(std::max<i64>(n, 4))); }
 
 // The gap between neighbouring values of `bits` significant bits around |x| (0 for fp32 outputs).
 double spacing(double x, int bits) {
@@ -146,13 +147,7 @@ void expect_within(const std::vector<float>& got, const std::vector<float>& want
   std::printf("%s: worst error / allowed %.3g\n", what.c_str(), worst);
 }
 
-CudaKernels only(CudaKernelFamily f) {
-  CudaKernels k;
-  k.norms = f == CudaKernelFamily::Norms;
-  k.softmax = f == CudaKernelFamily::Softmax;
-  k.classifier = f == CudaKernelFamily::Classifier;
-  return k;
-}
+CudaKernels only(OpFamily f) { return CudaKernels::of({f}); }
 
 template <class T>
 class RowKernels : public ::testing::Test {};
@@ -247,7 +242,7 @@ TYPED_TEST(RowKernels, NormsOnTheGpuAgreeWithTheReferenceKernelAndTheCpuAndRepea
       SCOPED_TRACE(what);
       gpu.set_cuda_kernels({});
       const NormOutputs reference = run_norm<T>(gpu, in, rms);
-      gpu.set_cuda_kernels(only(CudaKernelFamily::Norms));
+      gpu.set_cuda_kernels(only(OpFamily::Norms));
       const NormOutputs fast = run_norm<T>(gpu, in, rms);
       EXPECT_TRUE(same_norm_bits(run_norm<T>(gpu, in, rms), fast)) << what << ": a second run";
       any_differs = any_differs || !same_norm_bits(fast, reference);
@@ -373,7 +368,7 @@ TYPED_TEST(RowKernels, CausalSoftmaxOnTheGpuAgreesWithTheReferenceKernelAndTheCp
     const SoftmaxInputs in = softmax_inputs<T>(c, static_cast<unsigned>(c.rows + 7 * c.L));
     gpu.set_cuda_kernels({});
     const SoftmaxOutputs reference = run_softmax<T>(gpu, in);
-    gpu.set_cuda_kernels(only(CudaKernelFamily::Softmax));
+    gpu.set_cuda_kernels(only(OpFamily::Attention));
     const SoftmaxOutputs fast = run_softmax<T>(gpu, in);
     const SoftmaxOutputs again = run_softmax<T>(gpu, in);
     EXPECT_TRUE(same_bits(again.p, fast.p) && same_bits(again.ds, fast.ds)) << what << ": a second run";
@@ -476,7 +471,7 @@ TYPED_TEST(RowKernels, ClassifierOnTheGpuAgreesWithTheReferenceKernelAndTheCpuAn
     const ClassifierInputs in = classifier_inputs<T>(c, static_cast<unsigned>(c.N + c.V));
     gpu.set_cuda_kernels({});
     const ClassifierOutputs reference = run_classifier<T>(gpu, in, true);
-    gpu.set_cuda_kernels(only(CudaKernelFamily::Classifier));
+    gpu.set_cuda_kernels(only(OpFamily::Loss));
     const ClassifierOutputs fast = run_classifier<T>(gpu, in, true);
     EXPECT_TRUE(same_classifier_bits(run_classifier<T>(gpu, in, true), fast)) << what << ": a second run";
     EXPECT_TRUE(same_classifier_bits(run_classifier<T>(gpu, in, false), fast)) << what << ": out of place";
@@ -522,12 +517,14 @@ TEST_F(CudaKernelsSwitch, ParsesFamiliesAndNamesTheVariableAndTheBadValue) {
   EXPECT_EQ(parse_cuda_kernels(""), CudaKernels{});
   EXPECT_EQ(parse_cuda_kernels("reference"), CudaKernels{});
   EXPECT_EQ(parse_cuda_kernels("all"), CudaKernels::all());
-  EXPECT_EQ(parse_cuda_kernels("norms"), only(CudaKernelFamily::Norms));
-  EXPECT_EQ(parse_cuda_kernels("classifier,softmax"), (CudaKernels{false, true, true}));
-  EXPECT_EQ(parse_cuda_kernels("norms,softmax,classifier"), CudaKernels::all());
-  for (const CudaKernels k : {CudaKernels{}, CudaKernels::all(), CudaKernels{true, false, true}})
+  EXPECT_EQ(parse_cuda_kernels("norms"), only(OpFamily::Norms));
+  EXPECT_EQ(parse_cuda_kernels("loss,attention"), CudaKernels::of({OpFamily::Attention, OpFamily::Loss}));
+  EXPECT_EQ(parse_cuda_kernels("norms,attention,loss"), CudaKernels::all());
+  EXPECT_EQ(CudaKernels::all(), fast_kernel_families());
+  for (const CudaKernels k : {CudaKernels{}, CudaKernels::all(), CudaKernels::of({OpFamily::Norms, OpFamily::Loss})})
     EXPECT_EQ(parse_cuda_kernels(cuda_kernels_name(k)), k) << cuda_kernels_name(k);
-  for (const char* bad : {"flash", "norms,", "norms,bogus", " norms", "All"}) {
+  // Families without fast kernels (yet) are refused too: turning them on would change nothing.
+  for (const char* bad : {"flash", "norms,", "norms,bogus", " norms", "All", "softmax", "embedding", "gemm"}) {
     try {
       parse_cuda_kernels(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";
@@ -553,10 +550,10 @@ TEST_F(CudaKernelsSwitch, AGpuContextReadsItUnlessItsOptionsSay) {
     DeviceContext ctx(DeviceOptions{Device::cuda(0), 0, 1, std::nullopt});
     EXPECT_EQ(ctx.cuda_kernels(), CudaKernels{}) << "the default is the reference kernels";
   }
-  setenv(kCudaKernelsEnv, "softmax,norms", 1);
+  setenv(kCudaKernelsEnv, "attention,norms", 1);
   {
     DeviceContext ctx(DeviceOptions{Device::cuda(0), 0, 1, std::nullopt});
-    EXPECT_EQ(ctx.cuda_kernels(), (CudaKernels{true, true, false}));
+    EXPECT_EQ(ctx.cuda_kernels(), CudaKernels::of({OpFamily::Norms, OpFamily::Attention}));
     DeviceContext asked(gpu_options());
     EXPECT_EQ(asked.cuda_kernels(), CudaKernels{}) << "options override the variable";
   }

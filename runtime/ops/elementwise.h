@@ -1,41 +1,51 @@
-// Elementwise and reduction math written once for host and device. CPU loops, CUDA kernels and
-// the MPI reduction of bf16 all call these, so every backend computes the same function.
-// defines: BinaryOp, ReduceKind, widen, narrow_to, apply_binary, reduce_step, kReduceChunk
+// The elementwise and reduction family: fill, binary ops, scale, cast and whole-tensor reductions
+// (runtime/kernels.h), and the row ops of a bias: BroadcastRows and ColumnSum. CPU loops, CUDA
+// kernels (runtime/cuda/elementwise.cu) and the MPI reduction of bf16 all call these functions, so
+// every backend computes the same one.
+// defines: BinaryOp, ReduceKind, apply_binary, scale_one, reduce_step, kReduceChunk, BroadcastRows, ColumnSum,
+//          MT_ELEMENTWISE_UNIT_OPS, MT_ELEMENTWISE_FAST_OPS
 #pragma once
 
-#include <cstdint>
-#include <type_traits>
+#include "runtime/ops/math.h"
+#include "runtime/ops/tolerance.h"
 
-#include "runtime/dtype.h"
-#include "runtime/host_device.h"
+namespace mt::nn_math {
+
+// out[n, :] = bias; one unit per row.
+template <class T>
+struct BroadcastRows {
+  const float* bias;
+  T* out;
+  std::int64_t rows, cols;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    T* o = out + n * cols;
+    for (std::int64_t j = 0; j < cols; ++j) o[j] = narrow_to<T>(bias[j]);
+  }
+};
+
+// sum[j] += sum over rows of x[n, j]; one unit per block of `width` columns, rows in order.
+template <class T>
+struct ColumnSum {
+  const T* x;
+  float* sum;
+  std::int64_t rows, cols, width;
+  MT_HD std::int64_t count() const { return blocks_of(cols, width); }
+  MT_HD void operator()(std::int64_t block) const {
+    const std::int64_t j0 = block * width, j1 = min64(j0 + width, cols);
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const T* xr = x + n * cols;
+      for (std::int64_t j = j0; j < j1; ++j) sum[j] += widen(xr[j]);
+    }
+  }
+};
+
+}  // namespace mt::nn_math
 
 namespace mt {
 
 enum class BinaryOp : std::uint8_t { Add, Sub, Mul, Max, Min };
 enum class ReduceKind : std::uint8_t { Sum, SumSquares, Max, Min, AbsMax };
-
-// Arithmetic happens in a wider type: bf16 in float, int32 and float as themselves.
-MT_HD float widen(bf16 v) { return v.to_float(); }
-MT_HD float widen(float v) { return v; }
-MT_HD std::int32_t widen(std::int32_t v) { return v; }
-
-// Back from the wide type (or a double) to T, rounding to nearest even into bf16.
-template <class T, class W>
-MT_HD T narrow_to(W v) {
-  if constexpr (sizeof(T) == 2) {
-    return bf16::from_float(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, std::int32_t> && !std::is_same_v<W, std::int32_t>) {
-    // Into int32: truncate toward zero, saturate out-of-range values, NaN becomes 0 (a plain cast
-    // would be undefined behaviour, and differ between CPU and GPU).
-    const double d = static_cast<double>(v);
-    if (!(d == d)) return 0;
-    if (d >= 2147483647.0) return 2147483647;
-    if (d <= -2147483648.0) return static_cast<std::int32_t>(-2147483647 - 1);
-    return static_cast<std::int32_t>(d);
-  } else {
-    return static_cast<T>(v);
-  }
-}
 
 template <class W>
 MT_HD W binary_wide(BinaryOp op, W a, W b) {
@@ -105,3 +115,14 @@ MT_HD double reduce_step(ReduceKind kind, double acc, T x) {
 }
 
 }  // namespace mt
+
+// The ops the backends run unit by unit (runtime/backend.h), and those with a kernel cut for the GPU.
+#define MT_ELEMENTWISE_UNIT_OPS(X) X(BroadcastRows) X(ColumnSum)
+#define MT_ELEMENTWISE_FAST_OPS(X)
+
+namespace mt::nn_math {
+// fill, binary, scale and cast are exact on every device (one rounding of the same double or float
+// value); the reductions sum in double in one fixed order everywhere. BroadcastRows copies.
+MT_TOLERANCE(BroadcastRows, .why = "a copy rounded once into T: the same bits")
+MT_TOLERANCE(ColumnSum, .why = "the same fp32 additions, rows in order, on every device (nothing to contract into an FMA): the same bits")
+}  // namespace mt::nn_math

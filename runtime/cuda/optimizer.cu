@@ -1,12 +1,12 @@
-// CUDA AdamW: a grid-stride kernel over adamw_update (adamw_math.h), the function the CPU loop
+// The optimizer family on CUDA: AdamW as a grid-stride kernel over adamw_update (runtime/ops/optimizer.h), the function the CPU loop
 // runs, so the GPU update matches the CPU one bit for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/backend.h"  // defines: Cuda::adamw
 #include "runtime/cuda/cuda_check.h"    // defines: cuda_error_text
-#include "optim/adamw_backend.h"  // defines: backend::adamw_cuda
 
 namespace mt::backend {
 namespace {
@@ -27,8 +27,8 @@ __global__ void adamw_kernel(AdamWStepArgs args, float* param, const float* grad
 
 }  // namespace
 
-void adamw_cuda(const AdamWStepArgs& args, float* param, const float* grad, float* m, float* v, std::int64_t n,
-                cuda::StreamHandle stream) {
+void Cuda::adamw(const AdamWStepArgs& args, float* param, const float* grad, float* m, float* v, std::int64_t n,
+                  cuda::StreamHandle stream) {
   if (n <= 0) return;
   const auto blocks = static_cast<unsigned int>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
   adamw_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, param, grad, m, v, n);

@@ -1,13 +1,13 @@
-// The GEMM epilogues on the CPU: loops over the fp32 result of the sgemm (runtime/gemm_cpu.cpp),
+// The GEMM epilogues on the CPU: loops over the fp32 result of the sgemm (runtime/cpu/gemm.cpp),
 // rows shared out among the threads. Each element is a function of its own inputs, so the bits do
 // not depend on the thread count; the bias gradient sums each column's rows in order.
 #include <omp.h>
 
-#include "runtime/blas_backend.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
-#include "runtime/gemm_epilogue.h"
+#include "runtime/ops/gemm.h"
 
-namespace mt::blas {
+namespace mt::backend {
 namespace {
 
 template <class T>
@@ -62,7 +62,7 @@ void column_sums(const GemmArgs& g, int threads) {
 
 }  // namespace
 
-void cpu_store_epilogue(const GemmArgs& g, const float* acc, std::int64_t ld_acc, int threads) {
+void Cpu::store_epilogue(const GemmArgs& g, const float* acc, std::int64_t ld_acc, int threads) {
   if (g.c_type() == DType::F32) {
     store_rows<float>(g, acc, ld_acc, threads);
   } else {
@@ -70,7 +70,7 @@ void cpu_store_epilogue(const GemmArgs& g, const float* acc, std::int64_t ld_acc
   }
 }
 
-void cpu_bias_grad_a(const GemmArgs& g, int threads) {
+void Cpu::bias_grad_a(const GemmArgs& g, int threads) {
   if (g.dtype == DType::F32) {
     column_sums<float>(g, threads);
   } else {
@@ -78,4 +78,4 @@ void cpu_bias_grad_a(const GemmArgs& g, int threads) {
   }
 }
 
-}  // namespace mt::blas
+}  // namespace mt::backend

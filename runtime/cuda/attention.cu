@@ -1,7 +1,10 @@
-// The fused causal softmax of batched-GEMM attention and its backward, cut for the GPU (CudaRows,
-// family `softmax`): a warp per row, or a block per row when rows are longer than
+// The attention family on CUDA (runtime/ops/attention.h): the reference and the row ops one thread
+// per unit (runtime/cuda/units.cuh), and:
+//
+// The fused causal softmax of batched-GEMM attention and its backward, cut for the GPU (Cuda::run_fast,
+// family `attention`): a warp per row, or a block per row when rows are longer than
 // kSoftmaxWarpMaxColumns (the choice depends on the shape alone). The reference is the op's unit
-// (runtime/attention_functors.h CausalSoftmaxForward, CausalSoftmaxBackward), which CUDA runs one
+// (runtime/ops/attention.h CausalSoftmaxForward, CausalSoftmaxBackward), which CUDA runs one
 // thread per row unless the context turns this family on. Each computes the reference's function:
 //   forward   over the row's first t + 1 entries (t = r % seq_len), the maximum of s * scale, the sum
 //             of exp_f(s * scale - max), then p = exp_f(s * scale - max) * (1 / sum) rounded once
@@ -17,7 +20,7 @@
 #include <cstdint>
 
 #include "runtime/cuda/rows.cuh"
-#include "runtime/nn_backend.h"
+#include "runtime/cuda/units.cuh"
 
 namespace mt::backend {
 namespace {
@@ -174,9 +177,14 @@ void run_backward(const nn_math::CausalSoftmaxBackward<T>& op, cuda::StreamHandl
 
 }  // namespace
 
-void CudaRows::run(const nn_math::CausalSoftmaxForward<float>& op, cuda::StreamHandle s) { run_forward(op, s); }
-void CudaRows::run(const nn_math::CausalSoftmaxForward<bf16>& op, cuda::StreamHandle s) { run_forward(op, s); }
-void CudaRows::run(const nn_math::CausalSoftmaxBackward<float>& op, cuda::StreamHandle s) { run_backward(op, s); }
-void CudaRows::run(const nn_math::CausalSoftmaxBackward<bf16>& op, cuda::StreamHandle s) { run_backward(op, s); }
+void Cuda::run_fast(const nn_math::CausalSoftmaxForward<float>& op, cuda::StreamHandle s) { run_forward(op, s); }
+void Cuda::run_fast(const nn_math::CausalSoftmaxForward<bf16>& op, cuda::StreamHandle s) { run_forward(op, s); }
+void Cuda::run_fast(const nn_math::CausalSoftmaxBackward<float>& op, cuda::StreamHandle s) { run_backward(op, s); }
+void Cuda::run_fast(const nn_math::CausalSoftmaxBackward<bf16>& op, cuda::StreamHandle s) { run_backward(op, s); }
+}  // namespace mt::backend
+
+namespace mt::backend {
+
+MT_ATTENTION_UNIT_OPS(MT_CUDA_UNIT_RUN)
 
 }  // namespace mt::backend

@@ -1,8 +1,8 @@
-// CPU kernels: OpenMP loops over the shared functors. Each element is written by exactly one
-// thread; reductions use the fixed chunk order of functors.h.
+// The elementwise family on the CPU: OpenMP loops over runtime/ops/elementwise.h. Each element is written by exactly one
+// thread; reductions use its fixed chunk order.
 #include <vector>
 
-#include "runtime/kernel_backend.h"
+#include "runtime/backend.h"
 
 namespace mt::backend {
 

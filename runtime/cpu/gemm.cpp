@@ -7,7 +7,7 @@
 // an fp32 result that starts from C (widened too when C is bf16, so beta x C is an fp32 term),
 // and a bf16 C gets that result rounded to nearest even. That is the math cuBLAS does with
 // CUBLAS_COMPUTE_32F (up to the order of the fp32 sums), at the cost of the copies. An epilogue
-// (runtime/gemm.h) runs on that fp32 result before it is rounded (runtime/gemm_epilogue_cpu.cpp).
+// (runtime/gemm.h) runs on that fp32 result before it is rounded (runtime/cpu/gemm_epilogue.cpp).
 #include <cblas.h>
 #include <omp.h>
 
@@ -17,11 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "runtime/blas_backend.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/gemm_tiles.h"
 
-namespace mt::blas {
+namespace mt::backend {
+
+using blas::GemmTiles;
+using blas::plan_gemm_tiles;
 namespace {
 
 // One fp32 GEMM of a batch: its own strides, the shared shape and scalars of g.
@@ -107,11 +110,11 @@ void f32_gemm_with_epilogue(const GemmArgs& g, const Fp32Matrices& x, int thread
   if (g.aux == static_cast<void*>(x.c)) {
     std::vector<float> result(static_cast<std::size_t>(g.m * g.n));
     tiled_sgemm(g, 1, {x.a, x.lda, x.b, x.ldb, result.data(), g.n}, threads);
-    cpu_store_epilogue(g, result.data(), g.n, threads);
+    Cpu::store_epilogue(g, result.data(), g.n, threads);
     return;
   }
   tiled_sgemm(g, 1, x, threads);
-  cpu_store_epilogue(g, x.c, x.ldc, threads);
+  Cpu::store_epilogue(g, x.c, x.ldc, threads);
 }
 
 void bf16_gemm(const GemmArgs& g, int threads) {
@@ -136,13 +139,13 @@ void bf16_gemm(const GemmArgs& g, int threads) {
       wc.assign(static_cast<std::size_t>(g.m * g.n), 0.0f);  // BLAS ignores C when beta is 0: so do we
     }
     tiled_sgemm(g, 1, {wa.data(), a_cols, wb.data(), b_cols, wc.data(), g.n}, threads);
-    cpu_store_epilogue(one, wc.data(), g.n, threads);
+    Cpu::store_epilogue(one, wc.data(), g.n, threads);
   }
 }
 
 }  // namespace
 
-void cpu_gemm(const GemmArgs& g, int threads) {
+void Cpu::gemm(const GemmArgs& g, int threads) {
   MT_CHECK(g.m <= INT_MAX && g.n <= INT_MAX && g.k <= INT_MAX && g.lda <= INT_MAX && g.ldb <= INT_MAX &&
                g.ldc <= INT_MAX,
            "GEMM dimension exceeds the 32-bit BLAS interface");
@@ -160,9 +163,9 @@ void cpu_gemm(const GemmArgs& g, int threads) {
       f32_gemm_with_epilogue(g, x, threads);  // one matrix (gemm() checked)
     }
   }
-  if (g.epilogue == GemmEpilogue::BiasGradA) cpu_bias_grad_a(g, threads);
+  if (g.epilogue == GemmEpilogue::BiasGradA) Cpu::bias_grad_a(g, threads);
 }
 
-std::string cpu_gemm_kernel() { return openblas_get_corename(); }
+std::string Cpu::gemm_kernel_name() { return openblas_get_corename(); }
 
-}  // namespace mt::blas
+}  // namespace mt::backend

@@ -1,5 +1,6 @@
-// The AdamW update of one fp32 element, written once for the CPU loop (adamw_cpu.cpp) and the CUDA
-// kernel (cuda/adamw.cu), so both backends compute the same function bit for bit.
+// The optimizer family: the AdamW update of one fp32 element, written once for the CPU loop
+// (runtime/cpu/optimizer.cpp) and the CUDA kernel (runtime/cuda/optimizer.cu), so both backends
+// compute the same function bit for bit (its tolerance is 0; optim/tests/adamw_cuda_test.cpp).
 //
 //   g     = grad * grad_scale                       (global-norm clipping and loss scaling enter here)
 //   m     = beta1 * m + (1 - beta1) * g

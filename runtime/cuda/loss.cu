@@ -1,6 +1,9 @@
-// The fused classifier cut for the GPU (CudaRows, family `classifier`): one block per row of logits
+// The loss family on CUDA (runtime/ops/loss.h): its ops one thread per unit (runtime/cuda/units.cuh),
+// and:
+//
+// The fused classifier cut for the GPU (Cuda::run_fast, family `loss`): one block per row of logits
 // computes the row's loss and log-sum-exp and writes dlogits over it (in place when dlogits is
-// logits) in one kernel. The reference is the op's unit (runtime/nn_functors.h CrossEntropyFused:
+// logits) in one kernel. The reference is the op's unit (runtime/ops/loss.h CrossEntropyFused:
 // CrossEntropyForward then CrossEntropyBackward on the row), which CUDA runs one thread per row
 // unless the context turns this family on. The function is the reference's:
 //   max = the largest of the first `vocab` logits, sum = the sum of exp_f(x - max) over them,
@@ -18,7 +21,7 @@
 #include <cstdint>
 
 #include "runtime/cuda/rows.cuh"
-#include "runtime/nn_backend.h"
+#include "runtime/cuda/units.cuh"
 
 namespace mt::backend {
 namespace {
@@ -104,7 +107,12 @@ void run_classifier(const nn_math::CrossEntropyFused<T>& op, cuda::StreamHandle 
 
 }  // namespace
 
-void CudaRows::run(const nn_math::CrossEntropyFused<float>& op, cuda::StreamHandle s) { run_classifier(op, s); }
-void CudaRows::run(const nn_math::CrossEntropyFused<bf16>& op, cuda::StreamHandle s) { run_classifier(op, s); }
+void Cuda::run_fast(const nn_math::CrossEntropyFused<float>& op, cuda::StreamHandle s) { run_classifier(op, s); }
+void Cuda::run_fast(const nn_math::CrossEntropyFused<bf16>& op, cuda::StreamHandle s) { run_classifier(op, s); }
+}  // namespace mt::backend
+
+namespace mt::backend {
+
+MT_LOSS_UNIT_OPS(MT_CUDA_UNIT_RUN)
 
 }  // namespace mt::backend

@@ -1,15 +1,16 @@
-// CUDA kernels: the same functors as runtime/kernels_cpu.cpp (runtime/functors.h), so each element
+// The elementwise family on CUDA (runtime/ops/elementwise.h): the same functors as runtime/cpu/elementwise.cpp (runtime/ops/elementwise.h), so each element
 // is computed by the same function on both backends. Elementwise kernels are grid-stride loops;
-// reductions follow the fixed order of functors.h (one thread per kReduceChunk elements summing in
+// reductions follow the fixed order of runtime/ops/elementwise.h (one thread per kReduceChunk elements summing in
 // index order, then one thread folding the chunk results in order), so they match the CPU bit
 // for bit. Work is queued on the given stream; the current device must be the stream's.
+// BroadcastRows and ColumnSum run one thread per unit (runtime/cuda/units.cuh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "runtime/cuda/cuda_check.h"
-#include "runtime/kernel_backend.h"
+#include "runtime/cuda/units.cuh"
 
 namespace mt::backend {
 namespace {
@@ -158,5 +159,10 @@ double Cuda::reduce(ReduceKind kind, const void* x, DType t, std::int64_t n, cud
   MT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return result;
 }
+}  // namespace mt::backend
+
+namespace mt::backend {
+
+MT_ELEMENTWISE_UNIT_OPS(MT_CUDA_UNIT_RUN)
 
 }  // namespace mt::backend
