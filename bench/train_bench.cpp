@@ -21,6 +21,7 @@
 #include "runtime/gemm_rate.h"
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
+#include "runtime/device_counters.h"
 
 namespace po = boost::program_options;
 
@@ -36,6 +37,10 @@ double peak_rss_bytes() {
 struct Timing {
   double forward = 0, backward = 0, optimizer = 0;
   double total() const { return forward + backward + optimizer; }
+  // The device layer's work over the timed steps (runtime/device_counters.h), the bench's own
+  // waits for its clock left out.
+  DeviceCounters counted;
+  int steps = 0;
 };
 
 // Times `steps` training steps after `warmup` untimed ones; the data are fixed random tokens.
@@ -46,27 +51,38 @@ Timing run_steps(DeviceContext& ctx, Gpt& model, AdamW& opt, int B, int T, int w
     targets[i] = static_cast<std::int32_t>((i * 40503u + 7) % static_cast<std::uint32_t>(model.config().vocab_size));
   }
   Timing t;
+  t.steps = steps;
   Stopwatch watch;
-  for (int s = 0; s < warmup + steps; ++s) {
+  DeviceCounters step_counts;
+  DeviceCounters mark;
+  auto start = [&] {
     watch.restart();
+    mark = device_counters();
+  };
+  auto stop = [&] {  // the phase's counts, then the wait for its clock
+    step_counts += device_counters() - mark;
+    ctx.synchronize();
+    return watch.seconds();
+  };
+  for (int s = 0; s < warmup + steps; ++s) {
+    step_counts = {};
+    start();
     model.parameters().zero_grads(ctx);
     model.forward(inputs, targets, B, T, 1.0f);
-    ctx.synchronize();
-    const double f = watch.seconds();
-    watch.restart();
+    const double f = stop();
+    start();
     model.backward();
-    ctx.synchronize();
-    const double b = watch.seconds();
-    watch.restart();
+    const double b = stop();
+    start();
     const Tensor g = model.parameters().flat_grads();
     const double norm = std::sqrt(sum_of_squares(ctx, std::span<const Tensor>(&g, 1)));
     opt.step(1e-4f, static_cast<float>(clip_scale(norm, 1.0)));
-    ctx.synchronize();
-    const double o = watch.seconds();
+    const double o = stop();
     if (s < warmup) continue;
     t.forward += f / steps;
     t.backward += b / steps;
     t.optimizer += o / steps;
+    t.counted += step_counts;
   }
   return t;
 }
@@ -198,6 +214,15 @@ std::vector<std::string> table_cells(const ModelRun& r, const ModelRun& first, d
           format_cell("%.2f GiB", r.peak_rss / (1024.0 * 1024 * 1024))};
 }
 
+std::vector<std::string> work_cells(const ModelRun& r) {
+  const DeviceCounters& c = r.time.counted;
+  const double steps = std::max(1, r.time.steps);
+  return {r.name, recompute_name(r.recompute), format_cell("%.1f", static_cast<double>(c.allocations) / steps),
+          format_cell("%.1f", static_cast<double>(c.host_syncs) / steps),
+          format_cell("%.1f", static_cast<double>(c.launches) / steps),
+          format_cell("%.0f B", static_cast<double>(c.copy_bytes) / steps)};
+}
+
 nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int threads, double sgemm) {
   nlohmann::ordered_json row;
   row["bench"] = "train";
@@ -217,6 +242,12 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
   row["gemm_flops_per_s"] = sgemm;
   row["threads"] = threads;
   row["mfu"] = r.flops / sgemm;
+  const DeviceCounters& c = r.time.counted;
+  const double steps = std::max(1, r.time.steps);
+  row["allocations_per_step"] = static_cast<double>(c.allocations) / steps;
+  row["host_syncs_per_step"] = static_cast<double>(c.host_syncs) / steps;
+  row["launches_per_step"] = static_cast<double>(c.launches) / steps;
+  row["copy_bytes_per_step"] = static_cast<double>(c.copy_bytes) / steps;
   return row;
 }
 
@@ -243,11 +274,13 @@ int train_bench(const std::vector<std::string>& args) {
 
   TextTable table({"model", "recompute", "params", "tokens", "step ms", "fwd ms", "bwd ms", "opt ms", "tokens/s",
                    "GFLOP/s", "MFU", "act peak", "w/o head chunk", "vs first mode", "peak RSS"});
+  TextTable work({"model", "recompute", "allocations", "host syncs", "launches", "copied"});
   for (const std::string& name : o.models) {
     std::vector<ModelRun> runs;
     for (Recompute mode : o.recompute) {
       runs.push_back(run_model(o, name, mode));
       table.add_row(table_cells(runs.back(), runs.front(), sgemm));
+      work.add_row(work_cells(runs.back()));
       json.append(json_row(runs.back(), o, ctx.cpu_threads(), sgemm));
     }
   }
@@ -257,6 +290,11 @@ int train_bench(const std::vector<std::string>& args) {
               "whatever --recompute says; no slot keeps the logits)\n");
   std::printf("MFU = model FLOPs (6 x matmul parameters x tokens + attention) / step time / fp32 GEMM rate%s\n",
               o.compute == DType::BF16 ? " (bf16 products can beat it: MFU > 1 is possible)" : "");
+  std::printf("\nDevice work per timed step (counted on every backend; on the CPU the waits are free and the copies\n"
+              "memmoves, but a GPU pays for each):\n%s", work.render().c_str());
+  std::printf("allocations = reaching malloc or cudaMalloc; host syncs = the host waiting for the device (streams,\n"
+              "  events, reductions, copies to or from host memory); launches = op calls (a kernel each on CUDA);\n"
+              "  copied = bytes between host memory and device tensors\n");
   return 0;
 }
 

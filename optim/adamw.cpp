@@ -3,7 +3,8 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "runtime/backend.h"  // defines: backend::Cpu::adamw, backend::Cuda::adamw
+#include "runtime/backend.h"          // defines: backend::Cpu::adamw, backend::Cuda::adamw
+#include "runtime/device_counters.h"  // defines: count_launch
 
 namespace mt {
 namespace {
@@ -79,6 +80,7 @@ void AdamW::step(float lr, float grad_scale) {
     const float* g = s.grad.data_as<float>();
     float* m = m_[i].data_as<float>();
     float* v = v_[i].data_as<float>();
+    count_launch();
     if (ctx_->device().is_cpu()) {
       backend::Cpu::adamw(args, p, g, m, v, s.param.numel(), ctx_->cpu_threads());
     } else {

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "runtime/cuda_api.h"
+#include "runtime/device_counters.h"
 #include "runtime/error.h"
 
 namespace mt {
@@ -66,8 +67,8 @@ std::unique_ptr<RawMemory> make_cuda_raw_memory(int device_index) {
   return std::make_unique<CudaRawMemory>(device_index);
 }
 
-Allocator::Allocator(Device device, std::unique_ptr<RawMemory> raw, std::size_t limit, bool cache_blocks)
-    : device_(device), raw_(std::move(raw)), limit_(limit), cache_blocks_(cache_blocks) {
+Allocator::Allocator(Device device, std::unique_ptr<RawMemory> raw, std::size_t limit, BlockCache cache)
+    : device_(device), raw_(std::move(raw)), limit_(limit), cache_(cache) {
   stats_.limit = limit;
 }
 
@@ -94,9 +95,10 @@ void* Allocator::allocate(std::size_t bytes) {
                format_bytes(stats_.in_use), " already in use)");
   }
   void* ptr = nullptr;
-  if (cache_blocks_) {
+  if (cache_ != BlockCache::Off) {
     auto it = free_blocks_.lower_bound(size);
-    if (it != free_blocks_.end() && it->first <= 2 * size) {
+    const std::size_t fits = cache_ == BlockCache::ExactSize ? size : 2 * size;
+    if (it != free_blocks_.end() && it->first <= fits) {
       ptr = it->second;
       stats_.cached -= it->first;
       live_[ptr] = it->first;
@@ -118,7 +120,9 @@ void* Allocator::allocate(std::size_t bytes) {
 void* Allocator::allocate_raw_locked(std::size_t size) {
   // Cached blocks count against the cap too: give them back before going over it.
   if (limit_ != 0 && stats_.in_use + stats_.cached + size > limit_) release_cached_locked();
+  if (cache_ == BlockCache::ExactSize && stats_.cached > stats_.in_use) release_cached_locked();
   ++stats_.raw_calls;
+  count_allocation();
   void* ptr = raw_->allocate(size);
   if (ptr == nullptr && stats_.cached > 0) {
     release_cached_locked();
@@ -139,7 +143,7 @@ void Allocator::deallocate(void* ptr) {
   const std::size_t size = it->second;
   live_.erase(it);
   stats_.in_use -= size;
-  if (cache_blocks_) {
+  if (cache_ != BlockCache::Off) {
     poison_host(device_, ptr, size);
     free_blocks_.emplace(size, ptr);
     stats_.cached += size;

@@ -30,11 +30,20 @@ class RawMemory {
   virtual void release(void* ptr) noexcept = 0;  // called from destructors: must not throw
 };
 
-// Hands out device memory in blocks, counts it against the cap and optionally keeps freed
-// blocks for reuse (best fit among cached blocks no more than twice the request).
+// Which freed blocks an allocator keeps for reuse.
+//   Off: none, every free goes back to the device.
+//   ExactSize: blocks reused only for a request of their own (rounded) size, so the bytes in use and
+//     their peak are exactly what tensors asked for; on a miss, a cache larger than the bytes in use
+//     is given back first, so sizes that never recur (a growing sampling context) cannot pile up.
+//   UpToTwice: the best fit among blocks no more than twice the request (CUDA: steady-state
+//     training never calls cudaMalloc, and nearby sizes share blocks).
+enum class BlockCache { Off, ExactSize, UpToTwice };
+
+// Hands out device memory in blocks, counts it against the cap and keeps freed blocks for reuse as
+// `cache` says.
 class Allocator {
  public:
-  Allocator(Device device, std::unique_ptr<RawMemory> raw, std::size_t limit, bool cache_blocks);
+  Allocator(Device device, std::unique_ptr<RawMemory> raw, std::size_t limit, BlockCache cache);
   ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
@@ -55,7 +64,7 @@ class Allocator {
   Device device_;
   std::unique_ptr<RawMemory> raw_;
   const std::size_t limit_;
-  const bool cache_blocks_;
+  const BlockCache cache_;
   mutable std::mutex mutex_;
   std::unordered_map<void*, std::size_t> live_;   // pointer -> rounded size
   std::multimap<std::size_t, void*> free_blocks_; // rounded size -> cached pointer

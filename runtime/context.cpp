@@ -15,9 +15,14 @@ namespace {
 std::shared_ptr<Allocator> make_allocator(const DeviceOptions& options) {
   // Freed blocks are kept for reuse on both devices. On the host, glibc hands blocks past its mmap
   // threshold (32 MiB at most) back to the kernel on free, so without the cache every step faulted
-  // in and zeroed its logits chunk and attention probabilities again (a tenth of a GPT-2 step).
-  auto raw = options.device.is_cpu() ? make_host_raw_memory() : make_cuda_raw_memory(options.device.index);
-  return std::make_shared<Allocator>(options.device, std::move(raw), options.memory_limit, true);
+  // in and zeroed its logits chunk and attention probabilities again (a tenth of a GPT-2 step). The
+  // host reuses a block for its own size only: the bytes in use, and the peaks the memory model is
+  // checked against, stay what tensors asked for.
+  if (options.device.is_cpu())
+    return std::make_shared<Allocator>(options.device, make_host_raw_memory(), options.memory_limit,
+                                       BlockCache::ExactSize);
+  return std::make_shared<Allocator>(options.device, make_cuda_raw_memory(options.device.index),
+                                     options.memory_limit, BlockCache::UpToTwice);
 }
 
 DeviceOptions checked(DeviceOptions options) {

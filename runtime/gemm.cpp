@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/backend.h"
+#include "runtime/device_counters.h"
 #include "runtime/nn_run.h"
 
 namespace mt {
@@ -160,6 +161,7 @@ void gemm(DeviceContext& ctx, const GemmArgs& args) {
            "GEMM leading dimensions too small: lda=", args.lda, " ldb=", args.ldb, " ldc=", args.ldc);
   check_epilogue(args);
   if (args.m == 0 || args.n == 0 || args.batch == 0) return;
+  count_launch();
   if (ctx.device().is_cpu()) {
     backend::Cpu::gemm(args, ctx.cpu_threads());
   } else if (backend::Cuda::uses_lt(ctx.blas_handle())) {

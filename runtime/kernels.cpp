@@ -1,6 +1,7 @@
 #include "runtime/kernels.h"
 
 #include "runtime/backend.h"
+#include "runtime/device_counters.h"
 
 namespace mt::kernels {
 namespace {
@@ -10,6 +11,7 @@ void check_device(const DeviceContext& ctx, const Tensor& t) {
 }  // namespace
 
 void fill(DeviceContext& ctx, Tensor& x, double value) {
+  count_launch();
   check_device(ctx, x);
   if (ctx.device().is_cpu()) {
     backend::Cpu::fill(x.data(), x.dtype(), x.numel(), value, ctx.cpu_threads());
@@ -19,6 +21,7 @@ void fill(DeviceContext& ctx, Tensor& x, double value) {
 }
 
 void binary(DeviceContext& ctx, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  count_launch();
   check_device(ctx, a);
   check_device(ctx, b);
   check_device(ctx, out);
@@ -33,6 +36,7 @@ void binary(DeviceContext& ctx, BinaryOp op, const Tensor& a, const Tensor& b, T
 }
 
 void scale(DeviceContext& ctx, Tensor& x, double alpha) {
+  count_launch();
   check_device(ctx, x);
   if (ctx.device().is_cpu()) {
     backend::Cpu::scale(x.data(), x.dtype(), x.numel(), alpha, ctx.cpu_threads());
@@ -42,6 +46,7 @@ void scale(DeviceContext& ctx, Tensor& x, double alpha) {
 }
 
 void cast(DeviceContext& ctx, const Tensor& src, Tensor& dst) {
+  count_launch();
   check_device(ctx, src);
   check_device(ctx, dst);
   MT_CHECK(src.numel() == dst.numel(), "cast from ", src.describe(), " into ", dst.describe());
@@ -53,6 +58,8 @@ void cast(DeviceContext& ctx, const Tensor& src, Tensor& dst) {
 }
 
 double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x) {
+  count_launch();
+  count_host_sync();  // the result comes back to the host
   check_device(ctx, x);
   if (ctx.device().is_cpu()) return backend::Cpu::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.cpu_threads());
   return backend::Cuda::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.stream().handle());

@@ -188,6 +188,7 @@ void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Ten
     const nn_math::LayerNormBackwardParams<T_> op{ptr<const T_>(dout), ptr<const T_>(x),      ptr<const float>(mean),
                                                   ptr<const float>(rstd), ptr<float>(dweight), ptr<float>(dbias),
                                                   N,                      C,                   unit_width(ctx)};
+    count_launch();
     if (ctx.device().is_cpu()) {
       backend::Cpu::run(op, ctx.cpu_threads());
     } else {

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "runtime/backend.h"
+#include "runtime/device_counters.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 
@@ -17,6 +18,7 @@ namespace mt::nn {
 // CPU is slow (no vector bf16 arithmetic) and meant for testing the bf16 path without a GPU.
 template <template <class> class Op, class Fill>
 void run(DeviceContext& ctx, DType activations, Fill&& fill) {
+  count_launch();
   auto go = [&](auto tag) {
     using T = decltype(tag);
     Op<T> op{};

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "runtime/device_counters.h"
 #include "runtime/error.h"
 
 namespace mt {
@@ -30,6 +31,7 @@ Stream& Stream::operator=(Stream&& other) noexcept {
 }
 
 void Stream::synchronize() const {
+  count_host_sync();
   if (handle_ != nullptr) cuda::synchronize_stream(handle_);
 }
 
@@ -71,6 +73,7 @@ bool Event::query() const {
 
 void Event::synchronize() const {
   MT_CHECK(recorded_, "waiting on an event that was never recorded");
+  count_host_sync();
   if (handle_ != nullptr) cuda::synchronize_event(handle_);
 }
 

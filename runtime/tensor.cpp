@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "runtime/cuda_api.h"
+#include "runtime/device_counters.h"
 
 namespace mt {
 namespace {
@@ -139,29 +140,36 @@ Tensor Tensor::narrow(std::int64_t start, std::int64_t length) const {
   return t;
 }
 
+// host_memory: one end is host memory the caller may reuse at once (or a tensor on the CPU while
+// the other is on a GPU). CUDA waits for such a copy (the host buffers are pageable), so it counts as
+// a copy and a host wait on every backend (runtime/device_counters.h).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes,
-                const Stream& stream) {
+                const Stream& stream, bool host_memory) {
   if (bytes == 0) return;
+  if (host_memory) {
+    count_copy(bytes);
+    count_host_sync();
+  }
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memmove(dst, src, bytes);
     return;
   }
   cuda::copy_async(dst, src, bytes, stream.handle());
-  // Host buffers are pageable and may be reused by the caller right away.
-  if (dst_device.is_cpu() || src_device.is_cpu()) stream.synchronize();
+  if (dst_device.is_cpu() || src_device.is_cpu()) cuda::synchronize_stream(stream.handle());
 }
 
 void Tensor::copy_from(const Tensor& src, const Stream& stream) {
   MT_CHECK(src.dtype_ == dtype_ && src.numel_ == numel_, "copy from ", src.describe(), " into ", describe());
-  copy_bytes(data(), device(), src.data(), src.device(), nbytes(), stream);
+  copy_bytes(data(), device(), src.data(), src.device(), nbytes(), stream, device() != src.device());
 }
 
 void Tensor::copy_from_host(const void* src, std::size_t bytes, const Stream& stream) {
   MT_CHECK(bytes == nbytes(), "copying ", bytes, " bytes into ", describe());
-  copy_bytes(data(), device(), src, Device::cpu(), bytes, stream);
+  copy_bytes(data(), device(), src, Device::cpu(), bytes, stream, true);
 }
 
 void Tensor::read_back(void* dst) const {
+  count_host_sync();  // the whole device drains first
   if (device().is_cuda()) {
     cuda::set_device(device().index);
     cuda::synchronize_device();
@@ -171,7 +179,7 @@ void Tensor::read_back(void* dst) const {
 
 void Tensor::copy_to_host(void* dst, std::size_t bytes, const Stream& stream) const {
   MT_CHECK(bytes == nbytes(), "copying ", describe(), " into ", bytes, " bytes");
-  copy_bytes(dst, Device::cpu(), data(), device(), bytes, stream);
+  copy_bytes(dst, Device::cpu(), data(), device(), bytes, stream, true);
 }
 
 }  // namespace mt

@@ -125,8 +125,11 @@ class Tensor {
   DType dtype_ = DType::F32;
 };
 
-// Copies bytes between host and device memory in any direction; synchronous on the CPU.
+// Copies bytes between host and device memory in any direction; synchronous on the CPU, and on CUDA
+// whenever one end is on the host. host_memory: count it as a host copy and wait
+// (runtime/device_counters.h); the tensor copies set it, communication's staging does not (comm/
+// counts its own waits).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes,
-                const Stream& stream);
+                const Stream& stream, bool host_memory = false);
 
 }  // namespace mt

@@ -26,7 +26,7 @@ constexpr std::size_t MiB = 1024 * KiB;
 
 bool aligned_256(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 256 == 0; }
 TEST(Allocator, CountsRoundedBytesInUseAndPeak) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), 0, false);
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::Off);
   void* p = a.allocate(100);   // rounds to 256
   void* q = a.allocate(1000);  // rounds to 1024
   ASSERT_NE(p, nullptr);
@@ -60,7 +60,7 @@ TEST(Allocator, CountsRoundedBytesInUseAndPeak) {
 }
 
 TEST(Allocator, BlocksAre256ByteAligned) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), 0, false);
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::Off);
   std::vector<void*> blocks;
   for (std::size_t bytes : {1u, 3u, 255u, 256u, 257u, 4097u, 100000u}) {
     blocks.push_back(a.allocate(bytes));
@@ -71,7 +71,7 @@ TEST(Allocator, BlocksAre256ByteAligned) {
 }
 
 TEST(Allocator, FreeingAForeignPointerThrows) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), 0, false);
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::Off);
   int local = 0;
   EXPECT_THROW(a.deallocate(&local), Error);
   void* p = a.allocate(64);
@@ -80,7 +80,7 @@ TEST(Allocator, FreeingAForeignPointerThrows) {
 }
 
 TEST(Allocator, CapThrowsOutOfMemoryNamingTheFlagAndDevice) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), MiB, false);
+  Allocator a(Device::cpu(), make_host_raw_memory(), MiB, BlockCache::Off);
   const std::string what = error_of<OutOfMemoryError>([&] { a.allocate(2 * MiB); });
   EXPECT_TRUE(contains(what, "--device-memory-limit")) << what;
   EXPECT_TRUE(contains(what, "cpu: out of memory")) << what;
@@ -98,7 +98,7 @@ TEST(Allocator, CapThrowsOutOfMemoryNamingTheFlagAndDevice) {
 }
 
 TEST(Allocator, WithinTheCapAfterFreeing) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), MiB, false);
+  Allocator a(Device::cpu(), make_host_raw_memory(), MiB, BlockCache::Off);
   void* big = a.allocate(768 * KiB);
   const std::string what = error_of<OutOfMemoryError>([&] { a.allocate(512 * KiB); });
   EXPECT_TRUE(contains(what, "768.0 KiB already in use")) << what;
@@ -114,15 +114,15 @@ TEST(Allocator, WithinTheCapAfterFreeing) {
 // A request near SIZE_MAX must fail, not wrap around in the rounding to 256 bytes and come back
 // as a tiny block that counts as nothing against the cap.
 TEST(Allocator, ImpossibleRequestsThrow) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), 0, false);
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::Off);
   EXPECT_THROW(a.allocate(SIZE_MAX), OutOfMemoryError);
-  Allocator capped(Device::cpu(), make_host_raw_memory(), MiB, false);
+  Allocator capped(Device::cpu(), make_host_raw_memory(), MiB, BlockCache::Off);
   EXPECT_THROW(capped.allocate(SIZE_MAX - 100), OutOfMemoryError);
   EXPECT_EQ(capped.stats().in_use, 0u);
 }
 
 TEST(AllocatorCache, ReusesAFreedBlockOfTheSameSize) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), 0, true);
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::UpToTwice);
   void* p = a.allocate(1000);
   a.deallocate(p);
   MemoryStats s = a.stats();
@@ -146,7 +146,7 @@ TEST(AllocatorCache, ReusesAFreedBlockOfTheSameSize) {
 }
 
 TEST(AllocatorCache, SmallRequestsDoNotTakeBigBlocks) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), 0, true);
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::UpToTwice);
   void* big = a.allocate(4096);
   a.deallocate(big);
   void* small = a.allocate(1024);  // 4096 > 2 * 1024: the cached block stays
@@ -165,7 +165,7 @@ TEST(AllocatorCache, SmallRequestsDoNotTakeBigBlocks) {
 }
 
 TEST(AllocatorCache, TakesTheBestFit) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), 0, true);
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::UpToTwice);
   void* b4 = a.allocate(4096);
   void* b2 = a.allocate(2048);
   void* b3 = a.allocate(3072);
@@ -180,7 +180,7 @@ TEST(AllocatorCache, TakesTheBestFit) {
 }
 
 TEST(AllocatorCache, ReleaseCachedEmptiesTheCache) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), 0, true);
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::UpToTwice);
   void* p = a.allocate(1000);
   void* q = a.allocate(5000);
   void* kept = a.allocate(256);
@@ -198,7 +198,7 @@ TEST(AllocatorCache, ReleaseCachedEmptiesTheCache) {
 }
 
 TEST(AllocatorCache, CachedBlocksMakeRoomUnderTheCap) {
-  Allocator a(Device::cpu(), make_host_raw_memory(), MiB, true);
+  Allocator a(Device::cpu(), make_host_raw_memory(), MiB, BlockCache::UpToTwice);
   void* first = a.allocate(600 * KiB);
   a.deallocate(first);
   EXPECT_EQ(a.stats().cached, 600 * KiB);
@@ -217,7 +217,7 @@ TEST(AllocatorCache, CachedBlocksMakeRoomUnderTheCap) {
 // that fits beside what is in use never fails.
 TEST(AllocatorCache, HeldBytesStayUnderTheCap) {
   const std::size_t cap = 2 * MiB;
-  Allocator a(Device::cpu(), make_host_raw_memory(), cap, true);
+  Allocator a(Device::cpu(), make_host_raw_memory(), cap, BlockCache::UpToTwice);
   std::mt19937 rng(1234);
   std::vector<std::pair<void*, std::size_t>> live;
   std::size_t in_use = 0;
@@ -274,6 +274,31 @@ TEST(AllocatorContext, TensorOverTheCapThrowsOutOfMemory) {
   Tensor b = Tensor::empty({600 * 256}, DType::I32, ctx);
   EXPECT_EQ(ctx.allocator().stats().in_use, 600 * KiB);
   EXPECT_EQ(ctx.allocator().stats().peak, 600 * KiB);
+}
+
+// The host's policy: a block serves its own size only, so in_use and the peak stay what was asked;
+// a miss with more cached than in use gives the cache back (sizes that never recur do not pile up).
+TEST(AllocatorCache, ExactSizeReusesOnlyItsOwnSizeAndGivesBackAPileOfOthers) {
+  Allocator a(Device::cpu(), make_host_raw_memory(), 0, BlockCache::ExactSize);
+  a.deallocate(a.allocate(4096));
+  void* same = a.allocate(4000);  // rounds to 4096: the cached block
+  EXPECT_EQ(a.stats().raw_calls, 1u);
+  EXPECT_EQ(a.stats().cached, 0u);
+  void* big = a.allocate(8192);  // a miss, with nothing cached: nothing to give back
+  EXPECT_EQ(a.stats().raw_calls, 2u);
+  a.deallocate(big);
+  EXPECT_EQ(a.stats().cached, 8192u);
+  void* small = a.allocate(1024);  // would fit in the 8192 block, but only its own size may take it
+  MemoryStats s = a.stats();
+  EXPECT_EQ(s.raw_calls, 3u);
+  EXPECT_EQ(s.in_use, 4096u + 1024u) << "in use counts what was asked, not a larger block";
+  EXPECT_EQ(s.cached, 0u) << "8192 cached against 4096 in use: given back on the miss";
+  EXPECT_EQ(s.peak, 4096u + 8192u);
+  a.deallocate(same);
+  a.deallocate(small);
+  void* again = a.allocate(1024);
+  EXPECT_EQ(a.stats().raw_calls, 3u);
+  a.deallocate(again);
 }
 
 // A CPU context keeps freed blocks too: a step's big scratch (the logits chunk, the attention

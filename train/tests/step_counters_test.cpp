@@ -1,0 +1,103 @@
+// What a training step asks of the device layer once warm (runtime/device_counters.h): on one rank
+// (dp 1) and on dp 2 x pp 2, with and without ZeRO-1, the steps after the first two allocate
+// nothing (every tensor a step makes comes from the allocator's cached blocks), and the counts of
+// host waits, launches and host copies repeat from step to step (no step does extra work). The
+// counts are printed per rank, as `meshbench train` prints them for a single-rank model.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "models/gpt.h"
+#include "parallel/groups.h"
+#include "runtime/device_counters.h"
+#include "tests/test_env.h"
+#include "train/parallel_trainer.h"
+#include "train/tests/tiny_corpus.h"
+
+namespace mt {
+namespace {
+
+using testing::corpus;
+using testing::test_context;
+using testing::test_world;
+
+constexpr int kWarmSteps = 2, kCountedSteps = 3;
+constexpr std::uint64_t kSeed = 99;
+
+struct Layout {
+  int dp, tp, pp, zero;
+  int world_size() const { return dp * tp * pp; }
+};
+
+std::vector<DeviceCounters> counts_per_step(const Layout& layout) {
+  Communicator& world = test_world();
+  DeviceContext& ctx = test_context();
+  GptConfig config = gpt_preset("tiny");
+  config.vocab_size = 256;
+  config.max_seq_len = 32;
+  TrainSettings s;
+  s.global_batch = 8;
+  s.micro_batch = 2;
+  s.seq_len = 32;
+  s.steps = kWarmSteps + kCountedSteps;
+  s.schedule.max_lr = 1e-3f;
+  LayoutRequest request;
+  request.dp = layout.dp;
+  request.tp = layout.tp;
+  request.pp = layout.pp;
+  request.zero = layout.zero;
+  request.micro_batch = s.micro_batch;
+  request.bucket_mb = 0.05;
+  request.overlap = true;
+  const LayoutPlan plan(request, layout_dims(config, s.seq_len), request.world_size(), s.global_batch);
+  ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
+  data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
+  ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, nullptr, s, plan);
+  trainer.init(kSeed);
+  std::vector<DeviceCounters> counts;
+  for (int i = 0; i < kWarmSteps + kCountedSteps; ++i) {
+    const DeviceCounters before = device_counters();
+    trainer.step();
+    if (i >= kWarmSteps) counts.push_back(device_counters() - before);
+  }
+  return counts;
+}
+
+void expect_steady(const Layout& layout) {
+  const std::string what = "dp" + std::to_string(layout.dp) + " pp" + std::to_string(layout.pp) + " zero " +
+                           std::to_string(layout.zero);
+  SCOPED_TRACE(what);
+  const std::vector<DeviceCounters> counts = counts_per_step(layout);
+  ASSERT_EQ(counts.size(), static_cast<std::size_t>(kCountedSteps));
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    EXPECT_EQ(counts[i].allocations, 0u) << "step " << kWarmSteps + i + 1 << " reached the raw allocator";
+    EXPECT_EQ(counts[i].host_syncs, counts[0].host_syncs) << "step " << kWarmSteps + i + 1;
+    EXPECT_EQ(counts[i].launches, counts[0].launches) << "step " << kWarmSteps + i + 1;
+    EXPECT_EQ(counts[i].copy_bytes, counts[0].copy_bytes) << "step " << kWarmSteps + i + 1;
+  }
+  EXPECT_GT(counts[0].launches, 0u) << "a step that launches nothing counted nothing";
+  std::printf("rank %d, %s: per step %llu allocations, %llu host syncs, %llu launches, %llu bytes copied\n",
+              test_world().rank(), what.c_str(), static_cast<unsigned long long>(counts[0].allocations),
+              static_cast<unsigned long long>(counts[0].host_syncs),
+              static_cast<unsigned long long>(counts[0].launches),
+              static_cast<unsigned long long>(counts[0].copy_bytes));
+}
+
+TEST(StepCounters, AWarmStepAllocatesNothingAndRepeatsItsWork) {
+  const int ranks = test_world().size();
+  if (ranks == 1) {
+    expect_steady({1, 1, 1, 0});
+    expect_steady({1, 1, 1, 1});
+  } else if (ranks == 4) {
+    expect_steady({2, 1, 2, 0});
+    expect_steady({2, 1, 2, 1});
+  } else {
+    GTEST_SKIP() << "runs on 1 and 4 ranks";
+  }
+}
+
+}  // namespace
+}  // namespace mt
