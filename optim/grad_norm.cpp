@@ -3,17 +3,15 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/kernels.h"  // defines: kernels::reduce
+#include "runtime/kernels.h"  // defines: kernels::sum_of_squares_tree
 
 namespace mt {
 
-double sum_of_squares(DeviceContext& ctx, std::span<const Tensor> tensors) {
-  double total = 0.0;
-  for (const Tensor& t : tensors) {
-    MT_CHECK(t.defined(), "gradient norm of an undefined tensor");
-    total += kernels::reduce(ctx, ReduceKind::SumSquares, t);
-  }
-  return total;
+double sum_of_squares(DeviceContext& ctx, std::span<const Tensor> tensors, std::span<const float> weights) {
+  for (const Tensor& t : tensors) MT_CHECK(t.defined(), "gradient norm of an undefined tensor");
+  Tensor total = Tensor::empty({1}, DType::F32, ctx);
+  kernels::sum_of_squares_tree(ctx, tensors, weights, total);
+  return static_cast<double>(total.to_host<float>()[0]);
 }
 
 double clip_scale(double global_norm, double max_norm) {

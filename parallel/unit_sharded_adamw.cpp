@@ -42,13 +42,14 @@ UnitShardedAdamW::UnitShardedAdamW(DeviceContext& ctx, const UnitShards& shards,
 }
 
 double UnitShardedAdamW::owned_grad_sum_of_squares() const {
-  double total = 0.0;
+  std::vector<Tensor> grads;
+  std::vector<float> weights;
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     if (weights_[i] == 0.0) continue;
-    const Tensor& grad = adam_.slot(pieces_[i].slot).grad;
-    total += weights_[i] * sum_of_squares(*ctx_, std::span<const Tensor>(&grad, 1));
+    grads.push_back(adam_.slot(pieces_[i].slot).grad);
+    weights.push_back(static_cast<float>(weights_[i]));
   }
-  return total;
+  return sum_of_squares(*ctx_, grads, weights);  // one tree over every piece, one wait
 }
 
 void UnitShardedAdamW::step(float lr, float grad_scale) { adam_.step(lr, grad_scale); }

@@ -79,13 +79,14 @@ DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const G
 
 double DistributedAdamW::owned_grad_sum_of_squares() const {
   const Tensor& grads = reducer_->flat_grads();
-  double total = 0.0;
+  std::vector<Tensor> views;
+  std::vector<float> weights;
   for (const NormRange& range : norm_ranges_) {
     if (range.weight == 0.0) continue;
-    const Tensor view = grads.flat_slice(range.offset, range.numel);
-    total += range.weight * sum_of_squares(*ctx_, std::span<const Tensor>(&view, 1));
+    views.push_back(grads.flat_slice(range.offset, range.numel));
+    weights.push_back(static_cast<float>(range.weight));
   }
-  return total;
+  return sum_of_squares(*ctx_, views, weights);  // one tree over every range, one wait
 }
 
 void DistributedAdamW::step(float lr, float grad_scale) {

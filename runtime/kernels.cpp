@@ -1,7 +1,11 @@
 #include "runtime/kernels.h"
 
+#include <algorithm>
+#include <type_traits>
+
 #include "runtime/backend.h"
 #include "runtime/device_counters.h"
+#include "runtime/nn_run.h"
 
 namespace mt::kernels {
 namespace {
@@ -63,6 +67,32 @@ double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x) {
   check_device(ctx, x);
   if (ctx.device().is_cpu()) return backend::Cpu::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.cpu_threads());
   return backend::Cuda::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.stream().handle());
+}
+
+void sum_of_squares_tree(DeviceContext& ctx, std::span<const Tensor> tensors, std::span<const float> weights,
+                         Tensor& out) {
+  MT_CHECK(weights.empty() || weights.size() == tensors.size(), "sum of squares: ", weights.size(),
+           " weights for ", tensors.size(), " tensors");
+  nn::expect_f32(ctx, out, "sum of squares");
+  nn::expect_numel(out, 1, "sum of squares");
+  std::int64_t blocks = 0;
+  for (const Tensor& t : tensors) {
+    MT_CHECK(t.defined(), "sum of squares of an undefined tensor");
+    nn::expect_on(ctx, t, "sum of squares input");
+    blocks += nn_math::blocks_of(t.numel(), nn_math::kNormBlock);
+  }
+  Tensor partial = Tensor::empty({std::max<std::int64_t>(blocks, 1)}, DType::F32, ctx);
+  std::int64_t first = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    const float weight = weights.empty() ? 1.0f : weights[i];
+    nn::run<nn_math::SquaresByBlock>(ctx, t.dtype(), [&](auto& op) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(op.x)>>;
+      op = {nn::ptr<const T>(t), nn::ptr<float>(partial) + first, t.numel(), weight};
+    });
+    first += nn_math::blocks_of(t.numel(), nn_math::kNormBlock);
+  }
+  nn::run<nn_math::FoldPartials>(ctx, DType::F32, [&](auto& op) { op = {nn::ptr<float>(partial), nn::ptr<float>(out), blocks}; });
 }
 
 }  // namespace mt::kernels

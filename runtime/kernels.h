@@ -1,7 +1,9 @@
 // Elementwise and reduction kernels on tensors, dispatched to the CPU or CUDA backend by the
 // tensor's device. Work is ordered on the context's stream.
-// defines: fill, binary, scale, cast, reduce
+// defines: fill, binary, scale, cast, reduce, sum_of_squares_tree
 #pragma once
+
+#include <span>
 
 #include "runtime/ops/elementwise.h"
 #include "runtime/tensor.h"
@@ -16,5 +18,11 @@ void scale(DeviceContext& ctx, Tensor& x, double alpha);  // x *= alpha
 void cast(DeviceContext& ctx, const Tensor& src, Tensor& dst);
 // One number from all elements, reduced in a fixed order (see functors.h). Blocks until done.
 double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x);
+// out (fp32 [1], on ctx's device) = the sum over i of weights[i] x the sum of squares of tensors[i]
+// (weights empty: all 1), by the fp32 tree of runtime/ops/elementwise.h (SquaresByBlock, then one
+// FoldPartials over every tensor's blocks). No host wait; the same bits at any thread count and on
+// every run, and the CPU's bits on CUDA's unit kernels. fp32 or bf16 tensors.
+void sum_of_squares_tree(DeviceContext& ctx, std::span<const Tensor> tensors, std::span<const float> weights,
+                         Tensor& out);
 
 }  // namespace mt::kernels

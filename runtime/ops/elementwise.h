@@ -1,9 +1,11 @@
 // The elementwise and reduction family: fill, binary ops, scale, cast and whole-tensor reductions
-// (runtime/kernels.h), and the row ops of a bias: BroadcastRows and ColumnSum. CPU loops, CUDA
+// (runtime/kernels.h), the row ops of a bias (BroadcastRows, ColumnSum) and the gradient norm's tree
+// of squares (SquaresByBlock, FoldPartials). CPU loops, CUDA
 // kernels (runtime/cuda/elementwise.cu) and the MPI reduction of bf16 all call these functions, so
 // every backend computes the same one.
 // defines: BinaryOp, ReduceKind, apply_binary, scale_one, reduce_step, kReduceChunk, BroadcastRows, ColumnSum,
-//          MT_ELEMENTWISE_UNIT_OPS, MT_ELEMENTWISE_FAST_OPS
+//          kNormBlock, square_rounded, SquaresByBlock, fold_tree, FoldPartials, MT_ELEMENTWISE_UNIT_OPS,
+//          MT_ELEMENTWISE_FAST_OPS
 #pragma once
 
 #include "runtime/ops/math.h"
@@ -38,6 +40,70 @@ struct ColumnSum {
       for (std::int64_t j = j0; j < j1; ++j) sum[j] += widen(xr[j]);
     }
   }
+};
+
+// The gradient norm's sum of squares as a tree, in fp32: blocks of kNormBlock elements, each summed
+// in lane order (lane_sum) and scaled by its tensor's weight into partial[first_block + b]
+// (SquaresByBlock, a unit per block), then every tensor's blocks folded at once by FoldPartials (one
+// unit: fold_tree). The shape depends on the sizes alone, so a result repeats bit for bit at any
+// thread count and on every device. Against an exact sum: each block's lanes sum 512 squares
+// (relative error about sqrt(512) 2^-24 = 1.3e-6, 3e-5 at worst), the fold at most 64 levels.
+inline constexpr std::int64_t kNormBlock = 4096;
+
+// x * x rounded on its own: nvcc would contract it with the sum's addition into an FMA (one
+// rounding instead of two), which the host compiler never does.
+MT_HD float square_rounded(float v) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(v, v);
+#else
+  return v * v;
+#endif
+}
+
+template <class T>
+struct SquaresByBlock {
+  const T* x;
+  float* partial;  // partial[b] for block b of x
+  std::int64_t n;
+  float weight;
+  MT_HD std::int64_t count() const { return blocks_of(n, kNormBlock); }
+  MT_HD void operator()(std::int64_t b) const {
+    const T* xb = x + b * kNormBlock;
+    const std::int64_t len = min64(kNormBlock, n - b * kNormBlock);
+    partial[b] = weight * lane_sum(len, [xb](std::int64_t j) { return square_rounded(widen(xb[j])); });
+  }
+};
+
+// The sum of p[0, count) by a fixed binary tree: elements are merged as a binary counter merges
+// (two partial sums of 2^k elements each become one of 2^(k+1)), then what is left is added from the
+// smallest run up. No scratch beyond 64 floats, the same order on host and device.
+MT_HD float fold_tree(const float* p, std::int64_t count) {
+  float run[64];
+  std::int64_t size[64];
+  int top = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    float v = p[i];
+    std::int64_t s = 1;
+    while (top > 0 && size[top - 1] == s) {
+      v = run[--top] + v;
+      s *= 2;
+    }
+    run[top] = v;
+    size[top++] = s;
+  }
+  float total = 0.0f;
+  while (top > 0) total = run[--top] + total;
+  return total;
+}
+
+// out[0] = fold_tree(partial, count); T is unused (every op has an fp32 and a bf16 instantiation).
+template <class T>
+struct FoldPartials {
+  const float* partial;
+  float* out;
+  std::int64_t blocks;
+  MT_HD std::int64_t count() const { return 1; }
+  MT_HD void operator()(std::int64_t) const { out[0] = fold_tree(partial, blocks); }
 };
 
 }  // namespace mt::nn_math
@@ -117,7 +183,7 @@ MT_HD double reduce_step(ReduceKind kind, double acc, T x) {
 }  // namespace mt
 
 // The ops the backends run unit by unit (runtime/backend.h), and those with a kernel cut for the GPU.
-#define MT_ELEMENTWISE_UNIT_OPS(X) X(BroadcastRows) X(ColumnSum)
+#define MT_ELEMENTWISE_UNIT_OPS(X) X(BroadcastRows) X(ColumnSum) X(SquaresByBlock) X(FoldPartials)
 #define MT_ELEMENTWISE_FAST_OPS(X)
 
 namespace mt::nn_math {
@@ -125,4 +191,6 @@ namespace mt::nn_math {
 // value); the reductions sum in double in one fixed order everywhere. BroadcastRows copies.
 MT_TOLERANCE(BroadcastRows, .why = "a copy rounded once into T: the same bits")
 MT_TOLERANCE(ColumnSum, .why = "the same fp32 additions, rows in order, on every device (nothing to contract into an FMA): the same bits")
+MT_TOLERANCE(SquaresByBlock, .why = "each square rounded on its own (square_rounded: no FMA on CUDA), then the same lane sums: the same bits")
+MT_TOLERANCE(FoldPartials, .why = "the same fp32 additions in the same tree on every device: the same bits")
 }  // namespace mt::nn_math
