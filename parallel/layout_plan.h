@@ -34,8 +34,8 @@ struct LayoutRequest : MeshShape {   // dp 0: the ranks tp x pp leaves
   int virtual_stages = 1;      // model chunks per pipeline stage (interleaved: >= 2; zb-v: 2, resolved)
   std::vector<int> pp_layers;  // explicit layers per stage (--pp-layers); empty: balanced by cost
   // ZeRO stage over the dp group: 0 replicated; 1 AdamW state sharded; 2 also the gradients
-  // (each bucket reduce-scattered, only the owned shard kept); 3 also the parameters (gathered per
-  // layer before use, freed after).
+  // (each parameter unit reduce-scattered after its backward, only the owned shard kept); 3 also the
+  // parameters (each unit gathered before its use, freed after: parallel/unit_shards.h).
   int zero = 0;
   Recompute recompute = Recompute::None;  // --recompute
   bool sequence_parallel = false;         // --sequence-parallel (tp > 1)

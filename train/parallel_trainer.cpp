@@ -350,7 +350,7 @@ StepRecord ParallelTrainer::step() {
 double ParallelTrainer::evaluate() {
   MT_CHECK(val_ != nullptr, "no validation data to evaluate on");
   const MeshShape& mesh = groups_.mesh.shape();
-  // The first eval_batches x global_batch sequences, as Trainer::evaluate reads them: batch k's
+  // The first eval_batches x global_batch sequences, as the tests' single-rank Trainer reads them: batch k's
   // share for dp rank r is the r-th slice of it.
   const std::int64_t local = settings_.global_batch / mesh.dp;
   Runner runner(*this, /*training=*/false);

@@ -42,7 +42,7 @@ class ParallelTrainer {
   void init(std::uint64_t seed);
   // One optimizer step; collective. Every rank returns the same loss, norm and validation loss.
   StepRecord step();
-  double evaluate();  // collective; the same validation sequences as Trainer::evaluate
+  double evaluate();  // collective; the same validation sequences as the tests' single-rank Trainer (train/tests/trainer.h)
   // The full model's parameters in gpt_parameter_specs order, on every rank (collective).
   std::vector<float> gather_parameters();
 

@@ -18,7 +18,7 @@ LaunchEnvironment read(const std::map<std::string, std::string>& vars) {
 }
 
 NodePlacement placement(int rank, int size, int local_rank, int local_size) {
-  return {rank, size, local_rank, local_size, "n1"};
+  return {rank, size, local_rank, local_size, "n1", ""};
 }
 
 TEST(LaunchEnvironment, MpirunInsideASlurmAllocationIsMpirun) {
