@@ -106,7 +106,7 @@ struct Gpt::Scratch {
   int B = 0, T = 0;
   // dln: a norm's output gradient, this rank's rows (with sequence parallelism [N/tp, C]).
   Tensor branch, dln, datty, dqkv, dfch, dact;
-  Tensor kv_dweight;  // a layer's partial weight gradient of qkv's part replicated over tp, if any
+  Tensor replicated_dweight;  // a layer's partial weight gradient of qkv's part replicated over tp, if any
   Tensor row_max, sum_exp, target_logit;  // vocab-parallel loss statistics
   // The head's logits of one chunk of rows, [R, Vp/tp], then their gradient (models/head_chunks.h).
   Tensor head_logits;
@@ -302,7 +302,7 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
   // in place of dfch; SwiGLU's is half as wide.
   w->dact = config_.mlp_hidden() == config_.mlp_up_rows() ? w->dfch : make({N, config_.mlp_hidden() / tp}, act);
   if (const Linear* replicated = blocks_.empty() ? nullptr : blocks_[0]->qkv.replicated_part())
-    w->kv_dweight = make(replicated->weight.shape(), DType::F32);
+    w->replicated_dweight = make(replicated->weight.shape(), DType::F32);
   w->layer = new_layer(scratch_fields(options_.recompute), B, T, w->bytes);
   if (options_.sequence_parallel) {
     const std::int64_t rows = local_rows(B, T);
@@ -742,7 +742,7 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
     if (!attn_use) attn_use.emplace(hooks_, blk.attn_unit, ParamUse::Backward);
     blk.attn_proj.backward(ctx_, blk.attn_proj.output_grad(ctx_, s.dres, w.dfull), a.atty, w.datty);
     attention_backward(blk, w.datty, a, w.dqkv);
-    blk.qkv.backward(ctx_, w.dqkv, a.ln1, w.full, w.dln, w.dln_partial, &w.kv_dweight);
+    blk.qkv.backward(ctx_, w.dqkv, a.ln1, w.full, w.dln, w.dln_partial, &w.replicated_dweight);
     layernorm_backward(blk.ln1, w.dln, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres, w);
     ready(blk.first_param, blk.params);
   }
@@ -896,7 +896,7 @@ void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w) {
     }
     const UnitUse attn_use(hooks_, blk.attn_unit, ParamUse::BackwardWeights);
     blk.attn_proj.backward_weights(ctx_, g.dattn_out, a.atty);
-    blk.qkv.backward_weights(ctx_, g.dqkv, blk.qkv.kept_input(a.ln1, g.ln1_full), &w.kv_dweight);
+    blk.qkv.backward_weights(ctx_, g.dqkv, blk.qkv.kept_input(a.ln1, g.ln1_full), &w.replicated_dweight);
     layernorm_backward_params(blk.ln1, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, w);
     ready(blk.first_param, blk.params);
   }

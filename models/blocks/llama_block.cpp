@@ -27,7 +27,7 @@ void LlamaBlock::qkv_output_backward(DeviceContext& ctx, Tensor& dqkv) const {
 
 void LlamaBlock::mlp_up_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& fch, Tensor& act) const {
   fc.forward(ctx, x, full, fch);
-  nn::swiglu_forward(ctx, fch, act);
+  mlp_activation(ctx, fch, act);
 }
 
 void LlamaBlock::mlp_activation(DeviceContext& ctx, const Tensor& fch, Tensor& act) const {
