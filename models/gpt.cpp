@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "models/blocks/block.h"
 #include "models/head_chunks.h"
 #include "models/init.h"
 #include "runtime/attention.h"
@@ -45,16 +46,6 @@ class Gpt::UnitUse {
   int unit_;
   ParamUse use_;
   int exceptions_;
-};
-
-// One layer's parameters. gpt2: qkv is the fused projection (with its bias), kv undefined. llama:
-// qkv holds q alone and kv [k | v]; the two write their columns of one [q | k | v] activation.
-struct Gpt::Block {
-  Norm ln1, ln2;
-  Linear qkv, kv, attn_proj, fc, fc_proj;
-  std::size_t first_param = 0;  // the layer's parameters are consecutive in the store
-  std::size_t params = 0;       // how many: 12 for gpt2 (weights and biases), 7 for llama
-  int attn_unit = -1, mlp_unit = -1;  // its two halves' indices in units_
 };
 
 // One layer's activations, as forward writes them and backward reads them.
@@ -113,8 +104,9 @@ struct Gpt::WeightInputs {
 // Buffers any chunk and micro-batch may use while it computes (one computes at a time).
 struct Gpt::Scratch {
   int B = 0, T = 0;
+  // dln: a norm's output gradient, this rank's rows (with sequence parallelism [N/tp, C]).
   Tensor branch, dln, datty, dqkv, dfch, dact;
-  Tensor kv_dweight;  // llama with kv heads replicated over tp: a layer's partial kv weight gradient
+  Tensor replicated_dweight;  // a layer's partial weight gradient of qkv's part replicated over tp, if any
   Tensor row_max, sum_exp, target_logit;  // vocab-parallel loss statistics
   // The head's logits of one chunk of rows, [R, Vp/tp], then their gradient (models/head_chunks.h).
   Tensor head_logits;
@@ -122,9 +114,10 @@ struct Gpt::Scratch {
   // forward writes it and moves on, backward recomputes into it.
   LayerActs layer;
   // Sequence parallelism only: the gathered [N, C] input of a column-parallel layer, the gathered
-  // gradient of the residual stream, their [N/tp, C] counterparts, a layernorm's parameter
-  // gradients from this rank's rows ([2C]: weight, then bias; [C] for RMSNorm).
-  Tensor full, dfull, branch_local, dln_local, ln_dparams;
+  // gradient of the residual stream, the branch's [N/tp, C] rows, a column-parallel layer's [N, C]
+  // partial input gradient, a layernorm's parameter gradients from this rank's rows ([2C]: weight,
+  // then bias; [C] for RMSNorm).
+  Tensor full, dfull, branch_local, dln_partial, ln_dparams;
   std::int64_t bytes = 0;
 };
 
@@ -168,14 +161,14 @@ Gpt::LayerActs Gpt::new_layer(unsigned fields, int B, int T, std::int64_t& bytes
   const DType act = compute_dtype(), f32 = DType::F32;
   LayerActs a;
   a.ln1 = make(kLn1, {R, C}, act);
-  a.ln1_mean = make(config_.is_llama() ? 0u : unsigned{kLn1Stats}, {R}, f32);  // RMSNorm keeps no mean
+  a.ln1_mean = make(config_.rms_norm() ? 0u : unsigned{kLn1Stats}, {R}, f32);  // RMSNorm keeps no mean
   a.ln1_rstd = make(kLn1Stats, {R}, f32);
   a.qkv = make(kQkv, {B, T, qkv_local_width()}, act);
   a.atty = make(kAtty, {N, C / tp}, act);
   a.att = make(kAtt, nn::attention_saved_shape(B, T, attention_heads_), nn::attention_saved_dtype(attention_kernel_, act));
   a.res2 = make(kRes2, {R, C}, act);
   a.ln2 = make(kLn2, {R, C}, act);
-  a.ln2_mean = make(config_.is_llama() ? 0u : unsigned{kLn2Stats}, {R}, f32);
+  a.ln2_mean = make(config_.rms_norm() ? 0u : unsigned{kLn2Stats}, {R}, f32);
   a.ln2_rstd = make(kLn2Stats, {R}, f32);
   // The MLP's up projection (gpt2: 4C wide; llama: [gate | up], 2F) and its activation (4C; F).
   a.fch = make(kFch, {N, config_.mlp_up_rows() / tp}, act);
@@ -193,6 +186,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
       }()),
       tp_(tp),
       options_(options),
+      region_(tp_, options_.sequence_parallel),
       shards_(gpt_param_shards(config_, partition_, options.vocab_pieces)),
       store_(ctx, [&] {
         std::vector<ParamSpec> local;
@@ -229,36 +223,32 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
     embedding_unit_ = wte_units_.back();
     MT_CHECK(wte_ == 0 && (wpe_ < 0 || wpe_ == options_.vocab_pieces), "the embeddings are not first in the store");
   }
-  const bool llama = config_.is_llama(), bias = config_.has_biases();
-  const float eps = config_.norm_eps;
+  const int tp_size = tp_.size(), kv_heads = config_.kv_head_count();
+  const bool split_kv = partition_.splits_kv_heads(config_);
+  attention_heads_ = {.q_heads = config_.heads / tp_size,
+                      .kv_heads = split_kv ? kv_heads / tp_size : kv_heads,
+                      .q_begin = config_.heads / tp_size * tp_.rank(),
+                      .group = config_.heads / kv_heads,
+                      .kv_begin = split_kv ? kv_heads / tp_size * tp_.rank() : 0};
+  attention_kernel_ = nn::attention_kernel_for(ctx.device().is_cpu());
   for (std::size_t c = 0; c < partition_.chunks.size(); ++c) {
     const LayerRange r = partition_.chunks[c];
     chunks_.push_back({r, static_cast<int>(blocks_.size()), partition_.embedding && c == 0,
                        partition_.head && c + 1 == partition_.chunks.size()});
     for (int l = r.begin; l < r.end; ++l) {
-      const std::string p = "h." + std::to_string(l) + ".";
-      Block blk;
-      blk.ln1 = Norm::from_store(store_, p + "ln1", llama, eps);
-      blk.ln2 = Norm::from_store(store_, p + "ln2", llama, eps);
-      blk.qkv = Linear::from_store(store_, p + (llama ? "attn.q" : "attn.qkv"), bias);
-      if (llama) blk.kv = Linear::from_store(store_, p + "attn.kv", false);
-      blk.attn_proj = Linear::from_store(store_, p + "attn.proj", bias);
-      blk.fc = Linear::from_store(store_, p + "mlp.fc", bias);
-      blk.fc_proj = Linear::from_store(store_, p + "mlp.proj", bias);
-      blk.first_param = store_.index_of(p + "ln1.weight");
-      blk.params = llama ? 7 : 12;
-      blk.attn_unit = unit_named("h." + std::to_string(l) + ".attn");
-      blk.mlp_unit = unit_named("h." + std::to_string(l) + ".mlp");
-      const ParamUnit& attn = units_[static_cast<std::size_t>(blk.attn_unit)];
-      const ParamUnit& mlp = units_[static_cast<std::size_t>(blk.mlp_unit)];
-      MT_CHECK(attn.first == blk.first_param && mlp.first == store_.index_of(p + "ln2.weight") &&
-                   attn.count + mlp.count == blk.params && attn.first + attn.count == mlp.first,
+      std::unique_ptr<Block> blk = make_block(config_, store_, l, region_, attention_heads_, !split_kv);
+      blk->attn_unit = unit_named("h." + std::to_string(l) + ".attn");
+      blk->mlp_unit = unit_named("h." + std::to_string(l) + ".mlp");
+      const ParamUnit& attn = units_[static_cast<std::size_t>(blk->attn_unit)];
+      const ParamUnit& mlp = units_[static_cast<std::size_t>(blk->mlp_unit)];
+      MT_CHECK(attn.first == blk->first_param && mlp.first == store_.index_of("h." + std::to_string(l) + ".ln2.weight") &&
+                   attn.count + mlp.count == blk->params && attn.first + attn.count == mlp.first,
                "layer ", l, "'s parameters are not two runs, from its ln1.weight and from its ln2.weight");
       blocks_.push_back(std::move(blk));
     }
   }
   if (lnf_first_ >= 0) {
-    lnf_ = Norm::from_store(store_, "lnf", llama, eps);
+    lnf_ = Norm::from_store(store_, "lnf", config_.rms_norm(), config_.norm_eps);
     lnf_unit_ = unit_named("lnf");
   }
   // The LM head's weight: the tied embedding (gpt2), or lm_head (llama), its own unit.
@@ -272,21 +262,11 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
       head_pieces_.push_back(std::move(piece));
     }
   }
-  const int tp_size = tp_.size(), kv_heads = config_.kv_head_count();
-  const bool split_kv = partition_.splits_kv_heads(config_);
-  attention_heads_ = {.q_heads = config_.heads / tp_size,
-                      .kv_heads = split_kv ? kv_heads / tp_size : kv_heads,
-                      .q_begin = config_.heads / tp_size * tp_.rank(),
-                      .group = config_.heads / kv_heads,
-                      .kv_begin = split_kv ? kv_heads / tp_size * tp_.rank() : 0};
-  attention_kernel_ = nn::attention_kernel_for(ctx.device().is_cpu());
 }
 
 std::int64_t Gpt::qkv_local_width() const {
   return static_cast<std::int64_t>(attention_heads_.q_heads + 2 * attention_heads_.kv_heads) * config_.head_size();
 }
-
-bool Gpt::kv_replicated() const { return config_.is_llama() && tp_.active() && !partition_.splits_kv_heads(config_); }
 
 Gpt::~Gpt() = default;
 
@@ -314,20 +294,22 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
   };
   const DType act = compute_dtype();
   w->branch = make({N, C}, act);
-  w->dln = make({N, C}, act);
+  w->dln = make({local_rows(B, T), C}, act);
   w->datty = make({N, C / tp}, act);
   w->dqkv = make({B, T, qkv_local_width()}, act);
   w->dfch = make({N, config_.mlp_up_rows() / tp}, act);
-  // The activation's output gradient: gpt2's GELU takes it in place, SwiGLU's is half as wide.
-  w->dact = config_.is_llama() ? make({N, config_.mlp_hidden() / tp}, act) : w->dfch;
-  if (kv_replicated()) w->kv_dweight = make(blocks_.empty() ? Shape{0} : blocks_[0].kv.weight.shape(), DType::F32);
+  // The activation's output gradient: an activation as wide as the up projection (GELU) takes it
+  // in place of dfch; SwiGLU's is half as wide.
+  w->dact = config_.mlp_hidden() == config_.mlp_up_rows() ? w->dfch : make({N, config_.mlp_hidden() / tp}, act);
+  if (const Linear* replicated = blocks_.empty() ? nullptr : blocks_[0]->qkv.replicated_part())
+    w->replicated_dweight = make(replicated->weight.shape(), DType::F32);
   w->layer = new_layer(scratch_fields(options_.recompute), B, T, w->bytes);
   if (options_.sequence_parallel) {
     const std::int64_t rows = local_rows(B, T);
     w->full = make({N, C}, act);
     w->dfull = make({N, C}, act);
     w->branch_local = make({rows, C}, act);
-    w->dln_local = make({rows, C}, act);
+    w->dln_partial = make({N, C}, act);
     w->ln_dparams = make({config_.has_biases() ? 2 * C : C}, DType::F32);
   }
   if (tp_.active()) {
@@ -382,7 +364,7 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     for (int l = 0; l < info.layers.size(); ++l)
       a.blocks.push_back(new_layer(slot_fields(options_.recompute), B, T, a.bytes));
     if (info.head) {
-      if (!config_.is_llama()) a.lnf_mean = f32({R});  // RMSNorm keeps no mean
+      if (!config_.rms_norm()) a.lnf_mean = f32({R});  // RMSNorm keeps no mean
       a.lnf_rstd = f32({R});
       a.losses = f32({N});
       a.lse = f32({N});
@@ -426,36 +408,6 @@ std::int64_t Gpt::local_rows(int B, int T) const {
   MT_CHECK(N % tp_.size() == 0, "sequence parallelism splits the ", B, " x ", T, " = ", N,
            " positions of a micro-batch over ", tp_.size(), " tensor-parallel ranks: they must divide evenly");
   return N / tp_.size();
-}
-
-const Tensor& Gpt::tp_enter(const Tensor& local, Tensor& full) const {
-  if (!options_.sequence_parallel) return local;  // copy_forward: the identity
-  tp_.sequence_gather_forward(ctx_, local, full);
-  return full;
-}
-
-Tensor& Gpt::tp_enter_backward(Tensor& dfull, Tensor& dlocal) const {
-  if (!options_.sequence_parallel) {
-    tp_.copy_backward(dfull);
-    return dfull;
-  }
-  tp_.sequence_gather_backward(ctx_, dfull, dlocal);
-  return dlocal;
-}
-
-const Tensor& Gpt::tp_leave(Tensor& partial, Tensor& local) const {
-  if (!options_.sequence_parallel) {
-    tp_.reduce_forward(partial);
-    return partial;
-  }
-  tp_.sequence_reduce_scatter_forward(ctx_, partial, local);
-  return local;
-}
-
-const Tensor& Gpt::tp_leave_backward(Tensor& dlocal, Tensor& dfull) const {
-  if (!options_.sequence_parallel) return dlocal;  // reduce_backward: the identity
-  tp_.sequence_reduce_scatter_backward(ctx_, dlocal, dfull);
-  return dfull;
 }
 
 void Gpt::layernorm_backward(Norm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
@@ -503,15 +455,12 @@ void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
   }
   // Each rank looks up the tokens of its vocabulary slice (zero elsewhere), rank 0 adds the
   // positions; the sum over the group has exactly one non-zero token row per position.
+  // Like a row-parallel layer's output, the sum leaves the region (with sequence parallelism every
+  // position's partial sum, then this rank's rows of the sum).
   const Tensor* wpe_here = tp_.rank() == 0 ? wpe : nullptr;
-  if (!options_.sequence_parallel) {
-    lookup(s.tokens, wpe_here, s.residual[0]);
-    tp_.reduce_forward(s.residual[0]);
-    return;
-  }
-  Scratch& w = scratch(s.B, s.T);  // every position's partial sum, then this rank's rows of the sum
-  lookup(s.tokens, wpe_here, w.full);
-  tp_.sequence_reduce_scatter_forward(ctx_, w.full, s.residual[0]);
+  Tensor& partial = region_.partials(s.residual[0], scratch(s.B, s.T).full);
+  lookup(s.tokens, wpe_here, partial);
+  region_.leave(ctx_, partial, s.residual[0]);
 }
 
 // First row of vocabulary piece k of this rank's slice, in the whole vocabulary.
@@ -550,7 +499,7 @@ void Gpt::lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out) {
 
 void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = 0; i < c.layers.size(); ++i) {
-    Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    Block& blk = *blocks_[static_cast<std::size_t>(c.first_block + i)];
     LayerActs a = layer_buffers(s, w, i, nullptr);
     layer_forward(blk, s.residual[static_cast<std::size_t>(i)], a, w, &s.residual[static_cast<std::size_t>(i) + 1]);
   }
@@ -562,21 +511,19 @@ void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
 // there on every rank of the group, within the backward's uses of both units (no uses of its own).
 void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out) {
   ParamUseHooks* hooks = out ? hooks_ : nullptr;
-  const bool add_row_bias = tp_.rank() == 0;  // a row-parallel layer's bias is added once, before the sum
   {
     const UnitUse use(hooks, blk.attn_unit, ParamUse::Forward);
     blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
-    qkv_forward(blk, tp_enter(a.ln1, w.full), a.qkv);  // column-parallel: this rank's heads
+    blk.qkv_forward(ctx_, a.ln1, w.full, a.qkv);  // column-parallel: this rank's heads
     nn::attention_forward(ctx_, attention_kernel_, a.qkv, attention_heads_, a.atty, a.att);
-    blk.attn_proj.forward(ctx_, a.atty, w.branch, add_row_bias);  // row-parallel: a partial sum
-    kernels::binary(ctx_, BinaryOp::Add, x, tp_leave(w.branch, w.branch_local), a.res2);
+    // Row-parallel: the sum of the ranks' partial outputs.
+    kernels::binary(ctx_, BinaryOp::Add, x, blk.attn_proj.forward(ctx_, a.atty, w.branch, w.branch_local), a.res2);
   }
   const UnitUse use(hooks, blk.mlp_unit, ParamUse::Forward);
   blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
-  mlp_up_forward(blk, tp_enter(a.ln2, w.full), a);
+  blk.mlp_up_forward(ctx_, a.ln2, w.full, a.fch, a.fch_gelu);
   if (out == nullptr) return;
-  blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, add_row_bias);
-  kernels::binary(ctx_, BinaryOp::Add, a.res2, tp_leave(w.branch, w.branch_local), *out);
+  kernels::binary(ctx_, BinaryOp::Add, a.res2, blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, w.branch_local), *out);
 }
 
 // Where layer i of slot s has its activations: the slot's, and what recompute does not keep there
@@ -613,7 +560,7 @@ void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) 
       // The probabilities from the kept qkv; the attention output they give again goes to datty,
       // which the attention's backward overwrites before it reads it.
       nn::attention_forward(ctx_, attention_kernel_, a.qkv, attention_heads_, w.datty, a.att);
-      mlp_activation(a.fch, a.fch_gelu);
+      blk.mlp_activation(ctx_, a.fch, a.fch_gelu);
       return;
     case Recompute::Full:
       layer_forward(blk, s.residual[static_cast<std::size_t>(i)], a, w, nullptr);
@@ -621,84 +568,9 @@ void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) 
   }
 }
 
-// ---- What differs between the families inside a layer --------------------------------------------
-
-// [q | k | v] from the layernorm's output: gpt2's fused projection; llama's q and [k | v]
-// projections into their columns, then RoPE on q and k in place.
-void Gpt::qkv_forward(Block& blk, const Tensor& x, Tensor& qkv) {
-  if (!config_.is_llama()) {
-    blk.qkv.forward(ctx_, x, qkv);
-    return;
-  }
-  blk.qkv.forward_columns(ctx_, x, qkv, 0);
-  blk.kv.forward_columns(ctx_, x, qkv, blk.qkv.out_features());
-  nn::rope_forward(ctx_, qkv, attention_heads_.q_heads, attention_heads_.kv_heads, config_.rope_theta);
-}
-
-// The attention's backward into dqkv, then (llama) RoPE's adjoint: dqkv is then the gradient at
-// the projections' outputs, what their input and weight gradients read.
-void Gpt::attention_backward(const Tensor& datty, const LayerActs& a, Tensor& dqkv) {
+void Gpt::attention_backward(const Block& blk, const Tensor& datty, const LayerActs& a, Tensor& dqkv) {
   nn::attention_backward(ctx_, attention_kernel_, datty, a.qkv, a.att, attention_heads_, dqkv);
-  if (config_.is_llama())
-    nn::rope_backward(ctx_, dqkv, attention_heads_.q_heads, attention_heads_.kv_heads, config_.rope_theta);
-}
-
-void Gpt::qkv_backward_input(Block& blk, const Tensor& dqkv, Tensor& dx) {
-  if (!config_.is_llama()) {
-    blk.qkv.backward_input(ctx_, dqkv, dx);
-    return;
-  }
-  blk.qkv.backward_input_columns(ctx_, dqkv, 0, dx, false);
-  blk.kv.backward_input_columns(ctx_, dqkv, blk.qkv.out_features(), dx, true);
-}
-
-// With kv heads replicated over tp, each rank's kv weight gradient covers its own q heads only:
-// the group's sum is the gradient (one allreduce of [2 Hkv hs, C] per layer and micro-batch).
-void Gpt::qkv_backward_weights(Block& blk, const Tensor& dqkv, const Tensor& x, Scratch& w) {
-  if (!config_.is_llama()) {
-    blk.qkv.backward_weights(ctx_, dqkv, x);
-    return;
-  }
-  const std::int64_t kv_col = blk.qkv.out_features();
-  blk.qkv.backward_weights_columns(ctx_, dqkv, 0, x);
-  if (!kv_replicated()) {
-    blk.kv.backward_weights_columns(ctx_, dqkv, kv_col, x);
-    return;
-  }
-  blk.kv.backward_weights_columns(ctx_, dqkv, kv_col, x, &w.kv_dweight, /*accumulate=*/false);
-  tp_.allreduce(w.kv_dweight, ReduceOp::Sum);
-  kernels::binary(ctx_, BinaryOp::Add, blk.kv.dweight, w.kv_dweight, blk.kv.dweight);
-}
-
-// gpt2: GELU over the 4C up projection; llama: SwiGLU over [gate | up].
-void Gpt::mlp_activation(const Tensor& fch, Tensor& out) {
-  if (config_.is_llama()) {
-    nn::swiglu_forward(ctx_, fch, out);
-  } else {
-    nn::gelu_forward(ctx_, fch, out);
-  }
-}
-
-// The MLP's up projection and its activation: gpt2's GELU in the GEMM's epilogue (fch the
-// pre-activation, fch_gelu the GELU of it as stored); llama's SwiGLU after the GEMM.
-void Gpt::mlp_up_forward(Block& blk, const Tensor& x, LayerActs& a) {
-  if (config_.is_llama()) {
-    blk.fc.forward(ctx_, x, a.fch);
-    nn::swiglu_forward(ctx_, a.fch, a.fch_gelu);
-  } else {
-    blk.fc.forward_gelu(ctx_, x, a.fch, a.fch_gelu);
-  }
-}
-
-// dfch from the down projection's output gradient dy, through the activation: gpt2 in the GEMM's
-// epilogue (dact unused), llama through dact. dfch may be fch (W no longer reads it).
-void Gpt::mlp_down_backward_input(Block& blk, const Tensor& dy, const Tensor& fch, Tensor& dact, Tensor& dfch) {
-  if (config_.is_llama()) {
-    blk.fc_proj.backward_input(ctx_, dy, dact);
-    nn::swiglu_backward(ctx_, fch, dact, dfch);
-  } else {
-    blk.fc_proj.backward_input_dgelu(ctx_, dy, fch, dfch);
-  }
+  blk.qkv_output_backward(ctx_, dqkv);
 }
 
 std::int64_t Gpt::head_rows_per_chunk(std::int64_t rows) const {
@@ -708,14 +580,9 @@ std::int64_t Gpt::head_rows_per_chunk(std::int64_t rows) const {
 
 const Tensor& Gpt::head_input(Slot& s, Scratch& w) {
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Forward);
-  if (!options_.sequence_parallel) {
-    lnf_.forward(ctx_, s.residual.back(), w.branch, s.lnf_mean, s.lnf_rstd);
-    return w.branch;
-  }
-  // The LM head's GEMMs read every row: gathered.
-  lnf_.forward(ctx_, s.residual.back(), w.branch_local, s.lnf_mean, s.lnf_rstd);
-  tp_.sequence_gather_forward(ctx_, w.branch_local, w.full);
-  return w.full;
+  Tensor& lnf = options_.sequence_parallel ? w.branch_local : w.branch;  // this rank's rows
+  lnf_.forward(ctx_, s.residual.back(), lnf, s.lnf_mean, s.lnf_rstd);
+  return region_.enter(ctx_, lnf, w.full);  // the LM head's GEMMs read every row
 }
 
 // The losses and log-sum-exps of one chunk of rows, starting at row first_row.
@@ -846,7 +713,7 @@ void Gpt::head_backward(Slot& s, Scratch& w) {
   // The forward made dwte and this rank's part of dlnf; each rank's vocabulary slice contributed
   // part of dlnf: their sum, then lnf.
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Backward);
-  const Tensor& dlnf = tp_enter_backward(s.dlnf, w.dln_local);
+  const Tensor& dlnf = region_.enter_backward(ctx_, s.dlnf, w.dln);
   kernels::fill(ctx_, s.dres, 0.0);
   layernorm_backward(lnf_, dlnf, s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres, w);
   ready(static_cast<std::size_t>(lnf_first_), units_[static_cast<std::size_t>(lnf_unit_)].count);
@@ -854,7 +721,7 @@ void Gpt::head_backward(Slot& s, Scratch& w) {
 
 void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
-    Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    Block& blk = *blocks_[static_cast<std::size_t>(c.first_block + i)];
     LayerActs a = layer_buffers(s, w, i, nullptr);
     // The MLP's unit, then the attention's; a full recomputation runs the attention again first.
     std::optional<UnitUse> attn_use;
@@ -862,23 +729,21 @@ void Gpt::run_blocks_backward(const ChunkInfo& c, Slot& s, Scratch& w) {
     {
       const UnitUse mlp_use(hooks_, blk.mlp_unit, ParamUse::Backward);
       recompute_layer(blk, s, w, i, a);
-      // MLP branch: out = res2 + proj(gelu(fc(ln2(res2)))). dres flows through unchanged and
+      // MLP branch: out = res2 + proj(act(fc(ln2(res2)))). dres flows through unchanged and
       // collects the branch's contribution.
       // With sequence parallelism the GEMMs' inputs are gathered again (forward kept this rank's rows).
-      const Tensor& dmlp_out = tp_leave_backward(s.dres, w.dfull);
+      const Tensor& dmlp_out = blk.fc_proj.output_grad(ctx_, s.dres, w.dfull);
       blk.fc_proj.backward_weights(ctx_, dmlp_out, a.fch_gelu);  // then the input: Linear::backward's order
-      mlp_down_backward_input(blk, dmlp_out, a.fch, w.dact, w.dfch);
-      blk.fc.backward(ctx_, w.dfch, tp_enter(a.ln2, w.full), &w.dln);
-      layernorm_backward(blk.ln2, tp_enter_backward(w.dln, w.dln_local), a.res2, a.ln2_mean, a.ln2_rstd, s.dres, w);
+      blk.mlp_down_backward_input(ctx_, dmlp_out, a.fch, w.dact, w.dfch);
+      blk.fc.backward(ctx_, w.dfch, a.ln2, w.full, w.dln, w.dln_partial);
+      layernorm_backward(blk.ln2, w.dln, a.res2, a.ln2_mean, a.ln2_rstd, s.dres, w);
     }
     // Attention branch: res2 = x + proj(attention(qkv(ln1(x)))).
     if (!attn_use) attn_use.emplace(hooks_, blk.attn_unit, ParamUse::Backward);
-    blk.attn_proj.backward(ctx_, tp_leave_backward(s.dres, w.dfull), a.atty, &w.datty);
-    attention_backward(w.datty, a, w.dqkv);
-    qkv_backward_weights(blk, w.dqkv, tp_enter(a.ln1, w.full), w);  // then the input: Linear::backward's order
-    qkv_backward_input(blk, w.dqkv, w.dln);
-    layernorm_backward(blk.ln1, tp_enter_backward(w.dln, w.dln_local), s.residual[static_cast<std::size_t>(i)],
-                       a.ln1_mean, a.ln1_rstd, s.dres, w);
+    blk.attn_proj.backward(ctx_, blk.attn_proj.output_grad(ctx_, s.dres, w.dfull), a.atty, w.datty);
+    attention_backward(blk, w.datty, a, w.dqkv);
+    blk.qkv.backward(ctx_, w.dqkv, a.ln1, w.full, w.dln, w.dln_partial, &w.replicated_dweight);
+    layernorm_backward(blk.ln1, w.dln, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres, w);
     ready(blk.first_param, blk.params);
   }
 }
@@ -905,7 +770,7 @@ void Gpt::embedding_backward(Slot& s, bool gathered_by_b) {
   // (A split backward's B gathered it already.)
   const Tensor& dout = !tp_.active() ? s.dres
                        : options_.sequence_parallel && gathered_by_b ? s.demb
-                                                                     : tp_leave_backward(s.dres, scratch(s.B, s.T).dfull);
+                                                                     : region_.leave_backward(ctx_, s.dres, scratch(s.B, s.T).dfull);
   if (options_.vocab_pieces > 1) {
     // Piece by piece in the forward's order, dwpe with the last: each row of a piece has the bits of
     // the whole table's (embedding_backward_slice).
@@ -977,11 +842,7 @@ const Tensor& Gpt::head_dlnf(Slot& s) const { return options_.sequence_parallel 
 void Gpt::head_backward_input(Slot& s) {
   take_head_gradient(s);
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::BackwardInput);
-  if (!options_.sequence_parallel) {
-    tp_.copy_backward(s.dlnf);
-  } else {  // every row's partial gradient, then this rank's rows of the sum
-    tp_.sequence_gather_backward(ctx_, s.dlnf, s.dlnf_local);
-  }
+  region_.enter_backward(ctx_, s.dlnf, s.dlnf_local);  // with sequence parallelism this rank's rows of the sum
   kernels::fill(ctx_, s.dres, 0.0);
   lnf_.backward_input(ctx_, head_dlnf(s), s.residual.back(), s.lnf_mean, s.lnf_rstd, s.dres);
 }
@@ -995,68 +856,47 @@ void Gpt::head_backward_weights(Slot& s) {
 
 void Gpt::run_blocks_backward_input(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
-    Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    Block& blk = *blocks_[static_cast<std::size_t>(c.first_block + i)];
     LayerActs a = layer_buffers(s, w, i, s.recomputed.get());
     auto& g = (s.recomputed ? s.recomputed->grads : s.grads)[static_cast<std::size_t>(i)];
-    const bool sp = options_.sequence_parallel;
-    // The fused backward's units in its order.
+    // The fused backward's units, and its collectives, in its order. W reads what B keeps: the
+    // row-parallel output gradients, the norms' upstream gradients, dqkv, and (sequence parallel)
+    // the gathered inputs of the column-parallel weight gradients.
     std::optional<UnitUse> attn_use;
     if (options_.recompute == Recompute::Full) attn_use.emplace(hooks_, blk.attn_unit, ParamUse::BackwardInput);
     {
       const UnitUse mlp_use(hooks_, blk.mlp_unit, ParamUse::BackwardInput);
       recompute_layer(blk, s, w, i, a);
-      if (sp) {
-        // The fused backward's collectives in its order; W reads the gathered gradients and inputs.
-        tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dmlp_out);
-        mlp_down_backward_input(blk, g.dmlp_out, a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu
-        tp_.sequence_gather_forward(ctx_, a.ln2, g.ln2_full);
-        blk.fc.backward_input(ctx_, a.fch, w.dln);
-        tp_.sequence_gather_backward(ctx_, w.dln, g.dln2);
-      } else {
-        tp_.reduce_backward(s.dres);
-        g.dmlp_out.copy_from(s.dres, ctx_.stream());  // dres collects the branches' gradients from here on
-        mlp_down_backward_input(blk, s.dres, a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu
-        blk.fc.backward_input(ctx_, a.fch, g.dln2);
-        tp_.copy_backward(g.dln2);
-      }
+      blk.fc_proj.keep_output_grad(ctx_, s.dres, g.dmlp_out);  // dres collects the branches' gradients from here on
+      blk.mlp_down_backward_input(ctx_, g.dmlp_out, a.fch, w.dact, a.fch);  // dfch into fch: W reads fch_gelu
+      blk.fc.input(ctx_, a.ln2, g.ln2_full);
+      blk.fc.backward_input(ctx_, a.fch, g.dln2, w.dln_partial);
       blk.ln2.backward_input(ctx_, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, s.dres);
     }
     if (!attn_use) attn_use.emplace(hooks_, blk.attn_unit, ParamUse::BackwardInput);
-    if (sp) {
-      tp_.sequence_reduce_scatter_backward(ctx_, s.dres, g.dattn_out);
-      blk.attn_proj.backward_input(ctx_, g.dattn_out, w.datty);
-      attention_backward(w.datty, a, g.dqkv);
-      tp_.sequence_gather_forward(ctx_, a.ln1, g.ln1_full);
-      qkv_backward_input(blk, g.dqkv, w.dln);
-      tp_.sequence_gather_backward(ctx_, w.dln, g.dln1);
-      blk.ln1.backward_input(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
-      continue;
-    }
-    tp_.reduce_backward(s.dres);
-    g.dattn_out.copy_from(s.dres, ctx_.stream());
-    blk.attn_proj.backward_input(ctx_, s.dres, w.datty);
-    attention_backward(w.datty, a, g.dqkv);
-    qkv_backward_input(blk, g.dqkv, g.dln1);
-    tp_.copy_backward(g.dln1);
+    blk.attn_proj.keep_output_grad(ctx_, s.dres, g.dattn_out);
+    blk.attn_proj.backward_input(ctx_, g.dattn_out, w.datty);
+    attention_backward(blk, w.datty, a, g.dqkv);
+    blk.qkv.input(ctx_, a.ln1, g.ln1_full);
+    blk.qkv.backward_input(ctx_, g.dqkv, g.dln1, w.dln_partial);
     blk.ln1.backward_input(ctx_, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, s.dres);
   }
 }
 
 void Gpt::run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w) {
   for (int i = c.layers.size() - 1; i >= 0; --i) {
-    Block& blk = blocks_[static_cast<std::size_t>(c.first_block + i)];
+    Block& blk = *blocks_[static_cast<std::size_t>(c.first_block + i)];
     const LayerActs a = layer_buffers(s, w, i, s.recomputed.get());  // no qkv nor att: B's alone
     const auto& g = (s.recomputed ? s.recomputed->grads : s.grads)[static_cast<std::size_t>(i)];
-    const bool sp = options_.sequence_parallel;
     {
       const UnitUse mlp_use(hooks_, blk.mlp_unit, ParamUse::BackwardWeights);
       blk.fc_proj.backward_weights(ctx_, g.dmlp_out, a.fch_gelu);
-      blk.fc.backward_weights(ctx_, a.fch, sp ? g.ln2_full : a.ln2);  // fch holds dfch since B
+      blk.fc.backward_weights(ctx_, a.fch, blk.fc.kept_input(a.ln2, g.ln2_full));  // fch holds dfch since B
       layernorm_backward_params(blk.ln2, g.dln2, a.res2, a.ln2_mean, a.ln2_rstd, w);
     }
     const UnitUse attn_use(hooks_, blk.attn_unit, ParamUse::BackwardWeights);
     blk.attn_proj.backward_weights(ctx_, g.dattn_out, a.atty);
-    qkv_backward_weights(blk, g.dqkv, sp ? g.ln1_full : a.ln1, w);
+    blk.qkv.backward_weights(ctx_, g.dqkv, blk.qkv.kept_input(a.ln1, g.ln1_full), &w.replicated_dweight);
     layernorm_backward_params(blk.ln1, g.dln1, s.residual[static_cast<std::size_t>(i)], a.ln1_mean, a.ln1_rstd, w);
     ready(blk.first_param, blk.params);
   }
@@ -1073,7 +913,7 @@ void Gpt::backward_chunk_input(int chunk, int micro) {
   if (c.head) head_backward_input(s);  // otherwise dres holds what the next stage sent
   run_blocks_backward_input(c, s, w);
   // The fused backward's last collective: every position's input gradient, which the embedding's reads.
-  if (c.embedding && options_.sequence_parallel) tp_.sequence_reduce_scatter_backward(ctx_, s.dres, s.demb);
+  if (c.embedding && options_.sequence_parallel) region_.leave_backward_into(ctx_, s.dres, s.demb);
   s.backward = Slot::Backward::WeightsPending;  // only once B got through: a failed B leaves nothing for W
 }
 

@@ -7,14 +7,14 @@
 //   activation, RoPE on q and k (Hugging Face's half-split rotation, which its checkpoints expect),
 //   grouped-query causal attention, residual; RMSNorm, SwiGLU over [gate | up], down projection,
 //   residual), a final RMSNorm and an untied LM head (its own unit, "head"). No biases.
-// The families share everything but what happens inside a layer and which weight the head reads:
-// the layer loop, chunks, slots, recomputation, sequence parallelism, the split backward, the
-// chunked head and the parameter store.
+// The families share everything but what happens inside a layer, a block of models/blocks/, and
+// which weight the head reads: the layer loop, chunks, slots, recomputation, sequence parallelism,
+// the split backward, the chunked head and the parameter store.
 //
 // One class for every layout. A rank holds the part a GptPartition names (models/gpt_sharding.h):
 // - tensor parallel over the group in `tp`: column-parallel QKV and MLP-up, row-parallel attention
-//   output and MLP-down (their partial outputs summed over the group), its share of the heads, and
-//   a vocab-parallel embedding and cross-entropy that never gather the full logits;
+//   output and MLP-down, each owning its communication (models/tp_linear.h), its share of the heads,
+//   and a vocab-parallel embedding and cross-entropy that never gather the full logits;
 // - pipeline parallel: chunks of layers. The pipeline API runs one chunk on one micro-batch; the
 //   activations of every micro-batch in flight live in their own slot until release(). The first
 //   global chunk embeds tokens, the others start from an activation the caller received into
@@ -58,6 +58,7 @@
 #include "models/gpt_sharding.h"
 #include "models/layers.h"
 #include "models/param_use.h"
+#include "models/tp_linear.h"
 #include "runtime/attention_kernel.h"
 #include "runtime/nn_kernels.h"  // defines: nn::AttentionHeads
 #include "models/parameter_store.h"
@@ -65,6 +66,8 @@
 #include "parallel/tensor_parallel.h"
 
 namespace mt {
+
+class Block;
 
 // How a Gpt trades compute and communication for memory (parallel/memory_options.h).
 struct GptOptions {
@@ -191,7 +194,6 @@ class Gpt {
   std::int64_t activation_bytes() const;  // held by live slots and scratch
 
  private:
-  struct Block;
   class UnitUse;
   struct LayerActs;
   struct LayerGrads;
@@ -234,15 +236,6 @@ class Gpt {
   void run_blocks_backward_weights(const ChunkInfo& c, Slot& s, Scratch& w);
   void embedding_backward(Slot& s, bool gathered_by_b = false);
   void keep_weight_inputs(Slot& s);
-  // The tensor-parallel region's edges (parallel/tensor_parallel.h). enter: a layernorm's output
-  // becomes a column-parallel layer's input (tp alone: copy, the tensor itself; with sequence
-  // parallelism: the rows of every rank gathered into `full`). leave: a row-parallel layer's
-  // partial output becomes the residual branch (reduce in place; or reduce-scattered into `local`).
-  // Each returns the tensor to read next; the _backward halves are their adjoints.
-  const Tensor& tp_enter(const Tensor& local, Tensor& full) const;
-  Tensor& tp_enter_backward(Tensor& dfull, Tensor& dlocal) const;
-  const Tensor& tp_leave(Tensor& partial, Tensor& local) const;
-  const Tensor& tp_leave_backward(Tensor& dlocal, Tensor& dfull) const;
   // A layernorm's backward; with sequence parallelism its parameter gradients from this rank's rows
   // are summed over the tp group before they are added (each rank normalized other rows).
   void layernorm_backward(Norm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
@@ -251,16 +244,9 @@ class Gpt {
   void layernorm_backward_params(Norm& ln, const Tensor& dout, const Tensor& x, const Tensor& mean,
                                  const Tensor& rstd, Scratch& w);
   std::int64_t local_rows(int B, int T) const;  // rows of the residual stream on this rank
-  // What differs between the families inside a layer (gpt2 | llama).
   std::int64_t qkv_local_width() const;  // [q | k | v] of this rank's heads
-  bool kv_replicated() const;            // llama's kv heads whole on every tp rank
-  void qkv_forward(Block& blk, const Tensor& x, Tensor& qkv);
-  void attention_backward(const Tensor& datty, const LayerActs& a, Tensor& dqkv);
-  void qkv_backward_input(Block& blk, const Tensor& dqkv, Tensor& dx);
-  void qkv_backward_weights(Block& blk, const Tensor& dqkv, const Tensor& x, Scratch& w);
-  void mlp_activation(const Tensor& fch, Tensor& out);
-  void mlp_up_forward(Block& blk, const Tensor& x, LayerActs& a);
-  void mlp_down_backward_input(Block& blk, const Tensor& dy, const Tensor& fch, Tensor& dact, Tensor& dfch);
+  // Attention's backward into dqkv, then the block's adjoint of what made [q | k | v] after its projections.
+  void attention_backward(const Block& blk, const Tensor& datty, const LayerActs& a, Tensor& dqkv);
   void ready(std::size_t first, std::size_t count);
   void check_tokens(std::span<const std::int32_t> ids, const char* what) const;
 
@@ -269,9 +255,12 @@ class Gpt {
   GptPartition partition_;
   TensorParallel tp_;
   GptOptions options_;
+  // The tensor-parallel region's edges for this layout (copy and reduce, or the sequence gather and
+  // reduce-scatter), which the layers' linears, the embedding and the head share.
+  TpRegion region_;
   std::vector<ParamShard> shards_;
   ParameterStore store_;
-  std::vector<Block> blocks_;
+  std::vector<std::unique_ptr<Block>> blocks_;  // one per layer held (models/blocks/)
   std::vector<ChunkInfo> chunks_;
   Norm lnf_;
   // Parameter indices (-1: not held). head_weight_: what the LM head reads (wte tied, or lm_head).

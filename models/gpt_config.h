@@ -45,6 +45,7 @@ struct GptConfig {
   std::int64_t mlp_up_rows() const { return is_llama() ? 2 * mlp_hidden() : mlp_hidden(); }
   bool tied_head() const { return !is_llama(); }   // the LM head reads the token embedding
   bool has_biases() const { return !is_llama(); }  // linear and norm biases
+  bool rms_norm() const { return is_llama(); }    // RMSNorm (no mean, no bias) for LayerNorm
   int vocab_rows() const;  // Vp, resolving 0
   // Parameters in total (the tied token embedding counted once, padding rows included).
   std::int64_t parameter_count() const;
