@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -41,6 +42,12 @@ struct Timing {
   // waits for its clock left out.
   DeviceCounters counted;
   int steps = 0;
+  // counted's fields per timed step: allocations, host syncs, launches, bytes copied.
+  std::array<double, 4> per_step() const {
+    const double n = std::max(1, steps);
+    return {static_cast<double>(counted.allocations) / n, static_cast<double>(counted.host_syncs) / n,
+            static_cast<double>(counted.launches) / n, static_cast<double>(counted.copy_bytes) / n};
+  }
 };
 
 // Times `steps` training steps after `warmup` untimed ones; the data are fixed random tokens.
@@ -215,12 +222,9 @@ std::vector<std::string> table_cells(const ModelRun& r, const ModelRun& first, d
 }
 
 std::vector<std::string> work_cells(const ModelRun& r) {
-  const DeviceCounters& c = r.time.counted;
-  const double steps = std::max(1, r.time.steps);
-  return {r.name, recompute_name(r.recompute), format_cell("%.1f", static_cast<double>(c.allocations) / steps),
-          format_cell("%.1f", static_cast<double>(c.host_syncs) / steps),
-          format_cell("%.1f", static_cast<double>(c.launches) / steps),
-          format_cell("%.0f B", static_cast<double>(c.copy_bytes) / steps)};
+  const auto [allocations, host_syncs, launches, copy_bytes] = r.time.per_step();
+  return {r.name, recompute_name(r.recompute), format_cell("%.1f", allocations), format_cell("%.1f", host_syncs),
+          format_cell("%.1f", launches), format_cell("%.0f B", copy_bytes)};
 }
 
 nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int threads, double sgemm) {
@@ -242,12 +246,11 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
   row["gemm_flops_per_s"] = sgemm;
   row["threads"] = threads;
   row["mfu"] = r.flops / sgemm;
-  const DeviceCounters& c = r.time.counted;
-  const double steps = std::max(1, r.time.steps);
-  row["allocations_per_step"] = static_cast<double>(c.allocations) / steps;
-  row["host_syncs_per_step"] = static_cast<double>(c.host_syncs) / steps;
-  row["launches_per_step"] = static_cast<double>(c.launches) / steps;
-  row["copy_bytes_per_step"] = static_cast<double>(c.copy_bytes) / steps;
+  const auto [allocations, host_syncs, launches, copy_bytes] = r.time.per_step();
+  row["allocations_per_step"] = allocations;
+  row["host_syncs_per_step"] = host_syncs;
+  row["launches_per_step"] = launches;
+  row["copy_bytes_per_step"] = copy_bytes;
   return row;
 }
 
