@@ -15,6 +15,7 @@
 #include "bench/bench_options.h"
 #include "bench/bench_env.h"
 #include "bench/step_timer.h"
+#include "runtime/kernels.h"
 #include "launch/path_option.h"
 #include "launch/table.h"
 #include "models/gpt.h"
@@ -57,6 +58,11 @@ Timing run_steps(DeviceContext& ctx, Gpt& model, AdamW& opt, int B, int T, int w
     inputs[i] = static_cast<std::int32_t>((i * 2654435761u) % static_cast<std::uint32_t>(model.config().vocab_size));
     targets[i] = static_cast<std::int32_t>((i * 40503u + 7) % static_cast<std::uint32_t>(model.config().vocab_size));
   }
+  // Fixed tokens: on the device once, as a trainer's step finds its batch already uploaded.
+  const Gpt::DeviceTokens tokens{Tensor::from_host(inputs, {B * T}, ctx), Tensor::from_host(targets, {B * T}, ctx)};
+  // [sum of squares, loss], read once per step as ParallelTrainer reads them.
+  Tensor sums = Tensor::empty({2}, DType::F32, ctx);
+  Tensor norm_sq = sums.flat_slice(0, 1), loss = sums.flat_slice(1, 1);
   Timing t;
   t.steps = steps;
   Stopwatch watch;
@@ -75,15 +81,18 @@ Timing run_steps(DeviceContext& ctx, Gpt& model, AdamW& opt, int B, int T, int w
     step_counts = {};
     start();
     model.parameters().zero_grads(ctx);
-    model.forward(inputs, targets, B, T, 1.0f);
+    kernels::fill(ctx, loss, 0.0);
+    model.forward(tokens, B, T, 1.0f, loss);
     const double f = stop();
     start();
     model.backward();
     const double b = stop();
     start();
     const Tensor g = model.parameters().flat_grads();
-    const double norm = std::sqrt(sum_of_squares(ctx, std::span<const Tensor>(&g, 1)));
-    opt.step(1e-4f, static_cast<float>(clip_scale(norm, 1.0)));
+    kernels::sum_of_squares_tree(ctx, std::span<const Tensor>(&g, 1), {}, norm_sq);
+    float read[2];
+    sums.copy_to_host(read, sizeof read, ctx.stream());  // the step's one host wait
+    opt.step(1e-4f, static_cast<float>(clip_scale(std::sqrt(static_cast<double>(read[0])), 1.0)));
     const double o = stop();
     if (s < warmup) continue;
     t.forward += f / steps;

@@ -1,6 +1,7 @@
 #include "models/gpt.h"
 
 #include <exception>
+#include <string_view>
 
 #include "models/blocks/block.h"
 #include "models/head_chunks.h"
@@ -442,11 +443,23 @@ void Gpt::ready(std::size_t first, std::size_t count) {
   for (std::size_t i = first; i < first + count; ++i) (*grad_ready_)(i);
 }
 
-void Gpt::embed(Slot& s, std::span<const std::int32_t> inputs) {
-  MT_CHECK(static_cast<std::int64_t>(inputs.size()) == static_cast<std::int64_t>(s.B) * s.T, "forward: ",
-           inputs.size(), " input tokens for a batch of ", s.B, " x ", s.T);
-  check_tokens(inputs, "input");
-  s.tokens = Tensor::from_host(inputs, {s.B, s.T}, ctx_);
+Tensor Gpt::upload_tokens(std::span<const std::int32_t> ids, int B, int T, const char* what) {
+  MT_CHECK(static_cast<std::int64_t>(ids.size()) == static_cast<std::int64_t>(B) * T, "forward: ", ids.size(), " ",
+           std::string_view(what) == "input" ? "input tokens" : "targets", " for a batch of ", B, " x ", T);
+  check_tokens(ids, what);
+  return Tensor::from_host(ids, {static_cast<std::int64_t>(ids.size())}, ctx_);
+}
+
+void Gpt::expect_tokens(const Tensor& ids, const Slot& s, const char* what) const {
+  MT_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.numel() == static_cast<std::int64_t>(s.B) * s.T &&
+               ids.device() == ctx_.device(),
+           "forward: ", what, " tokens ", ids.defined() ? ids.describe() : std::string("missing"), " for a batch of ",
+           s.B, " x ", s.T, " (int32 on ", ctx_.device().str(), ")");
+}
+
+void Gpt::embed(Slot& s, const Tensor& tokens) {
+  expect_tokens(tokens, s, "input");
+  s.tokens = tokens.reshape({s.B, s.T});
   // llama has no position embedding (RoPE rotates q and k instead): the lookup alone.
   const Tensor* wpe = wpe_ >= 0 ? &store_.param(static_cast<std::size_t>(wpe_)) : nullptr;
   if (!tp_.active()) {
@@ -617,11 +630,9 @@ void Gpt::head_logits(const Tensor& x, Tensor& logits, bool piece_uses) {
   }
 }
 
-float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::optional<float> loss_weight) {
-  MT_CHECK(static_cast<std::int64_t>(targets.size()) == static_cast<std::int64_t>(s.B) * s.T, "forward: ",
-           targets.size(), " targets for a batch of ", s.B, " x ", s.T);
-  check_tokens(targets, "target");
-  s.targets = Tensor::from_host(targets, {static_cast<std::int64_t>(targets.size())}, ctx_);
+void Gpt::head_loss(Slot& s, const Tensor& targets, std::optional<float> loss_weight, Tensor& loss_sum) {
+  expect_tokens(targets, s, "target");
+  s.targets = targets;
   Scratch& w = scratch(s.B, s.T);
   const Tensor& lnf = head_input(s, w);
   const bool training = loss_weight.has_value();
@@ -665,7 +676,7 @@ float Gpt::head_loss(Slot& s, std::span<const std::int32_t> targets, std::option
     if (widened) kernels::cast(ctx_, sum, dlnf);
   }
   s.head_gradient = training;
-  return static_cast<float>(kernels::reduce(ctx_, ReduceKind::Sum, s.losses) / static_cast<double>(s.losses.numel()));
+  kernels::accumulate_mean(ctx_, s.losses, loss_sum);
 }
 
 Tensor Gpt::input_buffer(int chunk, int micro, int B, int T) {
@@ -675,6 +686,18 @@ Tensor Gpt::input_buffer(int chunk, int micro, int B, int T) {
 
 float Gpt::forward_chunk(int chunk, int micro, int B, int T, std::span<const std::int32_t> inputs,
                          std::span<const std::int32_t> targets, std::optional<float> loss_weight) {
+  const bool head = chunk_has_head(chunk);
+  DeviceTokens tokens;
+  if (chunk_has_embedding(chunk)) tokens.inputs = upload_tokens(inputs, B, T, "input");
+  if (head) tokens.targets = upload_tokens(targets, B, T, "target");
+  if (!host_loss_.defined()) host_loss_ = Tensor::empty({1}, DType::F32, ctx_);
+  kernels::fill(ctx_, host_loss_, 0.0);
+  forward_chunk(chunk, micro, B, T, tokens, loss_weight, host_loss_);
+  return head ? host_loss_.to_host<float>()[0] : 0.0f;
+}
+
+void Gpt::forward_chunk(int chunk, int micro, int B, int T, const DeviceTokens& tokens,
+                        std::optional<float> loss_weight, Tensor& loss_sum) {
   Slot& s = acquire(chunk, micro, B, T);
   // Its head gradient is in the parameters' already: a second one would add it twice.
   MT_CHECK(!s.head_gradient, "a second forward of chunk ", chunk, " micro-batch ", micro, " before its backward");
@@ -682,9 +705,9 @@ float Gpt::forward_chunk(int chunk, int micro, int B, int T, std::span<const std
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(B, T);
   store_.refresh_compute_params(ctx_);  // the bf16 copy of the master weights (nothing to do in fp32)
-  if (c.embedding) embed(s, inputs);
+  if (c.embedding) embed(s, tokens.inputs);
   run_blocks_forward(c, s, w);
-  return c.head ? head_loss(s, targets, loss_weight) : 0.0f;
+  if (c.head) head_loss(s, tokens.targets, loss_weight, loss_sum);
 }
 
 Tensor Gpt::output(int chunk, int micro) const {
@@ -957,17 +980,29 @@ void Gpt::give_back_weight_inputs(Slot& s) {
   if (s.recomputed) weight_input_pool_.push_back(std::move(s.recomputed));
 }
 
-float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T,
-                   std::optional<float> loss_weight) {
-  MT_CHECK(num_chunks() == 1 && chunk_has_embedding(0) && chunk_has_head(0),
+namespace {
+// A whole-model forward into the one slot (0, 0), afresh: a failed one leaves nothing for backward.
+template <class Run>
+auto whole_model_forward(Gpt& model, Run&& run) -> decltype(run()) {
+  MT_CHECK(model.num_chunks() == 1 && model.chunk_has_embedding(0) && model.chunk_has_head(0),
            "forward() runs a whole model; a pipeline stage runs forward_chunk()");
-  release(0, 0);
+  model.release(0, 0);
   try {
-    return forward_chunk(0, 0, B, T, inputs, targets, loss_weight);
+    return run();
   } catch (...) {
-    release(0, 0);  // a failed forward leaves nothing for backward to use
+    model.release(0, 0);
     throw;
   }
+}
+}  // namespace
+
+float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T,
+                   std::optional<float> loss_weight) {
+  return whole_model_forward(*this, [&] { return forward_chunk(0, 0, B, T, inputs, targets, loss_weight); });
+}
+
+void Gpt::forward(const DeviceTokens& tokens, int B, int T, std::optional<float> loss_weight, Tensor& loss_sum) {
+  whole_model_forward(*this, [&] { forward_chunk(0, 0, B, T, tokens, loss_weight, loss_sum); });
 }
 
 void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
@@ -977,7 +1012,7 @@ void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
   Slot& s = acquire(0, 0, B, T);
   try {
     store_.refresh_compute_params(ctx_);
-    embed(s, inputs);
+    embed(s, upload_tokens(inputs, B, T, "input"));
     Scratch& w = scratch(B, T);
     run_blocks_forward(chunks_[0], s, w);
     if (!s.logits.defined()) {

@@ -135,6 +135,10 @@ class Gpt {
   // positions; the activations are kept for backward().
   float forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T,
                 std::optional<float> loss_weight);
+  // The same from ids on the device (DeviceTokens below), the mean loss added into loss_sum (fp32 [1]
+  // on the device): no host wait.
+  struct DeviceTokens;
+  void forward(const DeviceTokens& tokens, int B, int T, std::optional<float> loss_weight, Tensor& loss_sum);
   // Forward without a loss: logits() then holds [B*T, Vp/tp] (this rank's vocabulary slice).
   void forward_logits(std::span<const std::int32_t> inputs, int B, int T);
   // Adds the rest of the last (training) forward's gradients.
@@ -154,8 +158,20 @@ class Gpt {
   // chunk makes its gradients with it; the other chunks do nothing with it). The head's gradient is
   // in the parameters' from here on, released or not: a second training forward of the same slot
   // before its backward is an error.
+  // Host ids are checked against the vocabulary and uploaded; the loss comes back with a host wait.
   float forward_chunk(int chunk, int micro, int B, int T, std::span<const std::int32_t> inputs,
                       std::span<const std::int32_t> targets, std::optional<float> loss_weight);
+  // A micro-batch's token ids already on the device, [B*T] int32 each (a chunk without the
+  // embedding or the head may leave its tensor undefined), checked against the vocabulary when they
+  // were read: the data loader checks every id (train/step_batch.h).
+  struct DeviceTokens {
+    Tensor inputs, targets;
+  };
+  // The same chunk with nothing waiting for the host: the head chunk adds its mean loss into
+  // loss_sum (fp32 [1] on the device; kernels::accumulate_mean) instead of returning it. The slot
+  // keeps views of the tokens until its backward: they must stay unchanged until then.
+  void forward_chunk(int chunk, int micro, int B, int T, const DeviceTokens& tokens, std::optional<float> loss_weight,
+                     Tensor& loss_sum);
   Tensor output(int chunk, int micro) const;             // the activation for the next stage
   Tensor output_grad_buffer(int chunk, int micro) const; // where the next stage's gradient goes
   // Adds the rest of this micro-batch's gradients (with its forward's loss weight). Afterwards
@@ -208,13 +224,13 @@ class Gpt {
   Slot& acquire(int chunk, int micro, int B, int T);
   Slot& live(int chunk, int micro) const;
   Scratch& scratch(int B, int T);
-  void embed(Slot& s, std::span<const std::int32_t> inputs);
+  void embed(Slot& s, const Tensor& tokens);  // [B*T] ids on the device
   void lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out);
   std::int64_t vocab_piece_begin(int k) const;
   void head_logits(const Tensor& x, Tensor& logits, bool piece_uses);
   // The head's forward: lnf into the scratch (gathered with sequence parallelism), then the chunks.
   const Tensor& head_input(Slot& s, Scratch& w);
-  float head_loss(Slot& s, std::span<const std::int32_t> targets, std::optional<float> loss_weight);
+  void head_loss(Slot& s, const Tensor& targets, std::optional<float> loss_weight, Tensor& loss_sum);
   void chunk_loss(Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse, Scratch& w,
                   std::int64_t first_row);
   std::int64_t head_rows_per_chunk(std::int64_t rows) const;
@@ -249,6 +265,9 @@ class Gpt {
   void attention_backward(const Block& blk, const Tensor& datty, const LayerActs& a, Tensor& dqkv);
   void ready(std::size_t first, std::size_t count);
   void check_tokens(std::span<const std::int32_t> ids, const char* what) const;
+  // Host ids of a B x T batch ("input" or "target"), checked against the vocabulary, on the device.
+  Tensor upload_tokens(std::span<const std::int32_t> ids, int B, int T, const char* what);
+  void expect_tokens(const Tensor& ids, const Slot& s, const char* what) const;
 
   DeviceContext& ctx_;
   GptConfig config_;
@@ -279,6 +298,7 @@ class Gpt {
   std::vector<std::unique_ptr<Slot>> pool_;
   std::vector<std::unique_ptr<WeightInputs>> weight_input_pool_;  // recompute's, between B and W
   std::unique_ptr<Scratch> scratch_;
+  Tensor host_loss_;  // the loss the host-id forwards read back (fp32 [1])
   const GradReady* grad_ready_ = nullptr;  // during a backward call that was given one
 };
 

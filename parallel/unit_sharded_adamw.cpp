@@ -4,6 +4,7 @@
 #include <span>
 
 #include "optim/grad_norm.h"
+#include "runtime/kernels.h"
 #include "runtime/error.h"
 
 namespace mt {
@@ -41,7 +42,7 @@ UnitShardedAdamW::UnitShardedAdamW(DeviceContext& ctx, const UnitShards& shards,
   for (const Piece& piece : pieces_) weights_.push_back(params[static_cast<std::size_t>(piece.param)].norm_weight);
 }
 
-double UnitShardedAdamW::owned_grad_sum_of_squares() const {
+void UnitShardedAdamW::owned_grad_sum_of_squares(Tensor& out) const {
   std::vector<Tensor> grads;
   std::vector<float> weights;
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
@@ -49,7 +50,13 @@ double UnitShardedAdamW::owned_grad_sum_of_squares() const {
     grads.push_back(adam_.slot(pieces_[i].slot).grad);
     weights.push_back(static_cast<float>(weights_[i]));
   }
-  return sum_of_squares(*ctx_, grads, weights);  // one tree over every piece, one wait
+  kernels::sum_of_squares_tree(*ctx_, grads, weights, out);  // one tree over every piece, no wait
+}
+
+double UnitShardedAdamW::owned_grad_sum_of_squares() const {
+  Tensor total = Tensor::empty({1}, DType::F32, *ctx_);
+  owned_grad_sum_of_squares(total);
+  return static_cast<double>(total.to_host<float>()[0]);
 }
 
 void UnitShardedAdamW::step(float lr, float grad_scale) { adam_.step(lr, grad_scale); }

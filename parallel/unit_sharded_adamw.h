@@ -33,7 +33,9 @@ class UnitShardedAdamW {
   UnitShardedAdamW(DeviceContext& ctx, const UnitShards& shards, const std::vector<ParamInfo>& params,
                    AdamWConfig config = {});
 
-  // Sum of squares of the owned reduced gradients, each piece weighted; blocks until computed.
+  // Sum of squares of the owned reduced gradients, each piece weighted: into out (fp32 [1] on the
+  // device) with no host wait, or read back (a wait).
+  void owned_grad_sum_of_squares(Tensor& out) const;
   double owned_grad_sum_of_squares() const;
   void step(float lr, float grad_scale = 1.0f);
 

@@ -7,6 +7,7 @@
 
 #include "runtime/error.h"
 #include "optim/grad_norm.h"
+#include "runtime/kernels.h"
 
 namespace mt {
 
@@ -77,7 +78,7 @@ DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const G
   }
 }
 
-double DistributedAdamW::owned_grad_sum_of_squares() const {
+void DistributedAdamW::owned_grad_sum_of_squares(Tensor& out) const {
   const Tensor& grads = reducer_->flat_grads();
   std::vector<Tensor> views;
   std::vector<float> weights;
@@ -86,7 +87,13 @@ double DistributedAdamW::owned_grad_sum_of_squares() const {
     views.push_back(grads.flat_slice(range.offset, range.numel));
     weights.push_back(static_cast<float>(range.weight));
   }
-  return sum_of_squares(*ctx_, views, weights);  // one tree over every range, one wait
+  kernels::sum_of_squares_tree(*ctx_, views, weights, out);  // one tree over every range, no wait
+}
+
+double DistributedAdamW::owned_grad_sum_of_squares() const {
+  Tensor total = Tensor::empty({1}, DType::F32, *ctx_);
+  owned_grad_sum_of_squares(total);
+  return static_cast<double>(total.to_host<float>()[0]);
 }
 
 void DistributedAdamW::step(float lr, float grad_scale) {

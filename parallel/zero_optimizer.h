@@ -51,8 +51,10 @@ class DistributedAdamW {
   // Sum of squares of the reduced gradients this rank owns (its block of each bucket, whether
   // sharded or not, so that over the dp group every element is counted once), each param's piece
   // weighted by its norm_weight; padding is not counted. The caller allreduces it over the whole
-  // world and takes the sqrt for the global norm. Blocks until the device is done. Deterministic:
-  // the same gradients give the same bits.
+  // world and takes the sqrt for the global norm. Deterministic: the same gradients give the same
+  // bits. Into out (fp32 [1] on the device) with no host wait, or
+  // read back (a wait).
+  void owned_grad_sum_of_squares(Tensor& out) const;
   double owned_grad_sum_of_squares() const;
 
   // One AdamW step on what this rank updates (grad_scale as AdamW::step); with shard, then

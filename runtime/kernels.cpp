@@ -69,6 +69,24 @@ double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x) {
   return backend::Cuda::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.stream().handle());
 }
 
+void accumulate_mean(DeviceContext& ctx, const Tensor& x, Tensor& acc) {
+  nn::expect_f32(ctx, x, "mean input");
+  nn::expect_f32(ctx, acc, "mean accumulator");
+  nn::expect_numel(acc, 1, "mean accumulator");
+  MT_CHECK(x.numel() > 0, "the mean of no elements");
+  const std::int64_t chunks = nn_math::blocks_of(x.numel(), kReduceChunk);
+  // The chunks' double sums, two fp32 slots each (tensors hold no fp64).
+  Tensor partial = Tensor::empty({2 * chunks}, DType::F32, ctx);
+  auto* sums = static_cast<double*>(partial.data());
+  nn::run<nn_math::ChunkSums>(ctx, DType::F32, [&](auto& op) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(op.x)>>;
+    op = {nn::ptr<const T>(x), sums, x.numel()};
+  });
+  nn::run<nn_math::AddMeanOfChunks>(ctx, DType::F32, [&](auto& op) {
+    op = {sums, nn::ptr<float>(acc), chunks, static_cast<double>(x.numel())};
+  });
+}
+
 void sum_of_squares_tree(DeviceContext& ctx, std::span<const Tensor> tensors, std::span<const float> weights,
                          Tensor& out) {
   MT_CHECK(weights.empty() || weights.size() == tensors.size(), "sum of squares: ", weights.size(),

@@ -1,6 +1,6 @@
 // Elementwise and reduction kernels on tensors, dispatched to the CPU or CUDA backend by the
 // tensor's device. Work is ordered on the context's stream.
-// defines: fill, binary, scale, cast, reduce, sum_of_squares_tree
+// defines: fill, binary, scale, cast, reduce, accumulate_mean, sum_of_squares_tree
 #pragma once
 
 #include <span>
@@ -18,6 +18,10 @@ void scale(DeviceContext& ctx, Tensor& x, double alpha);  // x *= alpha
 void cast(DeviceContext& ctx, const Tensor& src, Tensor& dst);
 // One number from all elements, reduced in a fixed order (see functors.h). Blocks until done.
 double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x);
+// acc (fp32 [1], on ctx's device) = fp32(acc + the sum of x / x.numel()), the sum as reduce(Sum)
+// takes it (ChunkSums, AddMeanOfChunks): a mean kept on the device, with no host wait. Into a zero
+// acc it gives exactly fp32(reduce(Sum) / numel). fp32 x.
+void accumulate_mean(DeviceContext& ctx, const Tensor& x, Tensor& acc);
 // out (fp32 [1], on ctx's device) = the sum over i of weights[i] x the sum of squares of tensors[i]
 // (weights empty: all 1), by the fp32 tree of runtime/ops/elementwise.h (SquaresByBlock, then one
 // FoldPartials over every tensor's blocks). No host wait; the same bits at any thread count and on

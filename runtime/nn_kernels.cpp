@@ -94,7 +94,7 @@ void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& w
   expect_on(ctx, tokens, "tokens");
   expect_f32(ctx, wte, "wte");
   MT_CHECK(tokens.rank() == 2 && wte.rank() == 2 && wpe.rank() == 2, "embedding: tokens [B, T], wte [V, C], wpe [maxT, C]");
-  check_ids(ctx, tokens, wte.dim(0), "tokens");
+  check_ids(tokens, "tokens");
   embedding_forward_rows(ctx, tokens, wte, 0, &wpe, out);
 }
 
@@ -102,7 +102,7 @@ void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& 
   expect_on(ctx, tokens, "tokens");
   expect_f32(ctx, dwte, "dwte");
   MT_CHECK(tokens.rank() == 2 && dwte.rank() == 2, "embedding backward: tokens [B, T], dwte [V, C]");
-  check_ids(ctx, tokens, dwte.dim(0), "tokens");
+  check_ids(tokens, "tokens");
   embedding_backward_rows(ctx, tokens, dout, 0, dwte, &dwpe);
 }
 
@@ -387,7 +387,7 @@ std::int64_t check_logits(const DeviceContext& ctx, const Tensor& logits, const 
   const std::int64_t N = logits.dim(0);
   MT_CHECK(vocab > 0 && vocab <= logits.dim(1), "cross entropy: vocab ", vocab, " for logits ", logits.describe());
   expect_numel(targets, N, "targets");
-  check_ids(ctx, targets, vocab, "targets");
+  check_ids(targets, "targets");
   return N;
 }
 }  // namespace
@@ -457,12 +457,12 @@ void expect_row_stat(const DeviceContext& ctx, const Tensor& t, std::int64_t N, 
   expect_numel(t, N, what);
 }
 
-// Targets index the full vocabulary; on the CPU check they are ids at all (a slice does not
-// know the vocabulary size, and reads only the columns it holds whatever the id).
-void check_targets(const DeviceContext& ctx, const Tensor& targets, std::int64_t N, std::int64_t limit) {
+// Targets index the full vocabulary (checked where they entered: check_ids); a slice reads only the
+// columns it holds whatever the id.
+void check_targets(const DeviceContext& ctx, const Tensor& targets, std::int64_t N) {
   expect_on(ctx, targets, "targets");
   expect_numel(targets, N, "targets");
-  check_ids(ctx, targets, limit, "targets");
+  check_ids(targets, "targets");
 }
 }  // namespace
 
@@ -496,7 +496,7 @@ void vocab_parallel_target_logit(DeviceContext& ctx, const Tensor& logits, const
            logits.describe());
   MT_CHECK(vocab_begin >= 0, "vocab-parallel target logit: vocab_begin ", vocab_begin, " is negative");
   const std::int64_t N = logits.dim(0);
-  check_targets(ctx, targets, N, std::numeric_limits<std::int32_t>::max());
+  check_targets(ctx, targets, N);
   expect_row_stat(ctx, target_logit, N, "target logit");
   run<nn_math::VocabParallelTargetLogit>(ctx, logits.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.logits)>>;
@@ -524,7 +524,7 @@ void vocab_parallel_cross_entropy_backward(DeviceContext& ctx, const Tensor& log
                                            Tensor& dlogits) {
   const std::int64_t real = slice_real_columns(ctx, logits, vocab_begin, vocab, "vocab-parallel cross entropy");
   const std::int64_t N = logits.dim(0);
-  check_targets(ctx, targets, N, vocab);
+  check_targets(ctx, targets, N);
   expect_row_stat(ctx, lse, N, "log-sum-exp");
   expect_on(ctx, dlogits, "logits gradient");
   expect_numel(dlogits, logits.numel(), "logits gradient");

@@ -169,12 +169,24 @@ void Tensor::copy_from_host(const void* src, std::size_t bytes, const Stream& st
 }
 
 void Tensor::read_back(void* dst) const {
-  count_host_sync();  // the whole device drains first
   if (device().is_cuda()) {
     cuda::set_device(device().index);
-    cuda::synchronize_device();
+    cuda::synchronize_device();  // the whole device drains first, then the copy (one wait counted)
   }
   copy_to_host(dst, nbytes(), Stream(device()));
+}
+
+void Tensor::upload(const PinnedHostBuffer& src, std::size_t offset, const Stream& stream) {
+  MT_CHECK(offset <= src.bytes() && nbytes() <= src.bytes() - offset, "uploading bytes [", offset, ", ",
+           offset + nbytes(), ") of a ", src.bytes(), "-byte host buffer into ", describe());
+  MT_CHECK(src.device() == device(), "a host buffer for ", src.device().str(), " uploaded into ", describe());
+  if (nbytes() == 0) return;
+  count_copy(nbytes());
+  if (device().is_cpu()) {
+    std::memmove(data(), src.data() + offset, nbytes());
+    return;
+  }
+  cuda::copy_async(data(), src.data() + offset, nbytes(), stream.handle());
 }
 
 void Tensor::copy_to_host(void* dst, std::size_t bytes, const Stream& stream) const {

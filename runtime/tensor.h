@@ -12,6 +12,7 @@
 #include "runtime/context.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/pinned_buffer.h"
 
 namespace mt {
 
@@ -104,6 +105,9 @@ class Tensor {
   void copy_from(const Tensor& src, const Stream& stream);
   void copy_from_host(const void* src, std::size_t bytes, const Stream& stream);
   void copy_to_host(void* dst, std::size_t bytes, const Stream& stream) const;
+  // Bytes [offset, offset + nbytes()) of `src` into this tensor, queued on `stream` with no host
+  // wait: src must stay unchanged until the stream has run the copy (record an Event after it).
+  void upload(const PinnedHostBuffer& src, std::size_t offset, const Stream& stream);
   // Synchronous read-back, for tests and printing: waits for all work queued on the device first.
   template <class T>
   std::vector<T> to_host() const {

@@ -24,8 +24,9 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
   // The tied embedding waits for the end of the run (ParallelTrainer::step): its head and
   // embedding parts may come from two chunks whose last computations the schedule orders either way.
   // training: forwards make gradients (the head's in the forward itself); else validation's loss alone.
-  Runner(ParallelTrainer& t, bool training)
-      : t_(t), training_(training) {
+  // loss_sum: where the head adds each micro-batch's mean loss, on the device.
+  Runner(ParallelTrainer& t, bool training, Tensor loss_sum)
+      : t_(t), training_(training), loss_sum_(std::move(loss_sum)) {
     if (!t.reducer_) return;  // ZeRO 2/3 reduce from the parameter-use hooks
     to_reducer_ = [&reducer = *t.reducer_, wte = t.wte_index_](std::size_t param) {
       if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
@@ -35,14 +36,11 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
     return t_.model_->input_buffer(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len);
   }
   void forward(int chunk, int micro) override {
-    const auto m = static_cast<std::size_t>(micro);
     Gpt& model = *t_.model_;
     const bool data = model.chunk_has_embedding(chunk) || model.chunk_has_head(chunk);
-    const float loss = model.forward_chunk(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len,
-                                           data ? std::span<const std::int32_t>(t_.inputs_[m]) : std::span<const std::int32_t>(),
-                                           data ? std::span<const std::int32_t>(t_.targets_[m]) : std::span<const std::int32_t>(),
-                                           training_ ? std::optional<float>(loss_weight()) : Gpt::kEvaluation);
-    if (model.chunk_has_head(chunk)) loss_sum += loss;
+    model.forward_chunk(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len,
+                        data ? t_.batch_->micro(micro) : Gpt::DeviceTokens{},
+                        training_ ? std::optional<float>(loss_weight()) : Gpt::kEvaluation, loss_sum_);
   }
   Tensor forward_output(int chunk, int micro) override { return t_.model_->output(chunk, micro); }
   Tensor output_grad_buffer(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
@@ -58,8 +56,6 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
   Tensor input_grad(int chunk, int micro) override { return t_.model_->input_grad(chunk, micro); }
   void release(int chunk, int micro) override { t_.model_->release(chunk, micro); }
 
-  double loss_sum = 0.0;
-
  private:
   // The gradient of the mean loss over the step's micro-batches on every dp rank.
   float loss_weight() const {
@@ -68,6 +64,7 @@ class ParallelTrainer::Runner : public PipelineStageRunner {
 
   ParallelTrainer& t_;
   bool training_;
+  Tensor loss_sum_;
   Gpt::GradReady to_reducer_;
 };
 
@@ -103,6 +100,10 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
                                  std::move(options));
   ParameterStore& store = model_->parameters();
   reads_data_ = partition.embedding || partition.head;
+  if (reads_data_)
+    batch_.emplace(ctx_, plan_.micro_batches(), settings_.micro_batch, settings_.seq_len, config.vocab_size);
+  step_sums_ = Tensor::empty({3}, DType::F32, ctx_);
+  eval_sum_ = Tensor::empty({1}, DType::F32, ctx_);
 
   // What each parameter counts for in the global norm: a replica counts on one rank only.
   tied_across_stages_ = plan_.tied_across_stages();
@@ -227,19 +228,6 @@ void ParallelTrainer::set_local_parameters(const std::vector<float>& values) {
   store.refresh_compute_params(ctx_);
 }
 
-void ParallelTrainer::read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches) {
-  const int b = settings_.micro_batch;
-  const std::size_t n = static_cast<std::size_t>(b) * static_cast<std::size_t>(settings_.seq_len);
-  inputs_.resize(static_cast<std::size_t>(micro_batches));
-  targets_.resize(static_cast<std::size_t>(micro_batches));
-  for (int m = 0; m < micro_batches; ++m) {
-    inputs_[static_cast<std::size_t>(m)].resize(n);
-    targets_[static_cast<std::size_t>(m)].resize(n);
-    loader.read(first_sequence + static_cast<std::int64_t>(m) * b, b, inputs_[static_cast<std::size_t>(m)],
-                targets_[static_cast<std::size_t>(m)]);
-  }
-}
-
 void ParallelTrainer::restore_progress(int steps_done, std::int64_t sequences_done) {
   MT_REQUIRE(steps_done >= 0 && sequences_done >= 0, "restore_progress: negative step ", steps_done, " or sequence ",
              sequences_done);
@@ -267,12 +255,14 @@ StepRecord ParallelTrainer::step() {
   // This dp rank's share of the step's global batch: sequences in the order a single rank reads them.
   const std::int64_t local = settings_.global_batch / mesh.dp;
   const std::int64_t first = sequences_done_ + groups_.coord.dp * local;
-  if (reads_data_) read_batch(train_, first, plan_.micro_batches());
+  if (reads_data_) batch_->load(train_, first);
   const double tp_wait_before = tp_stats_.wait_seconds;
 
-  Runner runner(*this, /*training=*/true);
+  // [owned sum of squares, reported loss, unreported loss]: the first two are summed over the world.
+  kernels::fill(ctx_, step_sums_, 0.0);
+  Tensor sums = step_sums_.flat_slice(0, 2), norm_sq = step_sums_.flat_slice(0, 1);
+  Runner runner(*this, /*training=*/true, step_sums_.flat_slice(reports_loss() ? 1 : 2, 1));
   std::chrono::steady_clock::time_point reduce_start;
-  double sumsq = 0.0;
   if (units_) {
     units_->zero_owned_grads();
     units_->start_round(0);
@@ -283,7 +273,7 @@ StepRecord ParallelTrainer::step() {
     // owned shards: sum the two shards.
     if (tied_across_stages_ && groups_.embedding)
       for (const int b : wte_blocks_) groups_.embedding->allreduce(units_->owned_grads(b));
-    sumsq = unit_optimizer_->owned_grad_sum_of_squares();
+    unit_optimizer_->owned_grad_sum_of_squares(norm_sq);
   } else {
     store.zero_grads(ctx_);
     reducer_->begin();
@@ -295,23 +285,19 @@ StepRecord ParallelTrainer::step() {
       groups_.embedding->allreduce(store.grad(static_cast<std::size_t>(wte_index_)));
     if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
     reducer_->finish();
-    sumsq = optimizer_->owned_grad_sum_of_squares();
+    optimizer_->owned_grad_sum_of_squares(norm_sq);
   }
 
-  // One allreduce over the world for the norm (each element counted once) and the loss.
-  // A double travels as two floats (high part and remainder): the sum keeps about 48 bits, so the
-  // norm, and the clip scale from it, match a single rank's to far below fp32 rounding.
-  const float sumsq_high = static_cast<float>(sumsq);
-  const std::vector<float> local_sums{sumsq_high, static_cast<float>(sumsq - sumsq_high),
-                                      reports_loss() ? static_cast<float>(runner.loss_sum) : 0.0f};
-  Tensor sums = Tensor::from_host(local_sums, {3}, ctx_);
+  // One allreduce over the world for the norm (each element counted once) and the loss, then the
+  // step's one host wait: the clip scale needs the norm before the update.
   world_.allreduce(sums);
-  const std::vector<float> total = sums.to_host<float>();
+  float total[2];
+  sums.copy_to_host(total, sizeof total, ctx_.stream());
   double comm_s = since(reduce_start);  // the buckets still running, the tied embedding, the norm
   StepRecord r;
   r.step = steps_done_ + 1;
-  r.loss = total[2] / static_cast<double>(mesh.dp * plan_.micro_batches());
-  r.grad_norm = std::sqrt(static_cast<double>(total[0]) + static_cast<double>(total[1]));
+  r.loss = static_cast<double>(total[1]) / static_cast<double>(mesh.dp * plan_.micro_batches());
+  r.grad_norm = std::sqrt(static_cast<double>(total[0]));
   require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
   const auto clip = static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip));
@@ -334,7 +320,8 @@ StepRecord ParallelTrainer::step() {
   }
   if (units_) units_->gather_after_step();  // ZeRO-2: the full parameters again; ZeRO-3 gathers at each use
   comm_s += since(after_update);
-  ctx_.synchronize();
+  // No wait for the update here: on a GPU the step's time ends when its work is queued, and the next
+  // step's read waits for it, so the times still add up over steps.
   ++steps_done_;
   sequences_done_ += settings_.global_batch;
   const double seconds = since(start);
@@ -353,17 +340,19 @@ double ParallelTrainer::evaluate() {
   // The first eval_batches x global_batch sequences, as the tests' single-rank Trainer reads them: batch k's
   // share for dp rank r is the r-th slice of it.
   const std::int64_t local = settings_.global_batch / mesh.dp;
-  Runner runner(*this, /*training=*/false);
+  kernels::fill(ctx_, eval_sum_, 0.0);
+  kernels::fill(ctx_, step_sums_, 0.0);  // its last slot takes the loss of a head that reports none
+  Runner runner(*this, /*training=*/false, reports_loss() ? eval_sum_ : step_sums_.flat_slice(2, 1));
   if (units_) units_->start_round(1);
   for (int k = 0; k < settings_.eval_batches; ++k) {
-    if (reads_data_)
-      read_batch(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local, plan_.micro_batches());
+    if (reads_data_) batch_->load(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local);
     executor_->run(eval_schedule_, runner);
   }
   if (units_) units_->finish_round();
-  Tensor sum = Tensor::from_host(std::vector<float>{reports_loss() ? static_cast<float>(runner.loss_sum) : 0.0f}, {1}, ctx_);
-  world_.allreduce(sum);
-  return static_cast<double>(sum.to_host<float>()[0]) /
+  world_.allreduce(eval_sum_);
+  float sum = 0.0f;
+  eval_sum_.copy_to_host(&sum, sizeof sum, ctx_.stream());
+  return static_cast<double>(sum) /
          static_cast<double>(mesh.dp * plan_.micro_batches() * settings_.eval_batches);
 }
 

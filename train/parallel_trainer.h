@@ -12,6 +12,7 @@
 #include <functional>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "data/loader.h"
@@ -25,6 +26,7 @@
 #include "parallel/unit_shards.h"
 #include "parallel/zero_optimizer.h"
 #include "train/metrics.h"
+#include "train/step_batch.h"
 #include "train/train_settings.h"
 
 namespace mt {
@@ -88,7 +90,6 @@ class ParallelTrainer {
   class Runner;  // the executor's view of the model
   // Adds its pipeline's loss to the world's sum: tp rank 0 of the stage holding the head.
   bool reports_loss() const;
-  void read_batch(data::DataLoader& loader, std::int64_t first_sequence, int micro_batches);
   // ZeRO-2/3: each parameter unit made resident in turn (gathered from the owned shards, or not:
   // about to be overwritten), `use`d, and its owned shards kept.
   void for_each_unit_resident(bool gather, const std::function<void(int unit)>& use);
@@ -111,7 +112,11 @@ class ParallelTrainer {
   std::int64_t wte_index_ = -1;
   bool tied_across_stages_ = false;
   bool reads_data_ = false;  // holds the embedding (inputs) or the head (targets): middle stages read none
-  std::vector<std::vector<std::int32_t>> inputs_, targets_;  // per micro-batch of the step
+  std::optional<StepBatch> batch_;  // the step's token ids (a rank that reads data)
+  // On the device, read once per step: [the owned gradients' sum of squares, the loss sum this rank
+  // reports, the loss sum of a head that reports none (tp ranks > 0), never read].
+  Tensor step_sums_;
+  Tensor eval_sum_;  // evaluation's loss sum, [1]
   ExecutorStats pipeline_stats_;
   int steps_done_ = 0;
   std::int64_t sequences_done_ = 0;

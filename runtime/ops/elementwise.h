@@ -1,10 +1,11 @@
 // The elementwise and reduction family: fill, binary ops, scale, cast and whole-tensor reductions
 // (runtime/kernels.h), the row ops of a bias (BroadcastRows, ColumnSum) and the gradient norm's tree
-// of squares (SquaresByBlock, FoldPartials). CPU loops, CUDA
+// of squares (SquaresByBlock, FoldPartials) and the device-side loss sum (ChunkSums, AddMeanOfChunks). CPU loops, CUDA
 // kernels (runtime/cuda/elementwise.cu) and the MPI reduction of bf16 all call these functions, so
 // every backend computes the same one.
 // defines: BinaryOp, ReduceKind, apply_binary, scale_one, reduce_step, kReduceChunk, BroadcastRows, ColumnSum,
-//          kNormBlock, square_rounded, SquaresByBlock, fold_tree, FoldPartials, MT_ELEMENTWISE_UNIT_OPS,
+//          kNormBlock, square_rounded, SquaresByBlock, fold_tree, FoldPartials, ChunkSums, AddMeanOfChunks,
+//          MT_ELEMENTWISE_UNIT_OPS,
 //          MT_ELEMENTWISE_FAST_OPS
 #pragma once
 
@@ -49,6 +50,8 @@ struct ColumnSum {
 // thread count and on every device. Against an exact sum: each block's lanes sum 512 squares
 // (relative error about sqrt(512) 2^-24 = 1.3e-6, 3e-5 at worst), the fold at most 64 levels.
 inline constexpr std::int64_t kNormBlock = 4096;
+// The chunk of every double-precision reduction (kReduceChunk below is the same value).
+inline constexpr std::int64_t kReduceChunkElements = 4096;
 
 // x * x rounded on its own: nvcc would contract it with the sum's addition into an FMA (one
 // rounding instead of two), which the host compiler never does.
@@ -106,6 +109,39 @@ struct FoldPartials {
   MT_HD void operator()(std::int64_t) const { out[0] = fold_tree(partial, blocks); }
 };
 
+// A mean added into a running fp32 sum on the device (the training loss of each micro-batch,
+// read once per step): ChunkSums sums chunks of kReduceChunk elements in index order in double (a
+// unit per chunk), then AddMeanOfChunks folds them in order and adds sum / divisor, rounded once
+// into acc[0]. Into a zero acc that is exactly fp32(reduce(Sum) / divisor) (runtime/kernels.h).
+template <class T>
+struct ChunkSums {
+  const T* x;
+  double* partial;  // partial[c] for chunk c of x
+  std::int64_t n;
+  MT_HD std::int64_t count() const { return blocks_of(n, kReduceChunkElements); }
+  MT_HD void operator()(std::int64_t c) const {
+    const std::int64_t begin = c * kReduceChunkElements, end = min64(begin + kReduceChunkElements, n);
+    double acc = 0.0;
+    for (std::int64_t i = begin; i < end; ++i) acc += static_cast<double>(widen(x[i]));
+    partial[c] = acc;
+  }
+};
+
+// acc[0] = fp32(acc[0] + (partial[0] + ... + partial[chunks - 1]) / divisor); T is unused.
+template <class T>
+struct AddMeanOfChunks {
+  const double* partial;
+  float* acc;
+  std::int64_t chunks;
+  double divisor;
+  MT_HD std::int64_t count() const { return 1; }
+  MT_HD void operator()(std::int64_t) const {
+    double sum = 0.0;
+    for (std::int64_t c = 0; c < chunks; ++c) sum += partial[c];
+    acc[0] = static_cast<float>(static_cast<double>(acc[0]) + sum / divisor);
+  }
+};
+
 }  // namespace mt::nn_math
 
 namespace mt {
@@ -140,7 +176,7 @@ MT_HD T scale_one(T x, double alpha) {
 // Reductions accumulate in double, element by element in index order: one thread owns each
 // chunk of kReduceChunk elements, then one thread folds the chunk results in order. The result
 // therefore never depends on the thread count or on the device.
-inline constexpr std::int64_t kReduceChunk = 4096;
+inline constexpr std::int64_t kReduceChunk = nn_math::kReduceChunkElements;
 
 MT_HD double reduce_identity(ReduceKind kind) {
   switch (kind) {
@@ -183,7 +219,8 @@ MT_HD double reduce_step(ReduceKind kind, double acc, T x) {
 }  // namespace mt
 
 // The ops the backends run unit by unit (runtime/backend.h), and those with a kernel cut for the GPU.
-#define MT_ELEMENTWISE_UNIT_OPS(X) X(BroadcastRows) X(ColumnSum) X(SquaresByBlock) X(FoldPartials)
+#define MT_ELEMENTWISE_UNIT_OPS(X) \
+  X(BroadcastRows) X(ColumnSum) X(SquaresByBlock) X(FoldPartials) X(ChunkSums) X(AddMeanOfChunks)
 #define MT_ELEMENTWISE_FAST_OPS(X)
 
 namespace mt::nn_math {
@@ -193,4 +230,6 @@ MT_TOLERANCE(BroadcastRows, .why = "a copy rounded once into T: the same bits")
 MT_TOLERANCE(ColumnSum, .why = "the same fp32 additions, rows in order, on every device (nothing to contract into an FMA): the same bits")
 MT_TOLERANCE(SquaresByBlock, .why = "each square rounded on its own (square_rounded: no FMA on CUDA), then the same lane sums: the same bits")
 MT_TOLERANCE(FoldPartials, .why = "the same fp32 additions in the same tree on every device: the same bits")
+MT_TOLERANCE(ChunkSums, .why = "double additions in index order on every device (nothing to contract): the same bits")
+MT_TOLERANCE(AddMeanOfChunks, .why = "the same double additions and one division, rounded once: the same bits")
 }  // namespace mt::nn_math

@@ -1,8 +1,10 @@
 // The device layer's counters (runtime/device_counters.h) on the CPU: each op call is a launch, a
-// reduction and a copy to or from host memory are host waits, host copies count their bytes, and an
-// allocation counts only when it reaches malloc (a freed block of the size is reused).
+// reduction and a copy to or from host memory are host waits (an upload from pinned memory is not),
+// host copies count their bytes, and an allocation counts only when it reaches malloc (a freed block
+// of the size is reused).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "runtime/context.h"          // defines: DeviceContext, DeviceOptions
@@ -10,10 +12,15 @@
 #include "runtime/gemm.h"             // defines: matmul
 #include "runtime/kernels.h"          // defines: kernels::fill, kernels::reduce
 #include "runtime/nn_kernels.h"       // defines: nn::gelu_forward
+#include "runtime/pinned_buffer.h"    // defines: PinnedHostBuffer
 #include "runtime/tensor.h"           // defines: Tensor
+#include "tests/test_helpers.h"        // defines: error_of, contains
 
 namespace mt {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 // What `work` added to the counters.
 template <class F>
@@ -48,10 +55,34 @@ TEST(DeviceCounters, HostCopiesCountTheirBytesAndAWait) {
   std::vector<float> back;
   const DeviceCounters down = counted([&] { back = t.to_host<float>(); });
   EXPECT_EQ(down.copy_bytes, 4000u);
-  EXPECT_EQ(down.host_syncs, 2u) << "the device drains, then the copy waits";
+  EXPECT_EQ(down.host_syncs, 1u) << "one wait: the device drains, then the copy";
   EXPECT_EQ(back, host);
   Tensor u = Tensor::empty({1000}, DType::F32, ctx);
   EXPECT_EQ(counted([&] { u.copy_from(t, ctx.stream()); }), DeviceCounters{}) << "device to device: no host memory";
+}
+
+TEST(DeviceCounters, AnUploadFromPinnedMemoryCopiesWithoutAWait) {
+  DeviceContext ctx(DeviceOptions{Device::cpu(), 0, 1});
+  PinnedHostBuffer pinned(3 * sizeof(float), ctx.device());
+  const float values[3] = {1.5f, -2.0f, 4.0f};
+  std::memcpy(pinned.data(), values, sizeof values);
+  Tensor t = Tensor::empty({2}, DType::F32, ctx);
+  EXPECT_EQ(counted([&] { t.upload(pinned, sizeof(float), ctx.stream()); }), (DeviceCounters{0, 0, 0, 8}));
+  EXPECT_EQ(t.to_host<float>(), (std::vector<float>{-2.0f, 4.0f}));
+  EXPECT_TRUE(contains(error_of([&] { t.upload(pinned, 2 * sizeof(float), ctx.stream()); }), "of a 12-byte host buffer"));
+}
+
+TEST(DeviceCounters, AMeanAccumulatesOnTheDeviceWithoutAWait) {
+  DeviceContext ctx(DeviceOptions{Device::cpu(), 0, 2});
+  std::vector<float> values(10000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(i % 97) - 0.03f;
+  const Tensor x = Tensor::from_host(values, {10000}, ctx);
+  Tensor acc = Tensor::zeros({1}, DType::F32, ctx);
+  EXPECT_EQ(counted([&] { kernels::accumulate_mean(ctx, x, acc); }).host_syncs, 0u);
+  const auto mean = static_cast<float>(kernels::reduce(ctx, ReduceKind::Sum, x) / 10000.0);
+  EXPECT_EQ(acc.to_host<float>()[0], mean) << "into zero: exactly the mean reduce() gives";
+  kernels::accumulate_mean(ctx, x, acc);
+  EXPECT_EQ(acc.to_host<float>()[0], static_cast<float>(static_cast<double>(mean) + static_cast<double>(mean)));
 }
 
 TEST(DeviceCounters, OnlyAllocationsThatReachMallocCount) {
