@@ -70,8 +70,10 @@ void resolve_against(po::parsed_options& parsed, const po::options_description& 
     const po::option_description* option = desc.find_nothrow(o.string_key, false);
     const PathSemantic* mark = option != nullptr ? path_semantic(*option) : nullptr;
     if (mark == nullptr) continue;
+    // Normalized ("configs/../run" is "run"), so that what is printed later reads plainly.
     for (std::string& value : o.value)
-      if (mark->is_path(value) && std::filesystem::path(value).is_relative()) value = (folder / value).string();
+      if (mark->is_path(value) && std::filesystem::path(value).is_relative())
+        value = (folder / value).lexically_normal().string();
   }
 }
 

@@ -17,56 +17,57 @@ namespace {
 constexpr int kMaxTags = 1 << 15;  // MPI_TAG_UB is at least 32767 (comm/communicator.cpp checks it)
 }  // namespace
 
-// The executor's view of the model: one chunk, one micro-batch at a time.
-class ParallelTrainer::Runner : public PipelineStageRunner {
+namespace {
+// The executor's view of the model: one chunk, one micro-batch at a time, with all it needs given.
+class StageRunner final : public PipelineStageRunner {
  public:
-  // The schedule says which backward completes a chunk's gradients: that one feeds the reducer.
-  // The tied embedding waits for the end of the run (ParallelTrainer::step): its head and
-  // embedding parts may come from two chunks whose last computations the schedule orders either way.
-  // training: forwards make gradients (the head's in the forward itself); else validation's loss alone.
-  // loss_sum: where the head adds each micro-batch's mean loss, on the device.
-  Runner(ParallelTrainer& t, bool training, Tensor loss_sum)
-      : t_(t), training_(training), loss_sum_(std::move(loss_sum)) {
-    if (!t.reducer_) return;  // ZeRO 2/3 reduce from the parameter-use hooks
-    to_reducer_ = [&reducer = *t.reducer_, wte = t.wte_index_](std::size_t param) {
-      if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
-    };
-  }
+  // batch: the step's token ids (null where no chunk holds the embedding or the head). loss_weight:
+  // a training forward's (the head's gradient made in the forward itself), or Gpt::kEvaluation for
+  // validation's loss alone. loss_sum: where the head adds each micro-batch's mean loss, on the
+  // device. on_complete: told each parameter of a chunk when the backward the schedule marks as the
+  // chunk's last completes its gradient (the bucket reducer; empty under ZeRO-2/3, which reduce from
+  // the parameter-use hooks).
+  StageRunner(Gpt& model, int micro_batch, int seq_len, const StepBatch* batch, std::optional<float> loss_weight,
+              Tensor loss_sum, Gpt::GradReady on_complete)
+      : model_(model),
+        micro_batch_(micro_batch),
+        seq_len_(seq_len),
+        batch_(batch),
+        loss_weight_(loss_weight),
+        loss_sum_(std::move(loss_sum)),
+        on_complete_(std::move(on_complete)) {}
   Tensor forward_input(int chunk, int micro) override {
-    return t_.model_->input_buffer(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len);
+    return model_.input_buffer(chunk, micro, micro_batch_, seq_len_);
   }
   void forward(int chunk, int micro) override {
-    Gpt& model = *t_.model_;
-    const bool data = model.chunk_has_embedding(chunk) || model.chunk_has_head(chunk);
-    model.forward_chunk(chunk, micro, t_.settings_.micro_batch, t_.settings_.seq_len,
-                        data ? t_.batch_->micro(micro) : Gpt::DeviceTokens{},
-                        training_ ? std::optional<float>(loss_weight()) : Gpt::kEvaluation, loss_sum_);
+    const bool data = model_.chunk_has_embedding(chunk) || model_.chunk_has_head(chunk);
+    MT_CHECK(!data || batch_ != nullptr, "chunk ", chunk, " reads token ids, and the runner has none");
+    model_.forward_chunk(chunk, micro, micro_batch_, seq_len_, data ? batch_->micro(micro) : Gpt::DeviceTokens{},
+                         loss_weight_, loss_sum_);
   }
-  Tensor forward_output(int chunk, int micro) override { return t_.model_->output(chunk, micro); }
-  Tensor output_grad_buffer(int chunk, int micro) override { return t_.model_->output_grad_buffer(chunk, micro); }
+  Tensor forward_output(int chunk, int micro) override { return model_.output(chunk, micro); }
+  Tensor output_grad_buffer(int chunk, int micro) override { return model_.output_grad_buffer(chunk, micro); }
   void backward(int chunk, int micro, BackwardPart part, bool completes_chunk) override {
     static const Gpt::GradReady kNobody;
-    const Gpt::GradReady& on_ready = completes_chunk ? to_reducer_ : kNobody;
+    const Gpt::GradReady& on_ready = completes_chunk ? on_complete_ : kNobody;
     switch (part) {
-      case BackwardPart::Full: t_.model_->backward_chunk(chunk, micro, on_ready); break;
-      case BackwardPart::Input: t_.model_->backward_chunk_input(chunk, micro); break;
-      case BackwardPart::Weight: t_.model_->backward_chunk_weights(chunk, micro, on_ready); break;
+      case BackwardPart::Full: model_.backward_chunk(chunk, micro, on_ready); break;
+      case BackwardPart::Input: model_.backward_chunk_input(chunk, micro); break;
+      case BackwardPart::Weight: model_.backward_chunk_weights(chunk, micro, on_ready); break;
     }
   }
-  Tensor input_grad(int chunk, int micro) override { return t_.model_->input_grad(chunk, micro); }
-  void release(int chunk, int micro) override { t_.model_->release(chunk, micro); }
+  Tensor input_grad(int chunk, int micro) override { return model_.input_grad(chunk, micro); }
+  void release(int chunk, int micro) override { model_.release(chunk, micro); }
 
  private:
-  // The gradient of the mean loss over the step's micro-batches on every dp rank.
-  float loss_weight() const {
-    return 1.0f / static_cast<float>(t_.plan_.micro_batches() * t_.groups_.mesh.shape().dp);
-  }
-
-  ParallelTrainer& t_;
-  bool training_;
+  Gpt& model_;
+  int micro_batch_, seq_len_;
+  const StepBatch* batch_;
+  std::optional<float> loss_weight_;
   Tensor loss_sum_;
-  Gpt::GradReady to_reducer_;
+  Gpt::GradReady on_complete_;
 };
+}  // namespace
 
 ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups,
                                  const GptConfig& config, DType compute, data::DataLoader& train,
@@ -261,7 +262,18 @@ StepRecord ParallelTrainer::step() {
   // [owned sum of squares, reported loss, unreported loss]: the first two are summed over the world.
   kernels::fill(ctx_, step_sums_, 0.0);
   Tensor sums = step_sums_.flat_slice(0, 2), norm_sq = step_sums_.flat_slice(0, 1);
-  Runner runner(*this, /*training=*/true, step_sums_.flat_slice(reports_loss() ? 1 : 2, 1));
+  // The schedule says which backward completes a chunk's gradients: that one feeds the reducer. The
+  // tied embedding waits for the end of the run (below): its head and embedding parts may come from
+  // two chunks whose last computations the schedule orders either way.
+  Gpt::GradReady to_reducer;
+  if (reducer_)
+    to_reducer = [&reducer = *reducer_, wte = wte_index_](std::size_t param) {
+      if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
+    };
+  // The gradient of the mean loss over the step's micro-batches on every dp rank.
+  const float loss_weight = 1.0f / static_cast<float>(plan_.micro_batches() * mesh.dp);
+  StageRunner runner(*model_, settings_.micro_batch, settings_.seq_len, batch_ ? &*batch_ : nullptr, loss_weight,
+                     step_sums_.flat_slice(reports_loss() ? 1 : 2, 1), std::move(to_reducer));
   std::chrono::steady_clock::time_point reduce_start;
   if (units_) {
     units_->zero_owned_grads();
@@ -342,7 +354,8 @@ double ParallelTrainer::evaluate() {
   const std::int64_t local = settings_.global_batch / mesh.dp;
   kernels::fill(ctx_, eval_sum_, 0.0);
   kernels::fill(ctx_, step_sums_, 0.0);  // its last slot takes the loss of a head that reports none
-  Runner runner(*this, /*training=*/false, reports_loss() ? eval_sum_ : step_sums_.flat_slice(2, 1));
+  StageRunner runner(*model_, settings_.micro_batch, settings_.seq_len, batch_ ? &*batch_ : nullptr, Gpt::kEvaluation,
+                     reports_loss() ? eval_sum_ : step_sums_.flat_slice(2, 1), {});
   if (units_) units_->start_round(1);
   for (int k = 0; k < settings_.eval_batches; ++k) {
     if (reads_data_) batch_->load(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local);

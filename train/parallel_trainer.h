@@ -87,7 +87,6 @@ class ParallelTrainer {
 
 
  private:
-  class Runner;  // the executor's view of the model
   // Adds its pipeline's loss to the world's sum: tp rank 0 of the stage holding the head.
   bool reports_loss() const;
   // ZeRO-2/3: each parameter unit made resident in turn (gathered from the owned shards, or not:

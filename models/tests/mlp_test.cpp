@@ -1,4 +1,4 @@
-// The MLP classifier of models/mlp.h (fp32 on the CPU) against a small double-precision MLP made
+// The MLP classifier of models/tests/mlp.h (fp32 on the CPU) against a small double-precision MLP made
 // of the reference ops of reference_gpt.h (linear, gelu, cross_entropy): its parameter list and
 // initialization, logits and loss against the reference, every gradient against central
 // differences of the reference loss (all coordinates: the model is small), what backward()
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "models/mlp.h"                  // defines: Mlp, MlpConfig, mlp_parameter_specs
+#include "models/tests/mlp.h"                // defines: Mlp, MlpConfig, mlp_parameter_specs
 #include "models/tests/reference_gpt.h"  // defines: ref::linear, ref::gelu, ref::cross_entropy, central_difference
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/kernels.h"             // defines: kernels::scale, kernels::binary (the SGD step)

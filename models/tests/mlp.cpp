@@ -1,4 +1,4 @@
-#include "models/mlp.h"
+#include "models/tests/mlp.h"
 
 #include <cmath>
 #include <string>
