@@ -49,6 +49,7 @@ OpRecord CollectiveDesc::record() const {
   r.peer = peer;
   r.tag = tag;
   r.group_size = group_size;
+  r.in_place = in_place();
   r.messages.reserve(messages.size());
   for (const PointToPoint& m : messages) {
     const bool defined = m.tensor.defined();
@@ -64,7 +65,7 @@ std::chrono::milliseconds CommOptions::wait_limit() const {
 }
 
 Work::Work(CollectiveDesc desc, std::chrono::milliseconds default_timeout)
-    : desc_(std::move(desc)), default_timeout_(default_timeout) {}
+    : record_(desc.record()), default_timeout_(default_timeout), desc_(std::move(desc)) {}
 
 bool Work::test() {
   std::lock_guard lock(mutex_);
@@ -76,7 +77,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
   timeout = std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365 * 100)));
   std::unique_lock lock(mutex_);
   if (!done_cv_.wait_for(lock, timeout, [this] { return done_; })) {
-    MT_FAIL_AS(TimeoutError, "timed out after ", timeout.count(), " ms waiting for ", desc_.describe());
+    MT_FAIL_AS(TimeoutError, "timed out after ", timeout.count(), " ms waiting for ", describe());
   }
   if (error_) std::rethrow_exception(error_);
 }
@@ -86,11 +87,15 @@ std::exception_ptr Work::error() const {
   return error_;
 }
 
-void Work::complete(std::exception_ptr error) {
+void Work::end(std::exception_ptr error, bool keep_tensors) {
   {
     std::lock_guard lock(mutex_);
+    if (done_) return;
     done_ = true;
     error_ = std::move(error);
+    // In the same critical section as done_: a waiter that sees the op ended finds the tensors
+    // released, so its caller's references are the last and the memory returns on its thread.
+    if (!keep_tensors) desc_ = CollectiveDesc{};
   }
   done_cv_.notify_all();
 }

@@ -77,6 +77,10 @@ struct CollectiveDesc {
 };
 
 // A started operation. Backends complete it from their own thread (MPI) or back it by an event (NCCL).
+// It holds the op's tensors only while the op runs: when it ends they are dropped before any waiter
+// wakes, so once wait() returns the caller's references are the last ones (a Work kept in a list of
+// pending ops, or by a backend's thread, keeps no memory from the allocator's cache). What the op
+// was stays, as its record, for reports and error messages.
 class Work {
  public:
   Work(CollectiveDesc desc, std::chrono::milliseconds default_timeout);
@@ -92,18 +96,28 @@ class Work {
   // Orders later work on `stream` after this op; blocks the host only where the backend must (MPI).
   virtual void wait_on(const Stream& stream) { (void)stream; wait(); }
   std::exception_ptr error() const;
-  const CollectiveDesc& desc() const { return desc_; }
+  // Fixed at the start, so any thread may read it, before or after the op ends.
+  const OpRecord& record() const { return record_; }
+  std::string describe() const { return record_.describe(); }
 
-  // Called by the backend once, when the op ends.
-  void complete(std::exception_ptr error = nullptr);
+  // Called by the backend when the op ends (on any thread); the first outcome sticks. Drops the
+  // op's tensors, then wakes the waiters.
+  void complete(std::exception_ptr error = nullptr) { end(std::move(error), false); }
 
  protected:
-  CollectiveDesc desc_;
+  // `keep_tensors`: for a failed op whose device may still touch the memory (NCCL kernels run
+  // until the communicator is aborted); they go with the Work then.
+  void end(std::exception_ptr error, bool keep_tensors);
+
+  const OpRecord record_;
   std::chrono::milliseconds default_timeout_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+
+ private:
+  CollectiveDesc desc_;  // its tensors keep the memory alive while the op runs (under mutex_)
 };
 using WorkPtr = std::shared_ptr<Work>;
 

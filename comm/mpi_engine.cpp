@@ -55,6 +55,10 @@ struct MpiEngine::State {
         error = std::current_exception();
       }
     }
+    // The closures hold the op's tensors and staging: drop them before waking the waiter, so the
+    // memory goes back to the allocator before wait() returns (not later, on this thread).
+    a.task.start = nullptr;
+    a.task.finish = nullptr;
     forget(a);
     a.task.work->complete(error);
   }
@@ -135,7 +139,7 @@ struct MpiEngine::State {
       const int status_error = statuses[static_cast<std::size_t>(i)].MPI_ERROR;
       if (rc == MPI_ERR_IN_STATUS && status_error != MPI_SUCCESS && status_error != MPI_ERR_PENDING && !op.error) {
         try {
-          MT_FAIL(op.task.work->desc().describe(), " failed: ", mpi_error_string(status_error));
+          MT_FAIL(op.task.work->describe(), " failed: ", mpi_error_string(status_error));
         } catch (...) {
           op.error = std::current_exception();
         }
@@ -197,7 +201,7 @@ MpiEngine::~MpiEngine() {
   std::unique_lock lock(state_->mutex);
   if (!state_->exited_cv.wait_for(lock, shutdown_timeout_, [&] { return state_->exited; })) {
     std::string ops;
-    for (const WorkPtr& op : state_->in_flight) ops += "\n  " + op->desc().describe();
+    for (const WorkPtr& op : state_->in_flight) ops += "\n  " + op->describe();
     std::fprintf(stderr, "meshtrain: error: %s: communication still in flight %lld s after shutdown began:%s\n",
                  describe_location(std::source_location::current()).c_str(),
                  static_cast<long long>(shutdown_timeout_.count() / 1000), ops.c_str());

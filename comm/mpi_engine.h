@@ -29,7 +29,8 @@ namespace mt {
 struct MpiTask {
   // Posts the nonblocking MPI calls, appending their requests (runs on the engine thread).
   std::function<void(std::vector<MPI_Request>&)> start;
-  // Runs once every request has completed (e.g. averaging, copying staged data back).
+  // Runs once every request has completed (e.g. averaging, copying staged data back). Both are
+  // dropped, with the tensors and staging they hold, before `work` completes.
   std::function<void()> finish;
   WorkPtr work;
 };

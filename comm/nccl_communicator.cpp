@@ -17,8 +17,9 @@
 //    peer's matching receive runs, so two ranks that both send first deadlock on large messages:
 //    pair them (e.g. even ranks send first, odd ranks receive first), or put them in one batch
 //    (batch_async: ncclGroupStart/End around the calls, which NCCL then progresses together).
-//  - Tensors stay alive until the op has finished on the GPU: the Work holds its descriptor, and
-//    the communicator holds every Work still in flight even if the caller drops it.
+//  - Tensors stay alive until the op has finished on the GPU: the Work holds its descriptor until a
+//    test() or wait() finds it done, and the communicator holds every Work still in flight even if
+//    the caller drops it (each launch tests them, so a finished op's tensors go by the next one).
 //  - ReduceOp::Avg is ncclAvg: floating types are pre-scaled by 1/size before the sum. In fp32 that
 //    differs from the MPI backend (which divides the sum) in the last bits; in bf16 the factor 1/size
 //    is itself rounded to bf16 (1/3 -> 0.33398, +0.2%). int32 sums, then divides (truncating), like MPI.
@@ -160,7 +161,7 @@ class NcclWork final : public Work {
     std::string failure;
     try {
       if (done_event_.query()) {
-        finish(nullptr);
+        complete();  // the first outcome sticks, whichever thread finds it
         return true;
       }
       failure = nccl_->async_error();
@@ -169,8 +170,9 @@ class NcclWork final : public Work {
     } catch (const std::exception& e) {
       failure = e.what();
     }
-    finish(std::make_exception_ptr(
-        Error(desc_.describe() + " failed (NCCL backend): " + failure, std::source_location::current())));
+    // The kernels may run on until the comm is aborted: the tensors stay with the Work.
+    end(std::make_exception_ptr(Error(describe() + " failed (NCCL backend): " + failure, std::source_location::current())),
+        true);
     return true;
   }
 
@@ -184,7 +186,7 @@ class NcclWork final : public Work {
       // Compared in milliseconds: a huge timeout (milliseconds::max()) must not overflow.
       if (std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start) >= timeout) {
         nccl_->poison();
-        MT_FAIL_AS(TimeoutError, "timed out after ", timeout.count(), " ms waiting for ", desc_.describe(),
+        MT_FAIL_AS(TimeoutError, "timed out after ", timeout.count(), " ms waiting for ", describe(),
                    " (NCCL backend; the communicator is probably unusable now)");
       }
       if (polls < 64) {
@@ -209,17 +211,6 @@ class NcclWork final : public Work {
   }
 
  private:
-  // The first outcome sticks, whichever thread finds it.
-  void finish(std::exception_ptr outcome) {
-    {
-      std::lock_guard lock(mutex_);
-      if (done_) return;
-      done_ = true;
-      error_ = std::move(outcome);
-    }
-    done_cv_.notify_all();
-  }
-
   std::shared_ptr<NcclHandle> nccl_;
   Event done_event_;
 };

@@ -46,6 +46,7 @@ struct OpRecord {
   int peer = -1;
   int tag = 0;
   int group_size = 1;
+  bool in_place = false;  // CollectiveDesc::in_place
   std::vector<MessageRecord> messages;  // a batch's, in issue order
   std::source_location where;  // the caller of the Communicator method
 

@@ -66,7 +66,7 @@ std::shared_ptr<GroupProgress> Watchdog::join(std::string label, std::vector<int
 void Watchdog::track(const WorkPtr& work, const std::shared_ptr<GroupProgress>& group, bool counted,
                      const char* prefix) {
   const Clock::time_point now = Clock::now();
-  OpRecord record = work->desc().record();
+  OpRecord record = work->record();
   std::lock_guard lock(mutex_);
   if (counted) {
     if (is_point_to_point(record.kind)) {

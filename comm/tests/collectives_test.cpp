@@ -214,7 +214,7 @@ TEST_P(Collectives, ExactResult) {
       WorkPtr work = comm.allreduce_async(in, out, {rop});
       work->wait();
       EXPECT_TRUE(work->test());
-      EXPECT_EQ(work->desc().in_place(), c.in_place);
+      EXPECT_EQ(work->record().in_place, c.in_place);
       expect_values(out, [&](std::int64_t i) { return reduced(rop, static_cast<double>(i % 7 + 1), n, c.dtype); }, c,
                     "output");
       if (!c.in_place) expect_values(in, mine, c, "input (left alone out of place)");
@@ -229,7 +229,7 @@ TEST_P(Collectives, ExactResult) {
       Tensor out = c.in_place ? in.flat_slice(me * block, block) : Tensor::zeros({block}, c.dtype, test_context());
       WorkPtr work = comm.reduce_scatter_async(in, out, {rop});
       work->wait();
-      EXPECT_EQ(work->desc().in_place(), c.in_place);
+      EXPECT_EQ(work->record().in_place, c.in_place);
       expect_values(out, [&](std::int64_t j) {
         return reduced(rop, static_cast<double>((me * block + j) % 7 + 1), n, c.dtype);
       }, c, "output");
@@ -248,7 +248,7 @@ TEST_P(Collectives, ExactResult) {
       }
       WorkPtr work = comm.allgather_async(in, out);
       work->wait();
-      EXPECT_EQ(work->desc().in_place(), c.in_place);
+      EXPECT_EQ(work->record().in_place, c.in_place);
       expect_values(out, [&](std::int64_t i) { return pattern(static_cast<int>(i / block), i % block); }, c, "output");
       break;
     }

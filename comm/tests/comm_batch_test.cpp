@@ -213,11 +213,11 @@ TEST(Batch, IsOneNumberedPointToPointOp) {
   WorkPtr batch = world.batch_async({PointToPoint::send(b, partner, out_tag), PointToPoint::recv(a, partner, in_tag)});
   single->wait();
   batch->wait();
-  EXPECT_EQ(batch->desc().sequence, single->desc().sequence + 1);
-  EXPECT_EQ(batch->desc().kind, CollectiveKind::Batch);
-  EXPECT_EQ(batch->desc().bytes(), 2u * 4096 * 4);
-  const std::string text = batch->desc().describe();
-  EXPECT_EQ(text, "p2p batch #" + std::to_string(batch->desc().sequence) + " (32.0 KiB): send fp32 x 4096 to " +
+  EXPECT_EQ(batch->record().sequence, single->record().sequence + 1);
+  EXPECT_EQ(batch->record().kind, CollectiveKind::Batch);
+  EXPECT_EQ(batch->record().bytes, 2u * 4096 * 4);
+  const std::string text = batch->describe();
+  EXPECT_EQ(text, "p2p batch #" + std::to_string(batch->record().sequence) + " (32.0 KiB): send fp32 x 4096 to " +
                       std::to_string(partner) + " tag " + std::to_string(out_tag) + ", recv fp32 x 4096 from " +
                       std::to_string(partner) + " tag " + std::to_string(in_tag) + " in a group of " +
                       std::to_string(world.size()))

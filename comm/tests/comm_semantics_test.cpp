@@ -108,9 +108,9 @@ TEST(Sequence, CollectivesAreNumberedInOrder) {
   WorkPtr b = world.barrier_async();
   a->wait();
   b->wait();
-  EXPECT_EQ(b->desc().sequence, a->desc().sequence + 1);
-  EXPECT_EQ(world.collectives_issued(), b->desc().sequence + 1);
-  EXPECT_NE(a->desc().describe().find("allreduce #"), std::string::npos) << a->desc().describe();
+  EXPECT_EQ(b->record().sequence, a->record().sequence + 1);
+  EXPECT_EQ(world.collectives_issued(), b->record().sequence + 1);
+  EXPECT_NE(a->describe().find("allreduce #"), std::string::npos) << a->describe();
 }
 
 TEST(Validation, WrongSizesAreClearErrorsBeforeAnyCommunication) {
