@@ -681,7 +681,9 @@ float Gpt::forward_chunk(int chunk, int micro, int B, int T, std::span<const std
   s.backward = Slot::Backward::NotRun;
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(B, T);
-  store_.refresh_compute_params(ctx_);  // the bf16 copy of the master weights (nothing to do in fp32)
+  // The bf16 copy of the master weights (nothing to do in fp32), once per chunk and step: the master
+  // changes only between steps, and a chunk's micro-batches run in order, 0 first.
+  if (micro == 0) store_.refresh_compute_params(ctx_);
   if (c.embedding) embed(s, inputs);
   run_blocks_forward(c, s, w);
   return c.head ? head_loss(s, targets, loss_weight) : 0.0f;
