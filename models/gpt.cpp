@@ -704,7 +704,9 @@ void Gpt::forward_chunk(int chunk, int micro, int B, int T, const DeviceTokens& 
   s.backward = Slot::Backward::NotRun;
   const ChunkInfo& c = chunks_[static_cast<std::size_t>(chunk)];
   Scratch& w = scratch(B, T);
-  store_.refresh_compute_params(ctx_);  // the bf16 copy of the master weights (nothing to do in fp32)
+  // The bf16 copy of the master weights (nothing to do in fp32), once per chunk and step: the master
+  // changes only between steps, and a chunk's micro-batches run in order, 0 first.
+  if (micro == 0) store_.refresh_compute_params(ctx_);
   if (c.embedding) embed(s, tokens.inputs);
   run_blocks_forward(c, s, w);
   if (c.head) head_loss(s, tokens.targets, loss_weight, loss_sum);

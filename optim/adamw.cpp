@@ -1,9 +1,11 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <unordered_set>
 
-#include "runtime/backend.h"          // defines: backend::Cpu::adamw, backend::Cuda::adamw
+#include "runtime/backend.h"          // defines: backend::Cpu::adamw_multi, backend::Cuda::adamw, adamw_multi, cast
 #include "runtime/device_counters.h"  // defines: count_launch
 
 namespace mt {
@@ -37,19 +39,55 @@ void validate(const AdamWConfig& c) {
   MT_REQUIRE(finite_nonnegative(c.weight_decay), "AdamW weight_decay must be finite and >= 0, got ", c.weight_decay);
 }
 
-AdamW::AdamW(DeviceContext& ctx, std::vector<ParamSlot> slots, AdamWConfig config)
-    : ctx_(&ctx), slots_(std::move(slots)), config_(config) {
+AdamW::AdamW(DeviceContext& ctx, std::vector<ParamSlot> slots, AdamWConfig config, std::vector<Tensor> compute)
+    : ctx_(&ctx), slots_(std::move(slots)), compute_(std::move(compute)), config_(config) {
   validate(config_);
   std::unordered_set<std::string_view> names;
   for (const ParamSlot& s : slots_) {
     check_slot(ctx, s);
     MT_CHECK(names.insert(s.name).second, "AdamW slot name '", s.name, "' given twice");
   }
+  MT_CHECK(compute_.empty() || compute_.size() == slots_.size(), "AdamW: ", compute_.size(), " bf16 copies for ",
+           slots_.size(), " slots");
+  compute_.resize(slots_.size());
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Tensor& c = compute_[i];
+    if (!c.defined()) continue;
+    MT_CHECK(c.dtype() == DType::BF16 && c.shape() == slots_[i].param.shape() && c.device() == ctx.device(),
+             "AdamW slot '", slots_[i].name, "': its bf16 copy ", c.describe(), " is not a bf16 tensor shaped like ",
+             slots_[i].param.describe());
+  }
   m_.reserve(slots_.size());
   v_.reserve(slots_.size());
   for (const ParamSlot& s : slots_) {
     m_.push_back(Tensor::zeros(s.param.shape(), DType::F32, ctx));
     v_.push_back(Tensor::zeros(s.param.shape(), DType::F32, ctx));
+  }
+
+  // The table of one pass, cut once: the split never changes, so neither do the bits.
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const ParamSlot& s = slots_[i];
+    AdamWTensor t;
+    t.param = s.param.data_as<float>();
+    t.grad = s.grad.data_as<float>();
+    t.m = m_[i].data_as<float>();
+    t.v = v_[i].data_as<float>();
+    t.param_bf16 = compute_[i].defined() ? compute_[i].data_as<bf16>() : nullptr;
+    t.numel = s.param.numel();
+    t.weight_decay = s.decay ? config_.weight_decay : 0.0f;
+    table_.push_back(t);
+    for (std::int64_t begin = 0; begin < t.numel; begin += kAdamWChunk)
+      chunks_.push_back({static_cast<std::int64_t>(i), begin, std::min(kAdamWChunk, t.numel - begin)});
+  }
+  if (ctx.device().is_cuda() && !chunks_.empty()) {
+    const std::size_t table_bytes = table_.size() * sizeof(AdamWTensor);
+    const std::size_t bytes = table_bytes + chunks_.size() * sizeof(AdamWChunk);
+    std::vector<float> host((bytes + sizeof(float) - 1) / sizeof(float), 0.0f);
+    std::memcpy(host.data(), table_.data(), table_bytes);
+    std::memcpy(reinterpret_cast<char*>(host.data()) + table_bytes, chunks_.data(), bytes - table_bytes);
+    device_table_ = Tensor::empty({static_cast<std::int64_t>(host.size())}, DType::F32, ctx);
+    device_table_.copy_from_host(host.data(), host.size() * sizeof(float), ctx.stream());
+    ctx.synchronize();  // `host` goes out of scope
   }
 }
 
@@ -73,18 +111,27 @@ void AdamW::step(float lr, float grad_scale) {
   args.bias_correction2 = bias_correction(config_.beta2);
   args.eps = config_.eps;
   args.grad_scale = grad_scale;
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    const ParamSlot& s = slots_[i];
-    args.weight_decay = s.decay ? config_.weight_decay : 0.0f;
-    float* p = s.param.data_as<float>();
-    const float* g = s.grad.data_as<float>();
-    float* m = m_[i].data_as<float>();
-    float* v = v_[i].data_as<float>();
+  const auto chunks = static_cast<std::int64_t>(chunks_.size());
+  if (ctx_->device().is_cpu()) {
     count_launch();
-    if (ctx_->device().is_cpu()) {
-      backend::Cpu::adamw(args, p, g, m, v, s.param.numel(), ctx_->cpu_threads());
-    } else {
-      backend::Cuda::adamw(args, p, g, m, v, s.param.numel(), ctx_->stream().handle());
+    backend::Cpu::adamw_multi(args, table_.data(), chunks_.data(), chunks, ctx_->cpu_threads());
+  } else if (ctx_->cuda_kernels().uses(OpFamily::Optimizer)) {
+    count_launch();
+    // No device table when no slot has elements (chunks == 0: nothing to launch).
+    const auto* table = device_table_.defined() ? static_cast<const char*>(device_table_.data()) : nullptr;
+    const auto* chunk_table =
+        table == nullptr ? nullptr : reinterpret_cast<const AdamWChunk*>(table + table_.size() * sizeof(AdamWTensor));
+    backend::Cuda::adamw_multi(args, reinterpret_cast<const AdamWTensor*>(table), chunk_table, chunks,
+                               ctx_->stream().handle());
+  } else {
+    // The reference: one launch per slot, then the bf16 copy cast from the result.
+    for (const AdamWTensor& e : table_) {
+      args.weight_decay = e.weight_decay;
+      count_launch();
+      backend::Cuda::adamw(args, e.param, e.grad, e.m, e.v, e.numel, ctx_->stream().handle());
+      if (e.param_bf16 == nullptr || e.numel == 0) continue;
+      count_launch();
+      backend::Cuda::cast(e.param, DType::F32, e.param_bf16, DType::BF16, e.numel, ctx_->stream().handle());
     }
   }
   step_count_ = t;

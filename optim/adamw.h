@@ -3,8 +3,15 @@
 // slot) and the step count; it holds no other state and nothing global, so a data-parallel rank
 // can run one over the slices of the parameters it owns (ZeRO-1) just as over whole tensors.
 //
-// The per-element math is runtime/ops/optimizer.h; step() queues it on the context's stream, one launch per
-// slot (CPU: an OpenMP loop with the context's thread count; the result never depends on it).
+// The per-element math is runtime/ops/optimizer.h. step() walks every slot in one pass: the slots
+// are a table of (param, grad, m, v, numel, decay, bf16 copy) cut into fixed chunks of kAdamWChunk
+// elements when the optimizer is built. CPU: one OpenMP loop over the chunks with the context's
+// thread count (the result never depends on it). CUDA: one launch over the table, uploaded once,
+// where the context's CudaKernels turn on the optimizer family; else the reference, one launch per
+// slot (and a cast per bf16 copy). Every path gives the same bits.
+//
+// A slot may have a bf16 working copy of its parameter (the GEMMs' compute copy): each step writes
+// it from the updated parameter, the bits a separate cast would give, so it is current after step().
 // defines: AdamWConfig, ParamSlot, AdamW
 #pragma once
 
@@ -15,6 +22,7 @@
 #include <vector>
 
 #include "runtime/context.h"  // defines: DeviceContext
+#include "runtime/ops/optimizer.h"  // defines: AdamWTensor, AdamWChunk
 #include "runtime/tensor.h"   // defines: Tensor
 
 namespace mt {
@@ -40,7 +48,9 @@ class AdamW {
  public:
   // Checks every slot (defined, fp32, on ctx's device, grad shaped like param, non-empty unique
   // names) and allocates zeroed m and v for each. The context must outlive the optimizer.
-  AdamW(DeviceContext& ctx, std::vector<ParamSlot> slots, AdamWConfig config = {});
+  // compute: empty, or one entry per slot, either undefined (no copy) or that slot's bf16 working
+  // copy, shaped like its parameter on ctx's device.
+  AdamW(DeviceContext& ctx, std::vector<ParamSlot> slots, AdamWConfig config = {}, std::vector<Tensor> compute = {});
   // Not copyable: a copy would share m and v with the original.
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -51,7 +61,8 @@ class AdamW {
   // p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p) with the gradient multiplied by grad_scale
   // first (the clip scale times any loss-scale inverse). lr must be finite and >= 0, grad_scale
   // finite and >= 0: a non-finite clip scale (see grad_norm.h) is refused here with an Error,
-  // before anything is changed. Asynchronous on a CUDA stream.
+  // before anything is changed. Then every bf16 copy holds its updated parameter. Asynchronous on a
+  // CUDA stream.
   void step(float lr, float grad_scale = 1.0f);
 
   // Steps taken so far (t of the bias correction). Checkpoint restore sets it with m and v.
@@ -74,6 +85,10 @@ class AdamW {
   std::vector<ParamSlot> slots_;
   std::vector<Tensor> m_;
   std::vector<Tensor> v_;
+  std::vector<Tensor> compute_;      // per slot; undefined for a slot without a bf16 copy
+  std::vector<AdamWTensor> table_;   // per slot, with its weight decay
+  std::vector<AdamWChunk> chunks_;   // the table cut into kAdamWChunk pieces, slot by slot
+  Tensor device_table_;              // CUDA: table_ then chunks_, uploaded once
   AdamWConfig config_;
   std::int64_t step_count_ = 0;
 };

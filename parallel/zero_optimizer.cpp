@@ -6,23 +6,34 @@
 #include <utility>
 
 #include "runtime/error.h"
+#include "runtime/kernels.h"  // defines: kernels::cast
 #include "optim/grad_norm.h"
 #include "runtime/kernels.h"
 
 namespace mt {
 
 DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const GradReducer& reducer,
-                                   Tensor flat_params, AdamWConfig config)
+                                   Tensor flat_params, AdamWConfig config, Tensor flat_compute)
     : ctx_(&ctx), dp_(&dp), reducer_(&reducer), flat_params_(std::move(flat_params)),
-      shard_(reducer.options().shard) {
+      flat_compute_(std::move(flat_compute)), shard_(reducer.options().shard) {
   MT_CHECK(&reducer.group() == &dp, "DistributedAdamW: the communicator is not the reducer's data-parallel group");
   MT_CHECK(&reducer.context() == &ctx, "DistributedAdamW: the context is not the reducer's");
   const Tensor& grads = reducer.flat_grads();
   MT_CHECK(flat_params_.defined() && flat_params_.dtype() == DType::F32 && flat_params_.shape() == grads.shape(),
            "DistributedAdamW: the flat parameters ", flat_params_.describe(),
            " must be fp32 and shaped like the flat gradients ", grads.describe());
+  MT_CHECK(!flat_compute_.defined() || (flat_compute_.dtype() == DType::BF16 &&
+                                         flat_compute_.shape() == flat_params_.shape() &&
+                                         flat_compute_.device() == ctx.device()),
+           "DistributedAdamW: the bf16 copy ", flat_compute_.describe(), " is not shaped like the flat parameters ",
+           flat_params_.describe());
   const BucketLayout& layout = reducer.layout();
   const std::vector<FlatParam>& params = reducer.params();
+  // The pass writes the copy where this rank updates every element; else one cast after the gathers.
+  const bool copy_in_pass = flat_compute_.defined() && (!shard_ || dp.size() == 1);
+  const auto copy_of = [&](std::int64_t offset, std::int64_t numel) {
+    return copy_in_pass ? flat_compute_.flat_slice(offset, numel) : Tensor{};
+  };
 
   // The pieces of params in this rank's owned block of each bucket.
   for (int b = 0; b < layout.size(); ++b) {
@@ -46,18 +57,21 @@ DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const G
 
   if (!shard_) {
     std::vector<ParamSlot> slots;
+    std::vector<Tensor> copies;
     slots.reserve(params.size());
     for (const FlatParam& fp : params) {
       slots.push_back({fp.name, flat_params_.flat_slice(fp.offset, fp.numel), grads.flat_slice(fp.offset, fp.numel),
                        fp.decay});
+      copies.push_back(copy_of(fp.offset, fp.numel));
     }
-    optimizers_.emplace_back(ctx, std::move(slots), config);
+    optimizers_.emplace_back(ctx, std::move(slots), config, std::move(copies));
     return;
   }
   optimizers_.reserve(static_cast<std::size_t>(layout.size()));
   std::size_t next = 0;
   for (int b = 0; b < layout.size(); ++b) {
     std::vector<ParamSlot> slots;
+    std::vector<Tensor> copies;
     for (; next < pieces_.size() && pieces_[next].bucket == b; ++next) {
       slot_of_piece_.push_back(slots.size());
       const Piece& piece = pieces_[next];
@@ -73,8 +87,9 @@ DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const G
       }
       slots.push_back({std::move(name), flat_params_.flat_slice(piece.offset, piece.numel),
                        grads.flat_slice(piece.offset, piece.numel), fp.decay});
+      copies.push_back(copy_of(piece.offset, piece.numel));
     }
-    optimizers_.emplace_back(ctx, std::move(slots), config);
+    optimizers_.emplace_back(ctx, std::move(slots), config, std::move(copies));
   }
 }
 
@@ -118,6 +133,8 @@ void DistributedAdamW::step(float lr, float grad_scale) {
   const auto wait_start = std::chrono::steady_clock::now();
   for (const WorkPtr& work : gathers) work->wait_on(ctx_->stream());
   gather_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+  // Once per step, after the gathers: the pieces other ranks updated came as fp32.
+  if (flat_compute_.defined() && dp_->size() > 1) kernels::cast(*ctx_, flat_params_, flat_compute_);
 }
 
 std::int64_t DistributedAdamW::updated_numel() const {

@@ -43,8 +43,10 @@ class DistributedAdamW {
   // dp must be the reducer's group; flat_params: fp32, shaped like the reducer's flat gradients,
   // on ctx's device. The context, the communicator and the reducer must outlive the optimizer.
   // Slot names: the param's name for a whole param, "name[a:b]" for a piece (elements a..b of it).
+  // flat_compute: undefined, or the parameters' bf16 working copy shaped like flat_params
+  // (ParameterStore::flat_compute_params()), current after every step().
   DistributedAdamW(DeviceContext& ctx, Communicator& dp, const GradReducer& reducer, Tensor flat_params,
-                   AdamWConfig config = {});
+                   AdamWConfig config = {}, Tensor flat_compute = {});
   DistributedAdamW(const DistributedAdamW&) = delete;
   DistributedAdamW& operator=(const DistributedAdamW&) = delete;
 
@@ -60,7 +62,9 @@ class DistributedAdamW {
   // One AdamW step on what this rank updates (grad_scale as AdamW::step); with shard, then
   // all-gathers each bucket's parameters in place, bucket by bucket as each bucket's update is
   // queued (so the gathers overlap the remaining updates), and waits for all (Work::wait_on the
-  // compute stream). Call after GradReducer::finish().
+  // compute stream). Call after GradReducer::finish(). The bf16 copy, if any, is written in the
+  // AdamW pass where this rank updates every element (unsharded, or dp 1); with shard over dp > 1
+  // it is cast once from the gathered parameters instead (the other ranks' pieces arrive in fp32).
   void step(float lr, float grad_scale = 1.0f);
   // Host time the last step() spent waiting for its all-gathers (0 without shard).
   double last_gather_wait_seconds() const { return gather_wait_s_; }
@@ -97,6 +101,7 @@ class DistributedAdamW {
   Communicator* dp_;
   const GradReducer* reducer_;
   Tensor flat_params_;
+  Tensor flat_compute_;  // undefined without a bf16 copy
   bool shard_ = false;
   std::vector<Piece> pieces_;
   std::vector<NormRange> norm_ranges_;  // owned pieces merged where contiguous with equal weight

@@ -112,6 +112,9 @@ struct Cpu {
   // AdamW over fp32 arrays in place (runtime/cpu/optimizer.cpp).
   static void adamw(const AdamWStepArgs& args, float* param, const float* grad, float* m, float* v, std::int64_t n,
                     int threads);
+  // AdamW over every chunk of a table of tensors in one parallel loop (each tensor's weight decay its own).
+  static void adamw_multi(const AdamWStepArgs& args, const AdamWTensor* tensors, const AdamWChunk* chunks,
+                          std::int64_t num_chunks, int threads);
 };
 
 // CUDA: work queued on `stream`; the current device must be the stream's.
@@ -162,6 +165,10 @@ struct Cuda {
   // AdamW over fp32 arrays in place (runtime/cuda/optimizer.cu).
   static void adamw(const AdamWStepArgs& args, float* param, const float* grad, float* m, float* v, std::int64_t n,
                     cuda::StreamHandle stream);
+  // Cpu::adamw_multi in one launch, a block per chunk; tensors and chunks are device memory
+  // (uploaded once with the optimizer). The optimizer family's fast kernel (MT_OPTIMIZER_FAST_OPS).
+  static void adamw_multi(const AdamWStepArgs& args, const AdamWTensor* tensors, const AdamWChunk* chunks,
+                          std::int64_t num_chunks, cuda::StreamHandle stream);
 };
 
 // FastKernelOf<Op>::family: the CudaKernels family of an op with a fast kernel; `exists` false for the others.

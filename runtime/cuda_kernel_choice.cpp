@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "runtime/backend.h"  // defines: MT_FAST_OPS
+#include "runtime/backend.h"  // defines: MT_FAST_OPS, MT_OPTIMIZER_FAST_OPS
 #include "runtime/error.h"
 
 namespace mt {
@@ -25,6 +25,7 @@ CudaKernels fast_kernel_families() {
   CudaKernels k;
 #define MT_MARK_FAMILY(Op, Family) k.families |= 1u << static_cast<int>(OpFamily::Family);
   MT_FAST_OPS(MT_MARK_FAMILY)
+  MT_OPTIMIZER_FAST_OPS(MT_MARK_FAMILY)  // not a unit op: optim/adamw.cpp asks the choice itself
 #undef MT_MARK_FAMILY
   return k;
 }

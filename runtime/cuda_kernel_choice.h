@@ -7,8 +7,9 @@
 //   MESHTRAIN_CUDA_KERNELS=norms,attention,...  a comma list of families, or `all`
 // The names accepted are those of the families with fast kernels (fast_kernel_families()): today
 // norms (LayerNorm and RMSNorm forward, a warp per row), attention (the fused causal softmax of
-// batched-GEMM attention and its backward, a warp or a block per row) and loss (cross-entropy loss
-// and dlogits in one block-per-row pass, nn::cross_entropy_fused).
+// batched-GEMM attention and its backward, a warp or a block per row), loss (cross-entropy loss
+// and dlogits in one block-per-row pass, nn::cross_entropy_fused) and optimizer (AdamW over every
+// tensor in one launch, a block per chunk of a table uploaded with the optimizer: optim/adamw.h).
 // defines: OpFamily, op_family_name, CudaKernels, fast_kernel_families, kCudaKernelsEnv,
 //          parse_cuda_kernels, cuda_kernels_from_env, resolve_cuda_kernels, cuda_kernels_name
 #pragma once

@@ -70,6 +70,9 @@ void Cuda::bias_grad_tiles(void*, const GemmArgs&, float*) { not_built(); }
 void Cuda::adamw(const AdamWStepArgs&, float*, const float*, float*, float*, std::int64_t, cuda::StreamHandle) {
   not_built();
 }
+void Cuda::adamw_multi(const AdamWStepArgs&, const AdamWTensor*, const AdamWChunk*, std::int64_t, cuda::StreamHandle) {
+  not_built();
+}
 }  // namespace backend
 
 }  // namespace mt

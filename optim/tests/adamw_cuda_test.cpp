@@ -1,5 +1,6 @@
 // AdamW on a GPU against the CPU: the same bits for parameters, m and v over several steps (decay
-// on and off, views into a flat buffer, grad_scale), plus the device check. Compiled in every
+// on and off, views into a flat buffer, grad_scale), the one-launch kernel (op family `optimizer`)
+// against the per-slot reference launches with bf16 copies, plus the device check. Compiled in every
 // build; the GPU cases skip where no GPU is usable, and a build without CUDA checks that the
 // backend says so.
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "optim/grad_norm.h"       // defines: sum_of_squares
 #include "runtime/backend.h"
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
+#include "runtime/cuda_kernel_choice.h"  // defines: CudaKernels, OpFamily
 #include "runtime/cuda_api.h"            // defines: cuda::compiled
 #include "runtime/device.h"              // defines: Device
 #include "runtime/error.h"
@@ -62,6 +64,55 @@ TEST(AdamWCuda, MatchesTheCpuBitForBit) {
   DeviceContext cpu(DeviceOptions{Device::cpu(), 0, 2});
   DeviceContext gpu(DeviceOptions{Device::cuda(0), 0, 1});
   EXPECT_TRUE(same_bits(run_steps(gpu, n0, n1, 5), run_steps(cpu, n0, n1, 5)));
+}
+
+// Many slots with bf16 copies on one device with the given kernels: sizes past one chunk, below
+// one, an empty slot, decay mixed, every other slot with a copy. Returns params, m, v and the copies'
+// bits (as floats: a bf16 is the top half of one).
+std::vector<float> run_multi(DeviceContext& ctx, CudaKernels kernels, int steps) {
+  ctx.set_cuda_kernels(kernels);
+  const std::vector<i64> sizes = {5, 3 * kAdamWChunk + 1, 0, 4097, kAdamWChunk, 1};
+  i64 n = 0;
+  for (const i64 k : sizes) n += k;
+  Tensor p = Tensor::from_host(random_values(static_cast<std::size_t>(n), 7), {n}, ctx);
+  Tensor g = Tensor::zeros({n}, DType::F32, ctx);
+  Tensor copy = Tensor::zeros({n}, DType::BF16, ctx);
+  std::vector<ParamSlot> slots;
+  std::vector<Tensor> copies;
+  i64 at = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    slots.push_back({"s" + std::to_string(k), p.flat_slice(at, sizes[k]), g.flat_slice(at, sizes[k]), k % 3 != 1});
+    copies.push_back(k % 2 == 0 ? copy.flat_slice(at, sizes[k]) : Tensor{});
+    at += sizes[k];
+  }
+  AdamW opt(ctx, std::move(slots), AdamWConfig{}, std::move(copies));
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<float> gs = random_values(static_cast<std::size_t>(n), 20 + s);
+    g.copy_from_host(gs.data(), gs.size() * sizeof(float), ctx.stream());
+    opt.step(2e-3f * static_cast<float>(s + 1), s % 2 == 0 ? 1.0f : 0.61f);
+  }
+  std::vector<float> out = p.to_host<float>();
+  for (std::size_t i = 0; i < opt.size(); ++i) {
+    for (const Tensor& t : {opt.m(i), opt.v(i)}) {
+      const std::vector<float> more = t.to_host<float>();
+      out.insert(out.end(), more.begin(), more.end());
+    }
+  }
+  for (const bf16 x : copy.to_host<bf16>()) out.push_back(x.to_float());
+  return out;
+}
+
+// The optimizer family's one launch over the table against the reference launches on the same GPU
+// and against the CPU: the same bits, twice.
+TEST(AdamWCuda, OneLaunchOverTheTableMatchesTheReferenceAndTheCpuAndRepeats) {
+  MT_SKIP_WITHOUT_GPU();
+  DeviceContext cpu(DeviceOptions{Device::cpu(), 0, 3});
+  DeviceContext gpu(DeviceOptions{Device::cuda(0), 0, 1});
+  const CudaKernels multi = CudaKernels::of({OpFamily::Optimizer});
+  const std::vector<float> fast = run_multi(gpu, multi, 4);
+  EXPECT_TRUE(same_bits(fast, run_multi(gpu, CudaKernels{}, 4))) << "against the reference launches";
+  EXPECT_TRUE(same_bits(fast, run_multi(cpu, CudaKernels{}, 4))) << "against the CPU";
+  EXPECT_TRUE(same_bits(fast, run_multi(gpu, multi, 4))) << "a second run";
 }
 
 TEST(AdamWCuda, SumOfSquaresMatchesTheCpu) {

@@ -20,6 +20,8 @@
 #include "tests/test_helpers.h"    // defines: error_of, contains
 #include "optim/adamw.h"     // defines: AdamW, AdamWConfig, ParamSlot
 #include "optim/grad_norm.h"  // defines: clip_scale
+#include "runtime/backend.h"    // defines: backend::Cpu::adamw
+#include "runtime/kernels.h"    // defines: kernels::cast
 
 namespace mt {
 namespace {
@@ -338,6 +340,94 @@ TEST(AdamW, RejectsNonFiniteLrAndGradScaleWithoutChangingAnything) {
   EXPECT_EQ(opt.step_count(), 0);
   EXPECT_TRUE(same_bits(p.to_host<float>(), p0));
   EXPECT_TRUE(same_bits(opt.m(0).to_host<float>(), std::vector<float>(8, 0.0f)));
+}
+
+// Many slots in one pass (chunks of kAdamWChunk, slots larger and smaller than one, an empty one,
+// decay mixed) give exactly the bits of the per-slot loop, at any thread count.
+TEST(AdamW, OnePassOverManySlotsMatchesThePerSlotLoopAtAnyThreadCount) {
+  const std::vector<i64> sizes = {3, kAdamWChunk + 5, 0, 1000, 2 * kAdamWChunk, 77};
+  const i64 n = 3 + kAdamWChunk + 5 + 1000 + 2 * kAdamWChunk + 77;
+  const std::vector<float> p0 = random_values(static_cast<std::size_t>(n), 31);
+  const AdamWConfig config;
+  // The reference: Cpu::adamw slot by slot, as step() ran before the pass.
+  std::vector<float> want = p0, m(p0.size(), 0.0f), v(p0.size(), 0.0f);
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<float> g = random_values(static_cast<std::size_t>(n), 500 + s);
+    const auto t = static_cast<double>(s + 1);
+    AdamWStepArgs a;
+    a.lr = 1e-3f * static_cast<float>(s + 1);
+    a.beta1 = config.beta1;
+    a.beta2 = config.beta2;
+    a.one_minus_beta1 = 1.0f - config.beta1;
+    a.one_minus_beta2 = 1.0f - config.beta2;
+    a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(config.beta1), t));
+    a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(config.beta2), t));
+    a.eps = config.eps;
+    a.grad_scale = 0.7f;
+    i64 at = 0;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      a.weight_decay = k % 2 == 0 ? config.weight_decay : 0.0f;
+      backend::Cpu::adamw(a, want.data() + at, g.data() + at, m.data() + at, v.data() + at, sizes[k], 1);
+      at += sizes[k];
+    }
+  }
+  want.insert(want.end(), m.begin(), m.end());
+  want.insert(want.end(), v.begin(), v.end());
+  for (int threads : {1, 3, 8}) {
+    DeviceContext ctx(cpu_options(threads));
+    Tensor p = Tensor::from_host(p0, {n}, ctx);
+    Tensor g = Tensor::zeros({n}, DType::F32, ctx);
+    std::vector<ParamSlot> slots;
+    i64 at = 0;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      slots.push_back({"s" + std::to_string(k), p.flat_slice(at, sizes[k]), g.flat_slice(at, sizes[k]), k % 2 == 0});
+      at += sizes[k];
+    }
+    AdamW opt(ctx, std::move(slots), config);
+    for (int s = 0; s < 3; ++s) {
+      set_values(g, random_values(static_cast<std::size_t>(n), 500 + s), ctx);
+      opt.step(1e-3f * static_cast<float>(s + 1), 0.7f);
+    }
+    std::vector<float> got = p.to_host<float>(), ms, vs;
+    for (std::size_t k = 0; k < opt.size(); ++k) {
+      const std::vector<float> mk = opt.m(k).to_host<float>(), vk = opt.v(k).to_host<float>();
+      ms.insert(ms.end(), mk.begin(), mk.end());
+      vs.insert(vs.end(), vk.begin(), vk.end());
+    }
+    got.insert(got.end(), ms.begin(), ms.end());
+    got.insert(got.end(), vs.begin(), vs.end());
+    EXPECT_TRUE(same_bits(got, want)) << threads << " threads";
+  }
+}
+
+std::vector<std::uint16_t> bf16_bits(const Tensor& t) {
+  std::vector<std::uint16_t> out;
+  for (const bf16 x : t.to_host<bf16>()) out.push_back(x.bits);
+  return out;
+}
+
+// A slot's bf16 copy holds, after every step, the bits a cast of its updated parameter gives; a
+// slot without one leaves its neighbour's copy alone.
+TEST(AdamW, WritesTheBf16CopyAsACastOfTheUpdatedParameter) {
+  DeviceContext ctx(cpu_options(3));
+  const i64 n0 = kAdamWChunk + 9, n1 = 40;
+  Tensor p = Tensor::from_host(random_values(static_cast<std::size_t>(n0 + n1), 41), {n0 + n1}, ctx);
+  Tensor g = Tensor::zeros({n0 + n1}, DType::F32, ctx);
+  Tensor copy = Tensor::zeros({n0 + n1}, DType::BF16, ctx);
+  AdamW opt(ctx, {{"w", p.flat_slice(0, n0), g.flat_slice(0, n0), true}, {"b", p.flat_slice(n0, n1), g.flat_slice(n0, n1), false}},
+            AdamWConfig{}, {copy.flat_slice(0, n0), Tensor{}});
+  Tensor cast = Tensor::zeros({n0}, DType::BF16, ctx);
+  for (int s = 0; s < 2; ++s) {
+    set_values(g, random_values(static_cast<std::size_t>(n0 + n1), 600 + s), ctx);
+    opt.step(3e-2f, 1.0f);
+    kernels::cast(ctx, p.flat_slice(0, n0), cast);
+    EXPECT_EQ(bf16_bits(copy.flat_slice(0, n0)), bf16_bits(cast)) << "step " << s + 1;
+  }
+  EXPECT_EQ(bf16_bits(copy.flat_slice(n0, n1)), std::vector<std::uint16_t>(n1, 0));
+  const std::string e = error_of([&] {
+    AdamW bad(ctx, {{"w", p.flat_slice(0, n0), g.flat_slice(0, n0), true}}, AdamWConfig{}, {copy.flat_slice(0, 4)});
+  });
+  EXPECT_TRUE(contains(e, "'w'") && contains(e, "bf16 copy")) << e;
 }
 
 }  // namespace

@@ -163,6 +163,49 @@ TEST(DistributedAdamW, ShardedMatchesPlainAdamWBitwise) { run_matches_plain_adam
 TEST(DistributedAdamW, ShardedWithoutOverlapMatchesPlainAdamWBitwise) { run_matches_plain_adamw(true, false); }
 TEST(DistributedAdamW, UnshardedMatchesPlainAdamWBitwise) { run_matches_plain_adamw(false, true); }
 
+// With a bf16 working copy (a bf16 model's compute parameters), after every step the copy is the
+// master rounded to nearest even, element by element, on every rank: written in the AdamW pass
+// (unsharded, or one rank), cast once after the gathers (sharded over several). The master's bits
+// are those of the optimizer without a copy.
+void run_bf16_copy_case(bool shard) {
+  Communicator& world = test_world();
+  DeviceContext& ctx = test_context();
+  const auto params = contiguous({37, 100, 5, 64, 250, 1, 33});
+  const std::int64_t flat = padded(params, world.size());
+  Tensor flat_params = load(initial_params(params, flat), ctx);
+  Tensor flat_grads = Tensor::zeros({flat}, DType::F32, ctx);
+  Tensor flat_copy = Tensor::zeros({flat}, DType::BF16, ctx);
+  GradReducer reducer(ctx, world, flat_grads, params, {96, shard, true});
+  DistributedAdamW opt(ctx, world, reducer, flat_params, AdamWConfig{}, flat_copy);
+  Tensor plain_params = load(initial_params(params, flat), ctx);
+  Tensor plain_grads = Tensor::zeros({flat}, DType::F32, ctx);
+  GradReducer plain_reducer(ctx, world, plain_grads, params, {96, shard, true});
+  DistributedAdamW plain(ctx, world, plain_reducer, plain_params, AdamWConfig{});
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> mine = step_grads(params, flat, world.rank(), step);
+    flat_grads.copy_from_host(mine.data(), flat_grads.nbytes(), ctx.stream());
+    plain_grads.copy_from_host(mine.data(), plain_grads.nbytes(), ctx.stream());
+    reduce_all(reducer);
+    reduce_all(plain_reducer);
+    opt.step(3e-2f, 0.5f);
+    plain.step(3e-2f, 0.5f);
+    const std::vector<float> master = flat_params.to_host<float>();
+    const std::vector<bf16> copy = flat_copy.to_host<bf16>();
+    std::size_t stale = 0;
+    for (std::size_t i = 0; i < master.size(); ++i) stale += copy[i].bits != bf16::from_float(master[i]).bits;
+    EXPECT_EQ(stale, 0u) << "step " << step + 1 << ": elements whose bf16 copy is not the rounded master";
+    const std::vector<float> want = plain_params.to_host<float>();
+    EXPECT_EQ(std::memcmp(master.data(), want.data(), master.size() * sizeof(float)), 0) << "step " << step + 1;
+  }
+  const std::string e = error_of([&] {
+    DistributedAdamW bad(ctx, world, reducer, flat_params, AdamWConfig{}, Tensor::zeros({flat}, DType::F32, ctx));
+  });
+  EXPECT_TRUE(contains(e, "bf16 copy")) << e;
+}
+
+TEST(DistributedAdamW, Bf16CopyIsTheRoundedMasterAfterEveryStepUnsharded) { run_bf16_copy_case(false); }
+TEST(DistributedAdamW, Bf16CopyIsTheRoundedMasterAfterEveryStepSharded) { run_bf16_copy_case(true); }
+
 TEST(DistributedAdamW, SlotsCoverTheOwnedParamElementsWithUniqueNames) {
   Communicator& world = test_world();
   DeviceContext& ctx = test_context();

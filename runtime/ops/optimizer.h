@@ -12,11 +12,19 @@
 // the explicit round-to-nearest intrinsics keep nvcc from contracting a multiply and an add into
 // one FMA (it does by default) and keep -use_fast_math from replacing division and square root
 // with approximations; the host compiler in ISO C++ mode contracts nothing.
-// defines: AdamWStepArgs, AdamWElement, adamw_update
+//
+// Many tensors in one pass (optim/adamw.h): a table of AdamWTensor entries cut into AdamWChunk
+// pieces of at most kAdamWChunk elements, walked by one parallel loop (CPU) or one launch (CUDA).
+// A tensor with a bf16 working copy gets it written beside the update: narrow_to<bf16> of the new
+// parameter, the bits a separate fp32-to-bf16 cast of it gives.
+// defines: AdamWStepArgs, AdamWElement, adamw_update, AdamWTensor, AdamWChunk, kAdamWChunk,
+//          MT_OPTIMIZER_FAST_OPS
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
+#include "runtime/dtype.h"        // defines: bf16
 #include "runtime/host_device.h"  // defines: MT_HD
 
 namespace mt {
@@ -93,4 +101,32 @@ MT_HD AdamWElement adamw_update(float param, float grad, float m, float v, const
   return AdamWElement{rn::sub(param, rn::mul(a.lr, direction)), m_new, v_new};
 }
 
+// One tensor of a multi-tensor pass. weight_decay is the tensor's own (0 without decay); the step's
+// other constants come per step in AdamWStepArgs (whose weight_decay the pass ignores).
+struct AdamWTensor {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  bf16* param_bf16 = nullptr;  // the bf16 working copy, or null
+  std::int64_t numel = 0;
+  float weight_decay = 0;
+};
+
+// Elements [begin, begin + numel) of tensor `tensor` of the table: the unit of work of a thread
+// (CPU) or a block (CUDA). Fixed at the optimizer's construction, so the split never varies.
+struct AdamWChunk {
+  std::int64_t tensor = 0;
+  std::int64_t begin = 0;
+  std::int64_t numel = 0;
+};
+
+// Elements per chunk: large enough to amortize a chunk's start, small enough that GPT-2's 124M
+// parameters give thousands of chunks to share out.
+inline constexpr std::int64_t kAdamWChunk = 65536;
+
 }  // namespace mt
+
+// X(op, family) for the optimizer's kernels cut for the GPU: the multi-tensor AdamW launch (an op
+// of its own, not a unit op: optim/adamw.cpp picks it by the context's CudaKernels).
+#define MT_OPTIMIZER_FAST_OPS(X) X(AdamWMulti, Optimizer)

@@ -519,7 +519,7 @@ TEST_F(CudaKernelsSwitch, ParsesFamiliesAndNamesTheVariableAndTheBadValue) {
   EXPECT_EQ(parse_cuda_kernels("all"), CudaKernels::all());
   EXPECT_EQ(parse_cuda_kernels("norms"), only(OpFamily::Norms));
   EXPECT_EQ(parse_cuda_kernels("loss,attention"), CudaKernels::of({OpFamily::Attention, OpFamily::Loss}));
-  EXPECT_EQ(parse_cuda_kernels("norms,attention,loss"), CudaKernels::all());
+  EXPECT_EQ(parse_cuda_kernels("norms,attention,loss,optimizer"), CudaKernels::all());
   EXPECT_EQ(CudaKernels::all(), fast_kernel_families());
   for (const CudaKernels k : {CudaKernels{}, CudaKernels::all(), CudaKernels::of({OpFamily::Norms, OpFamily::Loss})})
     EXPECT_EQ(parse_cuda_kernels(cuda_kernels_name(k)), k) << cuda_kernels_name(k);
