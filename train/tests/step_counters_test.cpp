@@ -1,13 +1,12 @@
 // What a training step asks of the device layer once warm (runtime/device_counters.h).
 // - The single-rank Trainer (no communicator): the steps after the first two allocate nothing (every
 //   tensor a step makes comes from the allocator's cached blocks).
-// - ParallelTrainer on one rank (dp 1) and on dp 2 x pp 2, with and without ZeRO-1: at most one host
-//   wait per step (the read of the loss and the norm; train/step_batch.h), and the counts of host
-//   waits, launches and host copies repeat from step to step (no step does extra work). Allocations
-//   are printed, not asserted: a finished collective's Work holds its tensors until the MPI engine
-//   and the watchdog drop their references, on their own threads (comm/mpi_engine.cpp completes an op
-//   before it lets go of it), so a step now and then finds a block still held and allocates one.
-// The counts are printed per rank, as `meshbench train` prints them for a single-rank model.
+// - ParallelTrainer on one rank (dp 1) and on dp 2 x pp 2, with and without ZeRO-1: no allocation
+//   and at most one host wait per step (the read of the loss and the norm; train/step_batch.h), and
+//   the counts of launches and host copies repeat from step to step (no step does extra work). A
+//   finished collective's Work drops its tensors before its waiter wakes (comm/communicator.h), so
+//   no block is still held by the communication threads when the next step asks for it.
+// The counts of every counted step are printed per rank, as `meshbench train` prints them.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -111,17 +110,18 @@ void expect_steady(const Layout& layout) {
   const std::vector<DeviceCounters> counts = counts_per_step(layout);
   ASSERT_EQ(counts.size(), static_cast<std::size_t>(kCountedSteps));
   for (std::size_t i = 0; i < counts.size(); ++i) {
-    EXPECT_LE(counts[i].host_syncs, 1u) << "step " << kWarmSteps + i + 1 << ": one read of the loss and norm";
-    EXPECT_EQ(counts[i].host_syncs, counts[0].host_syncs) << "step " << kWarmSteps + i + 1;
-    EXPECT_EQ(counts[i].launches, counts[0].launches) << "step " << kWarmSteps + i + 1;
-    EXPECT_EQ(counts[i].copy_bytes, counts[0].copy_bytes) << "step " << kWarmSteps + i + 1;
+    const int step = kWarmSteps + static_cast<int>(i) + 1;
+    std::printf("rank %d, %s, step %d: %llu allocations, %llu host syncs, %llu launches, %llu bytes copied\n",
+                test_world().rank(), what.c_str(), step, static_cast<unsigned long long>(counts[i].allocations),
+                static_cast<unsigned long long>(counts[i].host_syncs),
+                static_cast<unsigned long long>(counts[i].launches),
+                static_cast<unsigned long long>(counts[i].copy_bytes));
+    EXPECT_EQ(counts[i].allocations, 0u) << "step " << step << " reached the raw allocator";
+    EXPECT_LE(counts[i].host_syncs, 1u) << "step " << step << ": one read of the loss and norm";
+    EXPECT_EQ(counts[i].launches, counts[0].launches) << "step " << step;
+    EXPECT_EQ(counts[i].copy_bytes, counts[0].copy_bytes) << "step " << step;
   }
   EXPECT_GT(counts[0].launches, 0u) << "a step that launches nothing counted nothing";
-  std::printf("rank %d, %s: per step %llu allocations, %llu host syncs, %llu launches, %llu bytes copied\n",
-              test_world().rank(), what.c_str(), static_cast<unsigned long long>(counts[0].allocations),
-              static_cast<unsigned long long>(counts[0].host_syncs),
-              static_cast<unsigned long long>(counts[0].launches),
-              static_cast<unsigned long long>(counts[0].copy_bytes));
 }
 
 TEST(StepCounters, AWarmParallelStepRepeatsItsWork) {
