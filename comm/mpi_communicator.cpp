@@ -7,41 +7,18 @@
 
 #include "comm/mpi_types.h"
 #include "runtime/cuda_api.h"
+#include "runtime/pinned_buffer.h"
 #include "runtime/ops/elementwise.h"
 
 namespace mt {
 namespace {
-
-// Page-locked host memory for staging device tensors (fast DMA both ways).
-// Freed on whichever thread drops the last reference (often the engine thread): it selects its
-// device first, or the runtime would open a context on GPU 0 for that thread.
-class PinnedBuffer {
- public:
-  PinnedBuffer(std::size_t bytes, int device) : device_(device), data_(bytes ? cuda::malloc_pinned(bytes) : nullptr) {}
-  ~PinnedBuffer() {
-    if (data_ == nullptr) return;
-    try {
-      cuda::set_device(device_);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "meshtrain: warning: %s\n", e.what());
-    }
-    cuda::free_pinned(data_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  char* data() const { return static_cast<char*>(data_); }
-
- private:
-  int device_;
-  void* data_;
-};
 
 // Host addresses the MPI calls use. For host tensors, the tensors themselves; for device tensors,
 // a pinned copy of the storage window both tensors live in (so in-place layouts stay in place).
 struct HostView {
   char* input = nullptr;
   char* output = nullptr;
-  std::shared_ptr<PinnedBuffer> staging;
+  std::shared_ptr<PinnedHostBuffer> staging;  // page-locked: fast DMA both ways
 };
 
 HostView stage(const CollectiveDesc& d) {
@@ -65,7 +42,7 @@ HostView stage(const CollectiveDesc& d) {
     const char* lo = std::min(in, out);
     const char* hi = std::max(in + d.input.nbytes(), out + d.output.nbytes());
     const auto bytes = static_cast<std::size_t>(hi - lo);
-    v.staging = std::make_shared<PinnedBuffer>(bytes, device);
+    v.staging = std::make_shared<PinnedHostBuffer>(bytes, Device::cuda(device));
     copy_bytes(v.staging->data(), Device::cpu(), lo, d.input.device(), bytes, Stream(d.input.device()));
     v.input = v.staging->data() + (in - lo);
     v.output = v.staging->data() + (out - lo);
@@ -74,7 +51,7 @@ HostView stage(const CollectiveDesc& d) {
   // Separate storage: one buffer, input first, then output.
   const std::size_t in_bytes = d.input.defined() ? d.input.nbytes() : 0;
   const std::size_t out_bytes = d.output.defined() ? d.output.nbytes() : 0;
-  v.staging = std::make_shared<PinnedBuffer>(in_bytes + out_bytes, device);
+  v.staging = std::make_shared<PinnedHostBuffer>(in_bytes + out_bytes, Device::cuda(device));
   if (in_bytes) {
     v.input = v.staging->data();
     copy_bytes(v.input, Device::cpu(), d.input.data(), d.input.device(), in_bytes, Stream(d.input.device()));

@@ -24,7 +24,6 @@
 #include "launch/stop_signals.h"
 #include "models/gpt_weights.h"
 #include "parallel/groups.h"
-#include "parallel/layout_check.h"
 #include "perf/memory_model.h"
 #include "runtime/gemm_rate.h"
 #include "train/checkpointing.h"
@@ -349,8 +348,6 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   TrainData data = open_data(session, job);
   TrainSettings run = job.settings;
   run.peak_flops = peak_flops(job, ctx);
-  check_pipeline_backend(job.plan.mesh().pp, session.world->capabilities(),
-                         session.world->backend_name());
   ParallelGroups groups = build_groups(*session.world, Mesh(job.plan.mesh()));
   const std::unique_ptr<ParallelTrainer> trainer = build_trainer(session, groups, job, data, run);
   const std::optional<ResumeReport> resumed = restore(*trainer, session, job, checkpoint_dir.start.resume_dir);

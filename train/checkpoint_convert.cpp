@@ -3,6 +3,7 @@
 #include <span>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/dir_lock.h"
 #include "checkpoint/tensor_io.h"
 #include "runtime/error.h"
 #include "train/checkpointing.h"
@@ -46,6 +47,9 @@ std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& r
   base.files.clear();
   base.pieces.clear();
 
+  // The directory's lock while writing, as a training job holds it: no job saves into it or prunes
+  // it meanwhile, and a running job's directory is refused, naming the holder.
+  const ckpt::CheckpointDirLock lock(root);
   ckpt::prepare_partial(root, base.step);
   const std::filesystem::path partial = ckpt::partial_dir(root, base.step);
   for (int rank = 0; rank < mesh.world_size(); ++rank) {

@@ -26,9 +26,9 @@ struct FullState {
 FullState read_full_state(const std::filesystem::path& step_dir, bool with_optimizer);
 
 // Writes `state` under `root` as step_{base.step}, cut as the ranks of `plan` hold it, and points
-// `latest` at it. `base` gives every manifest section but
-// the layout and the tensors (from the source checkpoint, or made up for llm.c weights). Returns
-// the step directory.
+// `latest` at it, holding root's lock meanwhile (an Error naming the holder while a job holds it).
+// `base` gives every manifest section but the layout and the tensors (from the source checkpoint,
+// or made up for llm.c weights). Returns the step directory.
 std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& root, const FullState& state,
                                                   const LayoutPlan& plan, ckpt::Manifest base);
 

@@ -85,6 +85,8 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   const MeshShape& mesh = groups_.mesh.shape();
   MT_CHECK(mesh.dp == plan_.mesh().dp && mesh.tp == plan_.mesh().tp && mesh.pp == plan_.mesh().pp,
            "the groups' mesh ", mesh.describe(), " is not the plan's ", plan_.mesh().describe());
+  // The one check that the backend runs this layout's pipeline, before anything is built.
+  check_pipeline_backend(mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
   const GptPartition partition = plan_.partition(groups_.coord);
   GptOptions options{plan_.layout().recompute, plan_.layout().sequence_parallel};
   options.vocab_pieces = gpt_vocab_pieces(config, mesh.tp, plan_.layout().zero);
@@ -139,7 +141,6 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
     optimizer_ = std::make_unique<DistributedAdamW>(ctx_, *groups_.dp, *reducer_, store.flat_params(), settings_.adamw);
   }
   executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{plan_.layout().overlap});
-  check_pipeline_backend(mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
   train_schedule_ = plan_.train_schedule();
   // Evaluation runs one global batch at a time, so a schedule's message tags stay within a step's.
   eval_schedule_ = plan_.eval_schedule();

@@ -2,7 +2,8 @@
 # One job per checkpoint directory, under mpirun with 2 ranks (dp 2, tiny model, CPU):
 # - a second job given a --checkpoint-dir in use is refused at start with one line naming the
 #   directory and the holder (host, rank 0's pid, start time), writes nothing there, and the first
-#   job finishes with its `latest` and step directories intact;
+#   job finishes with its `latest` and step directories intact; `meshtrain convert` into it is
+#   refused the same way;
 # - a SIGKILLed job's lock blocks nothing: --resume on its directory takes its `latest`, and the
 #   start removes the partial saves a failed save left;
 # - a save that fails as on a full disk (MESHTRAIN_FAULT_SAVE=full-shard) removes its partial
@@ -45,6 +46,15 @@ if start_job "$ck" "$dir/a" --save-every 4 --keep 2 && wait_for 60 test -f "$ck/
     2 "${train[@]}" --steps 6 --save-every 3 --keep 1 --checkpoint-dir "$ck"
   grep -q "saved checkpoint" "$out" && fail "the refused job saved a checkpoint"
   [ "$(listing "$ck")" = "$before" ] || fail "the refused job changed $ck: '$before' -> '$(listing "$ck")'"
+  # convert takes the lock too: writing into the directory in use is refused, naming the holder.
+  "$meshtrain" convert --from "$ck" --to "$ck" --dp 1 >"$out" 2>"$err"
+  rc=$?
+  if [ "$rc" -ne 0 ] && grep -q "checkpoint directory '$ck' is in use by another job: host $(hostname), pid $pid0" "$err" &&
+     [ "$(listing "$ck")" = "$before" ]; then
+    echo "ok   convert into the directory in use is refused and writes nothing"
+  else
+    fail "convert into the directory in use: exit code $rc, $(listing "$ck"): $(cat "$err")"
+  fi
   kill -CONT "$pid0" "$pid1"
   wait "$job"
   rc=$?
