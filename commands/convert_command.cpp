@@ -56,89 +56,96 @@ po::options_description convert_options() {
   return desc;
 }
 
-}  // namespace
+// Where and how to write: --to, its format, the stored precision and the safetensors shard size.
+struct ConvertTarget {
+  std::filesystem::path to;
+  std::string format, dtype;
+  std::int64_t shard_bytes = 0;
+  bool llmc() const { return format == "llmc"; }
+  bool safetensors() const { return format == "safetensors"; }
+};
 
-int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
-  po::options_description desc = convert_options();
-  auto parsed = parse_command_line("convert",
-                                   "Converts offline, in one process: a checkpoint of any layout, llm.c weights or a "
-                                   "Hugging Face safetensors folder (GPT-2 or Llama) to any of the three, or a checkpoint to "
-                                   "another layout's shards. Any "
-                                   "layout can resume from any checkpoint; converting only places each rank's "
-                                   "shards in its own file.",
-                                   desc, args, mpi.world_rank());
-  if (!parsed) return 0;
-  const po::variables_map& vm = *parsed;
-  if (mpi.world_rank() != 0) return 0;  // one process does it all
-  const std::filesystem::path from = vm["from"].as<std::string>(), to = vm["to"].as<std::string>();
-  const std::string dtype = vm["dtype"].as<std::string>();
-  std::string format = vm["to-format"].as<std::string>();
-  if (format.empty()) format = to.extension() == ".bin" ? "llmc" : "checkpoint";
-  if (format != "llmc" && format != "checkpoint" && format != "safetensors")
-    throw UsageError("unknown --to-format '" + format + "' (known: llmc, checkpoint, safetensors)");
-  const bool to_llmc = format == "llmc", to_safetensors = format == "safetensors";
-  if (dtype != "fp32" && dtype != "bf16" && !(to_safetensors && dtype == "fp16"))
-    throw UsageError("unknown --dtype '" + dtype + "' (known: fp32, bf16" + (to_safetensors ? ", fp16)" : "; fp16 for safetensors)"));
-  const std::int64_t shard_bytes = static_cast<std::int64_t>(parse_bytes(vm["shard-size"].as<std::string>()));
-  if (!std::filesystem::exists(from)) throw UsageError("--from " + from.string() + " does not exist");
-  check_path("to", to.string(), to_llmc ? PathKind::WriteFile : PathKind::WriteDir);  // a file or a directory by its name
+ConvertTarget read_target(const po::variables_map& vm) {
+  ConvertTarget t;
+  t.to = vm["to"].as<std::string>();
+  t.dtype = vm["dtype"].as<std::string>();
+  t.format = vm["to-format"].as<std::string>();
+  if (t.format.empty()) t.format = t.to.extension() == ".bin" ? "llmc" : "checkpoint";
+  if (t.format != "llmc" && t.format != "checkpoint" && t.format != "safetensors")
+    throw UsageError("unknown --to-format '" + t.format + "' (known: llmc, checkpoint, safetensors)");
+  if (t.dtype != "fp32" && t.dtype != "bf16" && !(t.safetensors() && t.dtype == "fp16"))
+    throw UsageError("unknown --dtype '" + t.dtype + "' (known: fp32, bf16" +
+                     (t.safetensors() ? ", fp16)" : "; fp16 for safetensors)"));
+  t.shard_bytes = static_cast<std::int64_t>(parse_bytes(vm["shard-size"].as<std::string>()));
+  return t;
+}
 
+// What was read: the full state, the manifest sections a checkpoint output starts from, and a name
+// for messages ("checkpoint DIR (step N)").
+struct ConvertSource {
   FullState state;
   ckpt::Manifest base;
-  std::string source;
+  std::string what;
+};
+
+// The manifest of a source that is not a checkpoint: step 0, nothing consumed.
+ckpt::Manifest fresh_manifest(const std::string& origin) {
+  ckpt::Manifest base;
+  base.step = 0;
+  base.training = {{"optimizer_steps", 0}};
+  base.data = {{"sequences_consumed", 0}};
+  base.rng = {{"state", "converted from " + origin}};
+  return base;
+}
+
+ConvertSource read_source(const std::filesystem::path& from, const ConvertTarget& target, bool weights_only) {
   const auto refuse_llama_to_llmc = [&](const GptConfig& config, const std::string& what) {
-    if (to_llmc && config.is_llama())
+    if (target.llmc() && config.is_llama())
       throw UsageError("--to-format llmc: llm.c's weights file holds a GPT-2 only, and " + what +
                        " is a llama (convert it to a checkpoint or safetensors)");
   };
+  ConvertSource src;
   if (is_hf_folder(from)) {
-    refuse_llama_to_llmc(read_hf_config(from), "safetensors folder " + from.string());  // before reading the weights
-    state.config = read_hf_safetensors(from, std::nullopt, [&](const ParamSpec&, std::span<const float> values) {
-      state.params.insert(state.params.end(), values.begin(), values.end());  // visited in spec order
+    src.what = "safetensors folder " + from.string();
+    refuse_llama_to_llmc(read_hf_config(from), src.what);  // before reading the weights
+    src.state.config = read_hf_safetensors(from, std::nullopt, [&](const ParamSpec&, std::span<const float> values) {
+      src.state.params.insert(src.state.params.end(), values.begin(), values.end());  // visited in spec order
     });
-    base.step = 0;
-    base.training = {{"optimizer_steps", 0}};
-    base.data = {{"sequences_consumed", 0}};
-    base.rng = {{"state", "converted from safetensors"}};
-    source = "safetensors folder " + from.string();
+    src.base = fresh_manifest("safetensors");
   } else if (std::filesystem::is_directory(from)) {
     const std::filesystem::path step_dir = ckpt::resolve_checkpoint(from.string(), "", "--from");
-    state = read_full_state(step_dir, !to_llmc && !to_safetensors && !vm["weights-only"].as<bool>());
-    base = ckpt::read_manifest(step_dir);
-    source = "checkpoint " + step_dir.string() + " (step " + std::to_string(base.step) + ")";
+    src.state = read_full_state(step_dir, target.format == "checkpoint" && !weights_only);
+    src.base = ckpt::read_manifest(step_dir);
+    src.what = "checkpoint " + step_dir.string() + " (step " + std::to_string(src.base.step) + ")";
   } else {
     const LlmcWeights w = read_llmc_weights(from);
-    state.config = w.config;
-    for (const std::vector<float>& values : w.values) state.params.insert(state.params.end(), values.begin(), values.end());
-    base.step = 0;
-    base.training = {{"optimizer_steps", 0}};
-    base.data = {{"sequences_consumed", 0}};
-    base.rng = {{"state", "converted from llm.c weights"}};
-    source = "llm.c weights " + from.string();
+    src.state.config = w.config;
+    for (const std::vector<float>& values : w.values)
+      src.state.params.insert(src.state.params.end(), values.begin(), values.end());
+    src.base = fresh_manifest("llm.c weights");
+    src.what = "llm.c weights " + from.string();
   }
+  refuse_llama_to_llmc(src.state.config, src.what);
+  return src;
+}
 
-  refuse_llama_to_llmc(state.config, source);
-  if (to_llmc) {
-    save_llmc_weights(state.config, state.params, to, dtype == "bf16" ? DType::BF16 : DType::F32);
-    std::printf("converted %s to llm.c weights %s (%s)\n", source.c_str(), to.c_str(), dtype.c_str());
-    return 0;
-  }
-  if (to_safetensors) {
-    const StDtype stored = dtype == "fp32" ? StDtype::F32 : dtype == "bf16" ? StDtype::BF16 : StDtype::F16;
-    const std::vector<ParamSpec> specs = gpt_parameter_specs(state.config);
-    const std::vector<std::int64_t> offsets = spec_offsets(specs);
-    write_hf_safetensors(
-        to, state.config,
-        [&](const ParamSpec& spec) {
-          const std::size_t i = spec_index(specs, spec.name);
-          return std::span<const float>(state.params).subspan(static_cast<std::size_t>(offsets[i]),
-                                                              static_cast<std::size_t>(spec.numel()));
-        },
-        stored, shard_bytes);
-    std::printf("converted %s to safetensors folder %s (%s, Hugging Face %s names)\n", source.c_str(), to.c_str(),
-                dtype.c_str(), hf_family(state.config.family).model);
-    return 0;
-  }
+void write_safetensors_target(const ConvertSource& src, const ConvertTarget& target) {
+  const StDtype stored = target.dtype == "fp32" ? StDtype::F32 : target.dtype == "bf16" ? StDtype::BF16 : StDtype::F16;
+  const std::vector<ParamSpec> specs = gpt_parameter_specs(src.state.config);
+  const std::vector<std::int64_t> offsets = spec_offsets(specs);
+  write_hf_safetensors(
+      target.to, src.state.config,
+      [&](const ParamSpec& spec) {
+        const std::size_t i = spec_index(specs, spec.name);
+        return std::span<const float>(src.state.params)
+            .subspan(static_cast<std::size_t>(offsets[i]), static_cast<std::size_t>(spec.numel()));
+      },
+      stored, target.shard_bytes);
+  std::printf("converted %s to safetensors folder %s (%s, Hugging Face %s names)\n", src.what.c_str(),
+              target.to.c_str(), target.dtype.c_str(), hf_family(src.state.config.family).model);
+}
+
+void write_checkpoint_target(const ConvertSource& src, const ConvertTarget& target, const po::variables_map& vm) {
   LayoutRequest request;
   request.dp = vm["dp"].as<int>();
   request.tp = vm["tp"].as<int>();
@@ -153,15 +160,49 @@ int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   }
   int seq_len = vm["seq-len"].as<int>();
   if (seq_len == 0) {
-    seq_len = base.training.contains("seq_len") ? required_json_int(base.training, "seq_len", source + ": training") : 64;
-    if (seq_len < 1) throw UsageError(source + ": its training.seq_len is " + std::to_string(seq_len) + "; give --seq-len");
+    seq_len = src.base.training.contains("seq_len")
+                  ? required_json_int(src.base.training, "seq_len", src.what + ": training")
+                  : 64;
+    if (seq_len < 1)
+      throw UsageError(src.what + ": its training.seq_len is " + std::to_string(seq_len) + "; give --seq-len");
   }
   // Batches do not matter offline: any that the schedule takes.
-  const LayoutPlan plan(request, layout_dims(state.config, seq_len), request.world_size(), request.dp * request.pp);
+  const LayoutPlan plan(request, layout_dims(src.state.config, seq_len), request.world_size(), request.dp * request.pp);
   const MeshShape& mesh = plan.mesh();
-  const std::filesystem::path dir = write_checkpoint_for_layout(to, state, plan, base);
-  std::printf("converted %s to checkpoint %s for dp %d x tp %d x pp %d%s\n", source.c_str(), dir.c_str(), mesh.dp,
-              mesh.tp, mesh.pp, state.adam_m.empty() ? " (weights only)" : "");
+  const std::filesystem::path dir = write_checkpoint_for_layout(target.to, src.state, plan, src.base);
+  std::printf("converted %s to checkpoint %s for dp %d x tp %d x pp %d%s\n", src.what.c_str(), dir.c_str(), mesh.dp,
+              mesh.tp, mesh.pp, src.state.adam_m.empty() ? " (weights only)" : "");
+}
+
+}  // namespace
+
+int convert_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
+  po::options_description desc = convert_options();
+  auto parsed = parse_command_line("convert",
+                                   "Converts offline, in one process: a checkpoint of any layout, llm.c weights or a "
+                                   "Hugging Face safetensors folder (GPT-2 or Llama) to any of the three, or a checkpoint to "
+                                   "another layout's shards. Any "
+                                   "layout can resume from any checkpoint; converting only places each rank's "
+                                   "shards in its own file.",
+                                   desc, args, mpi.world_rank());
+  if (!parsed) return 0;
+  const po::variables_map& vm = *parsed;
+  if (mpi.world_rank() != 0) return 0;  // one process does it all
+  const std::filesystem::path from = vm["from"].as<std::string>();
+  const ConvertTarget target = read_target(vm);
+  if (!std::filesystem::exists(from)) throw UsageError("--from " + from.string() + " does not exist");
+  // A file or a directory by its name.
+  check_path("to", target.to.string(), target.llmc() ? PathKind::WriteFile : PathKind::WriteDir);
+
+  const ConvertSource src = read_source(from, target, vm["weights-only"].as<bool>());
+  if (target.llmc()) {
+    save_llmc_weights(src.state.config, src.state.params, target.to, target.dtype == "bf16" ? DType::BF16 : DType::F32);
+    std::printf("converted %s to llm.c weights %s (%s)\n", src.what.c_str(), target.to.c_str(), target.dtype.c_str());
+  } else if (target.safetensors()) {
+    write_safetensors_target(src, target);
+  } else {
+    write_checkpoint_target(src, target, vm);
+  }
   return 0;
 }
 
