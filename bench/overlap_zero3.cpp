@@ -3,7 +3,7 @@
 #include "bench/bench_env.h"
 #include "models/gpt.h"
 #include "models/gpt_sharding.h"
-#include "parallel/unit_shards.h"
+#include "zero/unit_shards.h"
 
 namespace mt {
 namespace {

@@ -1,5 +1,5 @@
 // `meshbench overlap --zero 3`: how much of ZeRO-3's parameter gathering the prefetch hides. A
-// whole GPT on every rank, its parameters sharded over dp = world (parallel/unit_shards.h); a step
+// whole GPT on every rank, its parameters sharded over dp = world (zero/unit_shards.h); a step
 // is forward and backward, each unit's parameters all-gathered before each use and its gradients
 // reduce-scattered after backward. The same steps run twice: prefetch off (every gather waits at
 // the unit's first use) and on (the next units' gathers run while the current one computes).

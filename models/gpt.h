@@ -77,7 +77,7 @@ struct GptOptions {
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // needs a tensor-parallel group of 2 or more
   // ZeRO-2/3: the store is built in these blocks (ParameterStore), none of them resident: their
-  // owner (parallel/unit_shards.h) takes and frees their memory. Empty: flat buffers.
+  // owner (zero/unit_shards.h) takes and frees their memory. Empty: flat buffers.
   std::vector<StoreBlock> store_blocks = {};
   // Rows per chunk of the LM head's logits; 0: from the byte budget (models/head_chunks.h). Tests
   // force several chunks on tiny models.

@@ -22,7 +22,7 @@ constexpr bool writes_gradients(ParamUse use) {
   return use == ParamUse::Backward || use == ParamUse::BackwardWeights || use == ParamUse::ForwardWithGradient;
 }
 
-// How many units ahead ZeRO-3 gathers (parallel/unit_shards.h) in the order of use: a layer's two
+// How many units ahead ZeRO-3 gathers (zero/unit_shards.h) in the order of use: a layer's two
 // (its attention and its MLP), so a layer's gathers hide behind about a layer's compute. The memory
 // model counts the same (perf/memory_model.h).
 constexpr int kPrefetchUnits = 2;

@@ -7,7 +7,7 @@
 // holds the parameters rounded to bf16 for the GEMMs: refresh_compute_params() casts the master
 // into it in one kernel. With fp32 compute there is no copy: the compute views are the parameters.
 //
-// ZeRO-2/3 (parallel/unit_shards.h) build the store in blocks instead: each block of consecutive
+// ZeRO-2/3 (zero/unit_shards.h) build the store in blocks instead: each block of consecutive
 // parameters gets buffers of its own (parameters, compute copy, gradients), created without
 // memory, so that a unit's buffers exist only while it is used and no buffer ever holds the whole
 // stage. Such a store has no flat buffers.
@@ -24,7 +24,7 @@
 
 namespace mt {
 
-// A run of parameters with buffers of its own (a ZeRO-2/3 shard block, parallel/unit_shards.h).
+// A run of parameters with buffers of its own (a ZeRO-2/3 shard block, zero/unit_shards.h).
 struct StoreBlock {
   std::size_t first = 0, count = 0;  // parameters [first, first + count)
   std::int64_t padded = 0;           // the buffers' elements: the parameters' and zero padding after

@@ -35,7 +35,7 @@ struct LayoutRequest : MeshShape {   // dp 0: the ranks tp x pp leaves
   std::vector<int> pp_layers;  // explicit layers per stage (--pp-layers); empty: balanced by cost
   // ZeRO stage over the dp group: 0 replicated; 1 AdamW state sharded; 2 also the gradients
   // (each parameter unit reduce-scattered after its backward, only the owned shard kept); 3 also the
-  // parameters (each unit gathered before its use, freed after: parallel/unit_shards.h).
+  // parameters (each unit gathered before its use, freed after: zero/unit_shards.h).
   int zero = 0;
   Recompute recompute = Recompute::None;  // --recompute
   bool sequence_parallel = false;         // --sequence-parallel (tp > 1)

@@ -186,7 +186,7 @@ struct StageTimes {
 };
 
 // ZeRO-3 gathers each parameter unit before its use, kPrefetchUnits ahead in the order of use
-// (parallel/unit_shards.h): unit i's gather is launched when unit i - kPrefetchUnits begins (those
+// (zero/unit_shards.h): unit i's gather is launched when unit i - kPrefetchUnits begins (those
 // of the first units when the first begins), after the gathers before it (one communicator); unit
 // i begins when its gather and unit i - 1's compute are done. `units` in the order of use, each
 // {gather seconds, compute seconds}. Returns how long the units waited for their gathers.

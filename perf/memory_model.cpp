@@ -273,7 +273,7 @@ double logits_bytes(const ModelShape& model, const TrainingShape& training, cons
 
 namespace {
 
-// ZeRO-2/3's blocks of one stage (parallel/unit_shards.h), per parameter unit (perf/model_shape.h
+// ZeRO-2/3's blocks of one stage (zero/unit_shards.h), per parameter unit (perf/model_shape.h
 // stage_units), each padded to a multiple of dp.
 struct ZeroBlocks {
   std::vector<std::vector<double>> units;  // padded elements of each unit's blocks

@@ -38,7 +38,7 @@ const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition
     sizes.tensors.push_back(shard.local.numel());
     specs.push_back(shard.local);
   }
-  // A unit's blocks as parallel/unit_shards.h cuts them: one, the token embedding's own apart.
+  // A unit's blocks as zero/unit_shards.h cuts them: one, the token embedding's own apart.
   for (const ParamUnit& unit : gpt_param_units(specs)) {
     StageUnit u{unit.name, {}};
     bool open = false;

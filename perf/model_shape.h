@@ -88,7 +88,7 @@ std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, i
 // and ZeRO-2/3 reduce-scatter as one), in store order, those the stage holds: the embedding (wte
 // and wpe, or the head's tied wte copy), each layer, the final norm, llama's lm_head; with ZeRO-3's
 // vocabulary pieces (gpt_vocab_pieces) "embedding.<k>" and "head.<k>". Each with its blocks as
-// parallel/unit_shards.h cuts them (the token embedding in one of its own).
+// zero/unit_shards.h cuts them (the token embedding in one of its own).
 struct StageUnit {
   std::string name;
   std::vector<std::int64_t> blocks;  // elements, before padding

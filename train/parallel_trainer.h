@@ -3,7 +3,7 @@
 // data-parallel group in buckets overlapped with backward (GradReducer), the tied embedding's two
 // copies summed between first and last stage, the global norm taken over every rank counting each
 // parameter once, and AdamW (sharded with ZeRO-1) steps. With --zero 2 or 3 the flat-buffer path
-// gives way to UnitShards (parallel/unit_shards.h): gradients reduce-scattered per unit and micro-
+// gives way to UnitShards (zero/unit_shards.h): gradients reduce-scattered per unit and micro-
 // batch into owned shards (and, with 3, parameters gathered per unit), UnitShardedAdamW stepping. The same options give the same model on
 // every layout: the batch options are global, each dp rank reads global_batch/dp sequences per step.
 // defines: ParallelTrainer
@@ -22,8 +22,8 @@
 #include "parallel/layout_plan.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/schedule.h"
-#include "parallel/unit_sharded_adamw.h"
-#include "parallel/unit_shards.h"
+#include "zero/unit_sharded_adamw.h"
+#include "zero/unit_shards.h"
 #include "parallel/zero_optimizer.h"
 #include "train/metrics.h"
 #include "train/step_batch.h"

@@ -1,4 +1,4 @@
-// AdamW over a ZeRO-2/3 rank's owned shards (parallel/unit_shards.h): one slot per piece of a
+// AdamW over a ZeRO-2/3 rank's owned shards (zero/unit_shards.h): one slot per piece of a
 // parameter inside this rank's owned piece of a block, a view of the owned parameters (stage 2: of
 // the full block buffer; stage 3: of the owned parameter buffer) and of the owned gradients.
 // m and v exist for exactly those elements: 8 bytes x (stage params / dp + padding) per rank.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "optim/adamw.h"             // defines: AdamW, AdamWConfig
-#include "parallel/unit_shards.h"    // defines: UnitShards
+#include "zero/unit_shards.h"    // defines: UnitShards
 
 namespace mt {
 

@@ -4,7 +4,7 @@
 // their two copies identically); each block is padded to a multiple of dp and this dp rank owns
 // the r-th of its dp equal pieces. The owned pieces of all blocks sit in one fp32 gradient buffer
 // (and, with ZeRO-3, one fp32 parameter buffer) of about stage_params/dp elements, where the
-// optimizer's sharded state lives too (parallel/unit_sharded_adamw.h).
+// optimizer's sharded state lives too (zero/unit_sharded_adamw.h).
 //
 // Gradients (stage 2 and 3): a unit's full gradient exists only from the first kernel that writes
 // it (begin() of a use that writes_gradients) until its reduce-scatter, launched at that use's

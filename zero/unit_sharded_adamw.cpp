@@ -1,4 +1,4 @@
-#include "parallel/unit_sharded_adamw.h"
+#include "zero/unit_sharded_adamw.h"
 
 #include <algorithm>
 #include <span>

@@ -1,4 +1,4 @@
-#include "parallel/unit_shards.h"
+#include "zero/unit_shards.h"
 
 #include <algorithm>
 #include <chrono>

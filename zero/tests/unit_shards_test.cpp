@@ -1,9 +1,9 @@
-// ZeRO-2/3 units (parallel/unit_shards.h) over the world as the data-parallel group, with the hooks
+// ZeRO-2/3 units (zero/unit_shards.h) over the world as the data-parallel group, with the hooks
 // called by hand as a model calls them: per-unit gradients reduce-scattered and added into the
 // owned shards equal the sums over ranks (exact: small integers), gathers and prefetches deliver
 // the full parameters, full units are freed (the allocator's in_use falls back), and a freed unit
 // read fails with a clear error.
-#include "parallel/unit_shards.h"
+#include "zero/unit_shards.h"
 
 #include <gtest/gtest.h>
 
