@@ -27,7 +27,7 @@ set(MESHTRAIN_ASAN_SET
   optim_tests metrics_test
   perf_tests launch_tests
   # multi rank
-  comm_semantics_test.np2 comm_semantics_test.np3
+  comm_semantics_test.np2 comm_semantics_test.np3 comm_work_test.np2
   agreement_test.np2 agreement_test.np4 watchdog_test.np2 watchdog_test.np4
   groups_test.np4
   grad_reducer_test.np2 grad_reducer_test.np3
