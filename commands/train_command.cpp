@@ -154,7 +154,7 @@ void print_layout(const TrainJob& job, const ParallelTrainer& trainer) {
   std::string memory_options;
   if (layout.recompute != Recompute::None) memory_options += std::string(", recompute ") + recompute_name(layout.recompute);
   if (layout.sequence_parallel) memory_options += ", sequence parallel";
-  std::printf("  layout %s, %s schedule%s, %d micro-batch(es) per step, layers per %s %s, zero %d%s, buckets %.3g MiB%s\n",
+  std::printf("  layout %s, %s schedule%s, %d pass(es) per step per rank, layers per %s %s, zero %d%s, buckets %.3g MiB%s\n",
               job.plan.mesh().describe().c_str(), schedule_kind_name(layout.schedule),
               layout.virtual_stages > 1 ? (" (" + std::to_string(layout.virtual_stages) + " chunks per stage)").c_str() : "",
               trainer.micro_batches(), layout.virtual_stages > 1 ? "chunk" : "stage", split.c_str(), layout.zero,
@@ -194,9 +194,8 @@ void print_start(const TrainJob& job, const ParallelTrainer& trainer, const Trai
               format_count(static_cast<double>(data.train->tokens_per_epoch())).c_str(), data.train->num_shards(),
               data.val ? (", " + format_count(static_cast<double>(data.val->tokens_per_epoch())) + " validation").c_str()
                        : ", no validation split");
-  std::printf("  batch %d x %d tokens (%d micro-batch(es) of %d), %d steps, %s\n", settings.global_batch,
-              settings.seq_len, settings.micro_steps(), settings.micro_batch, settings.steps,
-              trainer.settings().schedule.describe().c_str());
+  std::printf("  batch %d x %d tokens (micro-batches of %d), %d steps, %s\n", job.plan.global_batch(),
+              settings.seq_len, job.plan.micro_batch(), settings.steps, trainer.settings().schedule.describe().c_str());
   std::printf("  device %s, %s compute, %d CPU thread(s)%s\n", ctx.device().str().c_str(), dtype_name(job.compute),
               ctx.cpu_threads(), peak > 0 ? (", MFU against " + format_count(peak) + "FLOP/s per rank").c_str() : "");
   print_layout(job, trainer);

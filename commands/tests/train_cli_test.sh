@@ -210,21 +210,21 @@ expect_error "layout: interleaving with layers not divisible by pp x v" "needs t
 # The default batch (8) on 4 ranks: --micro-batch defaults to 2, what divides each replica's 2 (a
 # fixed default of 4 refused this: "--global-batch 8 must be a positive multiple of --dp 4 x --micro-batch 4").
 if expect_ok "train on 4 ranks with the default batch and micro-batch" "$mpiexec" -np 4 --oversubscribe "${par[@]}"; then
-  grep -q "micro-batch(es) of 2)" "$out" || { fail "4 ranks: the default micro-batch is not 2"; show; }
+  grep -q "(micro-batches of 2)" "$out" || { fail "4 ranks: the default micro-batch is not 2"; show; }
 fi
 # --pp without --micro-batch: the default leaves the schedule a micro-batch per stage (2 here, where
 # 4 left dp 2's replicas one micro-batch: "--schedule 1f1b needs at least --pp 2 micro-batches per
 # step"), and --virtual-stages 2 alone runs the interleaved schedule (once "needs --schedule interleaved").
 if expect_ok "train --pp 2 --virtual-stages 2 on 4 ranks without --micro-batch or --schedule" \
      "$mpiexec" -np 4 --oversubscribe "${par[@]}" --pp 2 --virtual-stages 2; then
-  grep -q -F "interleaved schedule (2 chunks per stage), 2 micro-batch(es) per step" "$out" \
+  grep -q -F "interleaved schedule (2 chunks per stage), 2 pass(es) per step per rank" "$out" \
     || { fail "--pp 2 --virtual-stages 2: not interleaved with 2 micro-batches per step"; show; }
-  grep -q -F "micro-batch(es) of 2)" "$out" || { fail "--pp 2 --virtual-stages 2: the default micro-batch is not 2"; show; }
+  grep -q -F "(micro-batches of 2)" "$out" || { fail "--pp 2 --virtual-stages 2: the default micro-batch is not 2"; show; }
 fi
 if expect_ok "train --dp 2 --tp 2 --pp 2 --zero 1 on 8 ranks" "$mpiexec" -np 8 --oversubscribe "$meshtrain" train --device cpu \
   --tokenizer bytes --data "$data" --dp 2 --tp 2 --pp 2 --zero 1 --steps 4 --global-batch 8 --micro-batch 2 \
   --log-every 1 --cpu-threads 1 --save-weights "$dir/layout.bin"; then
-  grep -q "layout dp=2 tp=2 pp=2 (order tp-dp-pp), 1f1b schedule, 2 micro-batch(es) per step" "$out" \
+  grep -q "layout dp=2 tp=2 pp=2 (order tp-dp-pp), 1f1b schedule, 2 pass(es) per step per rank" "$out" \
     || { fail "8 ranks: the layout line"; show; }
   grep -q "rank 7: dp 1 tp 1 stage 1, layers .* + head, tp shard 1/2" "$out" || { fail "8 ranks: rank 7's place"; show; }
   grep -q "^step 4/4" "$out" || { fail "8 ranks: the last step"; show; }
