@@ -46,49 +46,47 @@ template <class T, bool kVec>
 __device__ __forceinline__ void layernorm_row(const nn_math::LayerNormForward<T>& op, std::int64_t n, int lane) {
   constexpr int P = Pack<T>::kSize;
   const std::int64_t C = op.channels;
-  {
-    const T* xr = op.x + n * C;
-    float sum = 0.0f;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          for (int i = 0; i < P; ++i) sum += widen(v.v[i]);
-        },
-        [&](std::int64_t j) { sum += widen(xr[j]); });
-    const float m = rows::warp_sum(sum) / static_cast<float>(C);
-    float var = 0.0f;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          for (int i = 0; i < P; ++i) {
-            const float d = widen(v.v[i]) - m;
-            var += d * d;
-          }
-        },
-        [&](std::int64_t j) {
-          const float d = widen(xr[j]) - m;
+  const T* xr = op.x + n * C;
+  float sum = 0.0f;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        for (int i = 0; i < P; ++i) sum += widen(v.v[i]);
+      },
+      [&](std::int64_t j) { sum += widen(xr[j]); });
+  const float m = rows::warp_sum(sum) / static_cast<float>(C);
+  float var = 0.0f;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        for (int i = 0; i < P; ++i) {
+          const float d = widen(v.v[i]) - m;
           var += d * d;
-        });
-    const float s = 1.0f / ::sqrtf(rows::warp_sum(var) / static_cast<float>(C) + nn_math::kLayerNormEps);
-    T* o = op.out + n * C;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          float w[P], b[P];
-          rows::load_floats(op.weight + j, w);
-          rows::load_floats(op.bias + j, b);
-          Pack<T> out;
-          for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>((widen(v.v[i]) - m) * s * w[i] + b[i]);
-          rows::store_pack(o + j, out);
-        },
-        [&](std::int64_t j) { o[j] = narrow_to<T>((widen(xr[j]) - m) * s * op.weight[j] + op.bias[j]); });
-    if (lane == 0) {
-      op.mean[n] = m;
-      op.rstd[n] = s;
-    }
+        }
+      },
+      [&](std::int64_t j) {
+        const float d = widen(xr[j]) - m;
+        var += d * d;
+      });
+  const float s = 1.0f / ::sqrtf(rows::warp_sum(var) / static_cast<float>(C) + nn_math::kLayerNormEps);
+  T* o = op.out + n * C;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        float w[P], b[P];
+        rows::load_floats(op.weight + j, w);
+        rows::load_floats(op.bias + j, b);
+        Pack<T> out;
+        for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>((widen(v.v[i]) - m) * s * w[i] + b[i]);
+        rows::store_pack(o + j, out);
+      },
+      [&](std::int64_t j) { o[j] = narrow_to<T>((widen(xr[j]) - m) * s * op.weight[j] + op.bias[j]); });
+  if (lane == 0) {
+    op.mean[n] = m;
+    op.rstd[n] = s;
   }
 }
 
@@ -105,37 +103,35 @@ template <class T, bool kVec>
 __device__ __forceinline__ void rmsnorm_row(const nn_math::RmsNormForward<T>& op, std::int64_t n, int lane) {
   constexpr int P = Pack<T>::kSize;
   const std::int64_t C = op.channels;
-  {
-    const T* xr = op.x + n * C;
-    float sum_sq = 0.0f;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          for (int i = 0; i < P; ++i) {
-            const float x = widen(v.v[i]);
-            sum_sq += x * x;
-          }
-        },
-        [&](std::int64_t j) {
-          const float x = widen(xr[j]);
+  const T* xr = op.x + n * C;
+  float sum_sq = 0.0f;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        for (int i = 0; i < P; ++i) {
+          const float x = widen(v.v[i]);
           sum_sq += x * x;
-        });
-    const float s = 1.0f / ::sqrtf(rows::warp_sum(sum_sq) / static_cast<float>(C) + op.eps);
-    T* o = op.out + n * C;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          float w[P];
-          rows::load_floats(op.weight + j, w);
-          Pack<T> out;
-          for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>(widen(v.v[i]) * s * w[i]);
-          rows::store_pack(o + j, out);
-        },
-        [&](std::int64_t j) { o[j] = narrow_to<T>(widen(xr[j]) * s * op.weight[j]); });
-    if (lane == 0) op.rstd[n] = s;
-  }
+        }
+      },
+      [&](std::int64_t j) {
+        const float x = widen(xr[j]);
+        sum_sq += x * x;
+      });
+  const float s = 1.0f / ::sqrtf(rows::warp_sum(sum_sq) / static_cast<float>(C) + op.eps);
+  T* o = op.out + n * C;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        float w[P];
+        rows::load_floats(op.weight + j, w);
+        Pack<T> out;
+        for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>(widen(v.v[i]) * s * w[i]);
+        rows::store_pack(o + j, out);
+      },
+      [&](std::int64_t j) { o[j] = narrow_to<T>(widen(xr[j]) * s * op.weight[j]); });
+  if (lane == 0) op.rstd[n] = s;
 }
 
 template <class T, bool kVec>
