@@ -524,16 +524,18 @@ void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
 // there on every rank of the group, within the backward's uses of both units (no uses of its own).
 void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out) {
   ParamUseHooks* hooks = out ? hooks_ : nullptr;
+  const Tensor* attn_out = nullptr;
   {
     const UnitUse use(hooks, blk.attn_unit, ParamUse::Forward);
     blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
     blk.qkv_forward(ctx_, a.ln1, w.full, a.qkv);  // column-parallel: this rank's heads
     nn::attention_forward(ctx_, attention_kernel_, a.qkv, attention_heads_, a.atty, a.att);
-    // Row-parallel: the sum of the ranks' partial outputs.
-    kernels::binary(ctx_, BinaryOp::Add, x, blk.attn_proj.forward(ctx_, a.atty, w.branch, w.branch_local), a.res2);
+    // Row-parallel: the sum of the ranks' partial outputs (this rank's rows with sequence parallelism).
+    attn_out = &blk.attn_proj.forward(ctx_, a.atty, w.branch, w.branch_local);
   }
   const UnitUse use(hooks, blk.mlp_unit, ParamUse::Forward);
-  blk.ln2.forward(ctx_, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
+  // res2 = x + attention output and ln2(res2) in one pass, in the MLP's use: the add reads no parameter.
+  blk.ln2.add_forward(ctx_, x, *attn_out, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
   blk.mlp_up_forward(ctx_, a.ln2, w.full, a.fch, a.fch_gelu);
   if (out == nullptr) return;
   kernels::binary(ctx_, BinaryOp::Add, a.res2, blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, w.branch_local), *out);

@@ -149,6 +149,15 @@ void Norm::forward(DeviceContext& ctx, const Tensor& x, Tensor& out, Tensor& mea
   nn::layernorm_forward(ctx, x, weight, bias, out, mean, rstd);
 }
 
+void Norm::add_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, Tensor& sum, Tensor& out, Tensor& mean,
+                       Tensor& rstd) const {
+  if (rms) {
+    nn::add_rmsnorm_forward(ctx, x, y, weight, eps, sum, out, rstd);
+    return;
+  }
+  nn::add_layernorm_forward(ctx, x, y, weight, bias, sum, out, mean, rstd);
+}
+
 void Norm::backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                     Tensor& dx) {
   if (rms) {

@@ -67,6 +67,9 @@ struct Norm {
 
   static Norm from_store(ParameterStore& store, const std::string& prefix, bool rms = false, float eps = 1e-5f);
   void forward(DeviceContext& ctx, const Tensor& x, Tensor& out, Tensor& mean, Tensor& rstd) const;
+  // sum = x + y, then forward(sum, ...) in one pass: the bits of kernels::binary's Add and forward.
+  void add_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, Tensor& sum, Tensor& out, Tensor& mean,
+                   Tensor& rstd) const;
   // dx += ...; dweight, dbias += ...
   void backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                 Tensor& dx);

@@ -239,6 +239,57 @@ void rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, 
   });
 }
 
+namespace {
+// The residual's checks of a fused add and norm: y and sum of x's shape and dtype.
+void expect_residual(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& sum, const char* what) {
+  expect_on(ctx, y, "residual branch");
+  expect_on(ctx, sum, "residual sum");
+  MT_CHECK(y.dtype() == x.dtype() && sum.dtype() == x.dtype() && y.numel() == x.numel() && sum.numel() == x.numel(),
+           what, ": x ", x.describe(), ", y ", y.describe(), " and sum ", sum.describe(), " differ");
+}
+}  // namespace
+
+void add_layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& weight,
+                           const Tensor& bias, Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd) {
+  expect_on(ctx, x, "layernorm input");
+  expect_residual(ctx, x, y, sum, "add_layernorm");
+  expect_f32(ctx, weight, "layernorm weight");
+  expect_f32(ctx, bias, "layernorm bias");
+  expect_f32(ctx, mean, "layernorm mean");
+  expect_f32(ctx, rstd, "layernorm rstd");
+  expect_on(ctx, out, "layernorm output");
+  const std::int64_t C = weight.numel(), N = rmsnorm_rows(x, C, "add_layernorm");
+  expect_numel(bias, C, "layernorm bias");
+  expect_numel(out, N * C, "layernorm output");
+  expect_numel(mean, N, "layernorm mean");
+  expect_numel(rstd, N, "layernorm rstd");
+  MT_CHECK(out.dtype() == x.dtype(), "add_layernorm: output ", out.describe(), " for input ", x.describe());
+  run<nn_math::AddLayerNormForward>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const T_>(x), ptr<const T_>(y), ptr<const float>(weight), ptr<const float>(bias), ptr<T_>(sum),
+          ptr<T_>(out), ptr<float>(mean), ptr<float>(rstd), N, C};
+  });
+}
+
+void add_rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                         Tensor& sum, Tensor& out, Tensor& rstd) {
+  expect_on(ctx, x, "rmsnorm input");
+  expect_residual(ctx, x, y, sum, "add_rmsnorm");
+  expect_f32(ctx, weight, "rmsnorm weight");
+  expect_f32(ctx, rstd, "rmsnorm rstd");
+  expect_on(ctx, out, "rmsnorm output");
+  const std::int64_t C = weight.numel(), N = rmsnorm_rows(x, C, "add_rmsnorm");
+  MT_CHECK(eps >= 0.0f, "add_rmsnorm: eps ", eps, " is negative");
+  expect_numel(out, N * C, "rmsnorm output");
+  expect_numel(rstd, N, "rmsnorm rstd");
+  MT_CHECK(out.dtype() == x.dtype(), "add_rmsnorm: output ", out.describe(), " for input ", x.describe());
+  run<nn_math::AddRmsNormForward>(ctx, x.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.out)>;
+    op = {ptr<const T_>(x), ptr<const T_>(y), ptr<const float>(weight), ptr<T_>(sum), ptr<T_>(out), ptr<float>(rstd),
+          N, C, eps};
+  });
+}
+
 void rmsnorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
                             const Tensor& rstd, Tensor& dx) {
   expect_on(ctx, dout, "rmsnorm output gradient");

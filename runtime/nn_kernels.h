@@ -11,7 +11,8 @@
 // Activations may be fp32 or bf16 (meant for CUDA; the CPU runs it too, for tests); parameters, their gradients and statistics are fp32.
 // defines: embedding_forward, embedding_forward_slice, embedding_backward, embedding_backward_slice,
 //          layernorm_forward, layernorm_backward, layernorm_backward_input, layernorm_backward_params,
-//          rmsnorm_forward, rmsnorm_backward_input, rmsnorm_backward_params,
+//          rmsnorm_forward, rmsnorm_backward_input, rmsnorm_backward_params, add_layernorm_forward,
+//          add_rmsnorm_forward,
 //          broadcast_rows, bias_backward, gelu_forward, gelu_backward, rope_forward, rope_backward,
 //          swiglu_forward, swiglu_backward, AttentionHeads, attention_forward, attention_backward,
 //          softmax_rows, cross_entropy,
@@ -72,6 +73,14 @@ void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Ten
 // x * rstd * weight is computed in fp32 and rounded once into out's dtype (Hugging Face rounds
 // x * rstd to the activation dtype before the weight: the two differ in bf16 by one rounding).
 void rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor& out, Tensor& rstd);
+// The residual add fused with the norm after it: sum = x + y (rounded into the dtype, as
+// kernels::binary's Add), then layernorm_forward / rmsnorm_forward of the stored sum into out: the
+// bits of the two calls on either device. The backward needs no fused op: the norms' input
+// gradients add onto dx, the residual's gradient.
+void add_layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& weight,
+                           const Tensor& bias, Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd);
+void add_rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                         Tensor& sum, Tensor& out, Tensor& rstd);
 // dx += rstd * (w*dout - norm * mean(w*dout * norm)), norm = x*rstd, per row.
 void rmsnorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor& x, const Tensor& weight,
                             const Tensor& rstd, Tensor& dx);

@@ -1,5 +1,5 @@
 // The norms family on CUDA (runtime/ops/norms.h). The unit ops one thread per unit
-// (runtime/cuda/units.cuh), and three kernels cut for the GPU:
+// (runtime/cuda/units.cuh), and these kernels cut for the GPU:
 //
 // LayerNorm and RMSNorm forward cut for the GPU (Cuda::run_fast, family `norms`): a warp per row in place
 // of a thread per row. The reference is the op's unit (runtime/ops/norms.h LayerNormForward,
@@ -9,7 +9,9 @@
 // 1/sqrtf of the mean plus eps, then each output computed in fp32 and rounded once into T; only the
 // order of the two row sums differs (each lane's strided share, then the butterfly: rows.cuh).
 // Where the rows, weight and bias are 16-byte aligned and a row is whole packs (C * sizeof(T) a
-// multiple of 16), the lanes move 16 bytes at a time; otherwise one element at a time.
+// multiple of 16), the lanes move 16 bytes at a time; otherwise one element at a time. The residual
+// add fused with either norm (AddLayerNormForward, AddRmsNormForward) is the same warp writing the
+// row's sum first, then normalizing it.
 //
 // CUDA kernels of the layernorm backward (runtime/nn_kernels.h), cut for the GPU rather than run
 // one thread per unit of the shared functors:
@@ -39,94 +41,148 @@ using rows::kWarp;
 using rows::Pack;
 using Warps = rows::WarpGroup<kRowWarpsPerBlock>;
 
+// Row n of a LayerNormForward by one warp.
 template <class T, bool kVec>
-__global__ void __launch_bounds__(Warps::kBlockThreads) layernorm_rows(nn_math::LayerNormForward<T> op) {
+__device__ __forceinline__ void layernorm_row(const nn_math::LayerNormForward<T>& op, std::int64_t n, int lane) {
   constexpr int P = Pack<T>::kSize;
-  const int lane = Warps::rank();
-  const std::int64_t C = op.channels, stride = static_cast<std::int64_t>(gridDim.x) * Warps::kRowsPerBlock;
-  for (std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * Warps::kRowsPerBlock + Warps::slot(); n < op.rows;
-       n += stride) {
-    const T* xr = op.x + n * C;
-    float sum = 0.0f;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          for (int i = 0; i < P; ++i) sum += widen(v.v[i]);
-        },
-        [&](std::int64_t j) { sum += widen(xr[j]); });
-    const float m = rows::warp_sum(sum) / static_cast<float>(C);
-    float var = 0.0f;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          for (int i = 0; i < P; ++i) {
-            const float d = widen(v.v[i]) - m;
-            var += d * d;
-          }
-        },
-        [&](std::int64_t j) {
-          const float d = widen(xr[j]) - m;
+  const std::int64_t C = op.channels;
+  const T* xr = op.x + n * C;
+  float sum = 0.0f;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        for (int i = 0; i < P; ++i) sum += widen(v.v[i]);
+      },
+      [&](std::int64_t j) { sum += widen(xr[j]); });
+  const float m = rows::warp_sum(sum) / static_cast<float>(C);
+  float var = 0.0f;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        for (int i = 0; i < P; ++i) {
+          const float d = widen(v.v[i]) - m;
           var += d * d;
-        });
-    const float s = 1.0f / ::sqrtf(rows::warp_sum(var) / static_cast<float>(C) + nn_math::kLayerNormEps);
-    T* o = op.out + n * C;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          float w[P], b[P];
-          rows::load_floats(op.weight + j, w);
-          rows::load_floats(op.bias + j, b);
-          Pack<T> out;
-          for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>((widen(v.v[i]) - m) * s * w[i] + b[i]);
-          rows::store_pack(o + j, out);
-        },
-        [&](std::int64_t j) { o[j] = narrow_to<T>((widen(xr[j]) - m) * s * op.weight[j] + op.bias[j]); });
-    if (lane == 0) {
-      op.mean[n] = m;
-      op.rstd[n] = s;
-    }
+        }
+      },
+      [&](std::int64_t j) {
+        const float d = widen(xr[j]) - m;
+        var += d * d;
+      });
+  const float s = 1.0f / ::sqrtf(rows::warp_sum(var) / static_cast<float>(C) + nn_math::kLayerNormEps);
+  T* o = op.out + n * C;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        float w[P], b[P];
+        rows::load_floats(op.weight + j, w);
+        rows::load_floats(op.bias + j, b);
+        Pack<T> out;
+        for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>((widen(v.v[i]) - m) * s * w[i] + b[i]);
+        rows::store_pack(o + j, out);
+      },
+      [&](std::int64_t j) { o[j] = narrow_to<T>((widen(xr[j]) - m) * s * op.weight[j] + op.bias[j]); });
+  if (lane == 0) {
+    op.mean[n] = m;
+    op.rstd[n] = s;
   }
 }
 
 template <class T, bool kVec>
-__global__ void __launch_bounds__(Warps::kBlockThreads) rmsnorm_rows(nn_math::RmsNormForward<T> op) {
+__global__ void __launch_bounds__(Warps::kBlockThreads) layernorm_rows(nn_math::LayerNormForward<T> op) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * Warps::kRowsPerBlock;
+  for (std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * Warps::kRowsPerBlock + Warps::slot(); n < op.rows;
+       n += stride)
+    layernorm_row<T, kVec>(op, n, Warps::rank());
+}
+
+// Row n of an RmsNormForward by one warp.
+template <class T, bool kVec>
+__device__ __forceinline__ void rmsnorm_row(const nn_math::RmsNormForward<T>& op, std::int64_t n, int lane) {
   constexpr int P = Pack<T>::kSize;
-  const int lane = Warps::rank();
-  const std::int64_t C = op.channels, stride = static_cast<std::int64_t>(gridDim.x) * Warps::kRowsPerBlock;
+  const std::int64_t C = op.channels;
+  const T* xr = op.x + n * C;
+  float sum_sq = 0.0f;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        for (int i = 0; i < P; ++i) {
+          const float x = widen(v.v[i]);
+          sum_sq += x * x;
+        }
+      },
+      [&](std::int64_t j) {
+        const float x = widen(xr[j]);
+        sum_sq += x * x;
+      });
+  const float s = 1.0f / ::sqrtf(rows::warp_sum(sum_sq) / static_cast<float>(C) + op.eps);
+  T* o = op.out + n * C;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> v = rows::load_pack(xr + j);
+        float w[P];
+        rows::load_floats(op.weight + j, w);
+        Pack<T> out;
+        for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>(widen(v.v[i]) * s * w[i]);
+        rows::store_pack(o + j, out);
+      },
+      [&](std::int64_t j) { o[j] = narrow_to<T>(widen(xr[j]) * s * op.weight[j]); });
+  if (lane == 0) op.rstd[n] = s;
+}
+
+template <class T, bool kVec>
+__global__ void __launch_bounds__(Warps::kBlockThreads) rmsnorm_rows(nn_math::RmsNormForward<T> op) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * Warps::kRowsPerBlock;
+  for (std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * Warps::kRowsPerBlock + Warps::slot(); n < op.rows;
+       n += stride)
+    rmsnorm_row<T, kVec>(op, n, Warps::rank());
+}
+
+// The residual add fused with the norm (AddLayerNormForward, AddRmsNormForward): a warp writes
+// its row's sum = x + y, rounded into T as the reference does, then normalizes the stored sum as
+// layernorm_row / rmsnorm_row. The sum has the reference's bits; the norm differs from it only in
+// the order of the row sums, as the unfused fast kernel does.
+template <class T, bool kVec>
+__device__ __forceinline__ void add_row(const T* x, const T* y, T* sum, std::int64_t n, std::int64_t C, int lane) {
+  constexpr int P = Pack<T>::kSize;
+  const T* xr = x + n * C;
+  const T* yr = y + n * C;
+  T* r = sum + n * C;
+  rows::walk<kVec, P>(
+      0, C, lane, kWarp,
+      [&](std::int64_t j) {
+        const Pack<T> a = rows::load_pack(xr + j), b = rows::load_pack(yr + j);
+        Pack<T> out;
+        for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>(widen(a.v[i]) + widen(b.v[i]));
+        rows::store_pack(r + j, out);
+      },
+      [&](std::int64_t j) { r[j] = narrow_to<T>(widen(xr[j]) + widen(yr[j])); });
+  __syncwarp();  // the norm's walk reads back the same columns per lane; this makes it not matter
+}
+
+template <class T, bool kVec>
+__global__ void __launch_bounds__(Warps::kBlockThreads) add_layernorm_rows(nn_math::AddLayerNormForward<T> op) {
+  const nn_math::LayerNormForward<T> norm{op.sum, op.weight, op.bias, op.out, op.mean, op.rstd, op.rows, op.channels};
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * Warps::kRowsPerBlock;
   for (std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * Warps::kRowsPerBlock + Warps::slot(); n < op.rows;
        n += stride) {
-    const T* xr = op.x + n * C;
-    float sum_sq = 0.0f;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          for (int i = 0; i < P; ++i) {
-            const float x = widen(v.v[i]);
-            sum_sq += x * x;
-          }
-        },
-        [&](std::int64_t j) {
-          const float x = widen(xr[j]);
-          sum_sq += x * x;
-        });
-    const float s = 1.0f / ::sqrtf(rows::warp_sum(sum_sq) / static_cast<float>(C) + op.eps);
-    T* o = op.out + n * C;
-    rows::walk<kVec, P>(
-        0, C, lane, kWarp,
-        [&](std::int64_t j) {
-          const Pack<T> v = rows::load_pack(xr + j);
-          float w[P];
-          rows::load_floats(op.weight + j, w);
-          Pack<T> out;
-          for (int i = 0; i < P; ++i) out.v[i] = narrow_to<T>(widen(v.v[i]) * s * w[i]);
-          rows::store_pack(o + j, out);
-        },
-        [&](std::int64_t j) { o[j] = narrow_to<T>(widen(xr[j]) * s * op.weight[j]); });
-    if (lane == 0) op.rstd[n] = s;
+    add_row<T, kVec>(op.x, op.y, op.sum, n, op.channels, Warps::rank());
+    layernorm_row<T, kVec>(norm, n, Warps::rank());
+  }
+}
+
+template <class T, bool kVec>
+__global__ void __launch_bounds__(Warps::kBlockThreads) add_rmsnorm_rows(nn_math::AddRmsNormForward<T> op) {
+  const nn_math::RmsNormForward<T> norm{op.sum, op.weight, op.out, op.rstd, op.rows, op.channels, op.eps};
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * Warps::kRowsPerBlock;
+  for (std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * Warps::kRowsPerBlock + Warps::slot(); n < op.rows;
+       n += stride) {
+    add_row<T, kVec>(op.x, op.y, op.sum, n, op.channels, Warps::rank());
+    rmsnorm_row<T, kVec>(norm, n, Warps::rank());
   }
 }
 
@@ -165,8 +221,38 @@ void run_rmsnorm(const nn_math::RmsNormForward<T>& op, cuda::StreamHandle stream
   rows::check_row_launch("rmsnorm forward");
 }
 
+template <class T>
+void run_add_layernorm(const nn_math::AddLayerNormForward<T>& op, cuda::StreamHandle stream) {
+  if (op.rows == 0) return;
+  const unsigned int blocks = rows::row_blocks(op.rows, Warps::kRowsPerBlock, kRowMaxBlocks);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (packable<T>(op.channels, {op.x, op.y, op.sum, op.out, op.weight, op.bias})) {
+    add_layernorm_rows<T, true><<<blocks, Warps::kBlockThreads, 0, s>>>(op);
+  } else {
+    add_layernorm_rows<T, false><<<blocks, Warps::kBlockThreads, 0, s>>>(op);
+  }
+  rows::check_row_launch("residual add and layernorm forward");
+}
+
+template <class T>
+void run_add_rmsnorm(const nn_math::AddRmsNormForward<T>& op, cuda::StreamHandle stream) {
+  if (op.rows == 0) return;
+  const unsigned int blocks = rows::row_blocks(op.rows, Warps::kRowsPerBlock, kRowMaxBlocks);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (packable<T>(op.channels, {op.x, op.y, op.sum, op.out, op.weight})) {
+    add_rmsnorm_rows<T, true><<<blocks, Warps::kBlockThreads, 0, s>>>(op);
+  } else {
+    add_rmsnorm_rows<T, false><<<blocks, Warps::kBlockThreads, 0, s>>>(op);
+  }
+  rows::check_row_launch("residual add and rmsnorm forward");
+}
+
 }  // namespace
 
+void Cuda::run_fast(const nn_math::AddLayerNormForward<float>& op, cuda::StreamHandle s) { run_add_layernorm(op, s); }
+void Cuda::run_fast(const nn_math::AddLayerNormForward<bf16>& op, cuda::StreamHandle s) { run_add_layernorm(op, s); }
+void Cuda::run_fast(const nn_math::AddRmsNormForward<float>& op, cuda::StreamHandle s) { run_add_rmsnorm(op, s); }
+void Cuda::run_fast(const nn_math::AddRmsNormForward<bf16>& op, cuda::StreamHandle s) { run_add_rmsnorm(op, s); }
 void Cuda::run_fast(const nn_math::LayerNormForward<float>& op, cuda::StreamHandle s) { run_layernorm(op, s); }
 void Cuda::run_fast(const nn_math::LayerNormForward<bf16>& op, cuda::StreamHandle s) { run_layernorm(op, s); }
 void Cuda::run_fast(const nn_math::RmsNormForward<float>& op, cuda::StreamHandle s) { run_rmsnorm(op, s); }

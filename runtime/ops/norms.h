@@ -1,9 +1,10 @@
-// The norms family: LayerNorm (GPT-2) and RMSNorm (Llama), forward and backward. CUDA:
-// runtime/cuda/norms.cu: the forward of both as a warp per row (fast, behind
-// MESHTRAIN_CUDA_KERNELS=norms), the LayerNorm backward as a warp per row and column tiles folded in
-// order (its only CUDA kernels), the rest one thread per unit.
+// The norms family: LayerNorm (GPT-2) and RMSNorm (Llama), forward and backward, and the forward
+// fused with the residual add before it. CUDA: runtime/cuda/norms.cu: the forwards (fused or not) as
+// a warp per row (fast, behind MESHTRAIN_CUDA_KERNELS=norms), the LayerNorm backward as a warp per
+// row and column tiles folded in order (its only CUDA kernels), the rest one thread per unit.
 // defines: kLayerNormEps, LayerNormForward, LayerNormBackwardInput, LayerNormBackwardParams, RmsNormForward,
-//          RmsNormBackwardInput, RmsNormBackwardParams, MT_NORMS_UNIT_OPS, MT_NORMS_FAST_OPS
+//          RmsNormBackwardInput, RmsNormBackwardParams, AddLayerNormForward, AddRmsNormForward,
+//          MT_NORMS_UNIT_OPS, MT_NORMS_FAST_OPS
 #pragma once
 
 #include "runtime/ops/math.h"
@@ -172,6 +173,45 @@ struct RmsNormBackwardParams {
   }
 };
 
+// The residual add fused with the norm after it: sum = x + y rounded into T (kernels::binary's
+// Add), then the norm of the stored, rounded sum, so the bits are the unfused pair's. One unit per
+// row. The backward needs no fused op: the norms' input gradients already add onto dx, the residual
+// gradient.
+template <class T>
+struct AddLayerNormForward {
+  const T* x;
+  const T* y;
+  const float* weight;
+  const float* bias;
+  T* sum;
+  T* out;
+  float* mean;
+  float* rstd;
+  std::int64_t rows, channels;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    for (std::int64_t c = n * channels; c < (n + 1) * channels; ++c) sum[c] = narrow_to<T>(widen(x[c]) + widen(y[c]));
+    LayerNormForward<T>{sum, weight, bias, out, mean, rstd, rows, channels}(n);
+  }
+};
+
+template <class T>
+struct AddRmsNormForward {
+  const T* x;
+  const T* y;
+  const float* weight;
+  T* sum;
+  T* out;
+  float* rstd;
+  std::int64_t rows, channels;
+  float eps;
+  MT_HD std::int64_t count() const { return rows; }
+  MT_HD void operator()(std::int64_t n) const {
+    for (std::int64_t c = n * channels; c < (n + 1) * channels; ++c) sum[c] = narrow_to<T>(widen(x[c]) + widen(y[c]));
+    RmsNormForward<T>{sum, weight, out, rstd, rows, channels, eps}(n);
+  }
+};
+
 MT_TOLERANCE(LayerNormForward, .fp32 = kSumOrder, .bf16 = kBf16Step, .per_sqrt_terms = true,
              .why = "the mean and variance are sums over the C channels, in lane order on the CPU and in a butterfly on the GPU: scale |x - mean| rstd |w| + |b|, terms C")
 MT_TOLERANCE(LayerNormBackwardInput, .fp32 = 1e-5, .bf16 = kBf16Step,
@@ -180,6 +220,10 @@ MT_TOLERANCE(LayerNormBackwardParams, .fp32 = 1e-4, .bf16 = 1e-4,
              .why = "row tiles folded in order instead of one pass over the rows: scale |start| + the sum of |terms| of each column")
 MT_TOLERANCE(RmsNormForward, .fp32 = kSumOrder, .bf16 = kBf16Step, .per_sqrt_terms = true,
              .why = "the mean square is a sum over the C channels in another order on the GPU: scale |x| rstd |w|, terms C")
+MT_TOLERANCE(AddLayerNormForward, .fp32 = kSumOrder, .bf16 = kBf16Step, .per_sqrt_terms = true,
+             .why = "the sum is one rounded add on every device (the same bits); the norm is LayerNormForward's: scale |r - mean| rstd |w| + |b|, terms C")
+MT_TOLERANCE(AddRmsNormForward, .fp32 = kSumOrder, .bf16 = kBf16Step, .per_sqrt_terms = true,
+             .why = "the sum is one rounded add on every device (the same bits); the norm is RmsNormForward's: scale |r| rstd |w|, terms C")
 MT_TOLERANCE(RmsNormBackwardInput, .fp32 = 1e-5, .bf16 = kBf16Step,
              .why = "the same order, nvcc contracts the products into FMAs: scale the largest |dx| of the tensor")
 MT_TOLERANCE(RmsNormBackwardParams, .fp32 = 1e-5, .bf16 = kBf16Step,
@@ -189,6 +233,8 @@ MT_TOLERANCE(RmsNormBackwardParams, .fp32 = 1e-5, .bf16 = kBf16Step,
 
 // The ops the backends run unit by unit (runtime/backend.h; on CUDA the layernorm backward has
 // kernels of its own instead), and those with a kernel cut for the GPU: (op, CudaKernels family).
-#define MT_NORMS_UNIT_OPS(X) X(LayerNormForward) X(RmsNormForward) X(RmsNormBackwardInput) X(RmsNormBackwardParams)
+#define MT_NORMS_UNIT_OPS(X) \
+  X(LayerNormForward) X(RmsNormForward) X(RmsNormBackwardInput) X(RmsNormBackwardParams) X(AddLayerNormForward) X(AddRmsNormForward)
 #define MT_NORMS_OWN_CUDA_OPS(X) X(LayerNormBackwardInput) X(LayerNormBackwardParams)
-#define MT_NORMS_FAST_OPS(X) X(LayerNormForward, Norms) X(RmsNormForward, Norms)
+#define MT_NORMS_FAST_OPS(X) \
+  X(LayerNormForward, Norms) X(RmsNormForward, Norms) X(AddLayerNormForward, Norms) X(AddRmsNormForward, Norms)

@@ -10,7 +10,9 @@
 // GPT-2 vocabulary and small odd ones, a padded and an unpadded vocabulary, and a misaligned view.
 // Entries the ops must not read (past the diagonal, the padding columns) hold NaN, and outputs
 // start as NaN, so a read of the one or a missed write of the other shows.
-// On the CPU: nn::cross_entropy_fused gives cross_entropy_forward-then-backward's bits, and the
+// The residual add fused with either norm likewise (its sum the same bits on every device). On the
+// CPU: the fused add and norm give the bits of kernels::binary's Add then the norm, at 1 and 2
+// threads; nn::cross_entropy_fused gives cross_entropy_forward-then-backward's bits, and the
 // switch's parsing and scope.
 //
 // Tolerances. The kernels compute the reference's function and differ only in the order of their
@@ -42,8 +44,8 @@
 #include "runtime/context.h"             // defines: DeviceContext, DeviceOptions
 #include "runtime/cuda_kernel_choice.h"  // defines: CudaKernels, parse_cuda_kernels, cuda_kernels_name, kCudaKernelsEnv
 #include "runtime/error.h"               // defines: EnvironmentError
-#include "runtime/kernels.h"             // defines: kernels::fill
-#include "runtime/nn_kernels.h"          // defines: nn::layernorm_forward, nn::rmsnorm_forward, nn::cross_entropy_fused, nn::cross_entropy_forward, nn::cross_entropy_backward
+#include "runtime/kernels.h"             // defines: kernels::fill, kernels::binary
+#include "runtime/nn_kernels.h"          // defines: nn::layernorm_forward, nn::rmsnorm_forward, nn::add_layernorm_forward, nn::add_rmsnorm_forward, nn::cross_entropy_fused, nn::cross_entropy_forward, nn::cross_entropy_backward
 #include "runtime/nn_run.h"              // defines: nn::run
 #include "runtime/tensor.h"              // defines: Tensor
 #include "tests/gpu_skip.h"              // defines: MT_SKIP_WITHOUT_GPU
@@ -252,6 +254,94 @@ TYPED_TEST(RowKernels, NormsOnTheGpuAgreeWithTheReferenceKernelAndTheCpuAndRepea
   }
   if (std::is_same_v<T, float>) {
     EXPECT_TRUE(any_differs) << "the warp kernels gave the unit kernel's bits everywhere";
+  }
+}
+
+// ---- The residual add fused with LayerNorm or RMSNorm -----------------------------------------
+// sum = x + y is one add rounded into T on every device: the same bits everywhere. The norm of the
+// stored sum has the unfused norm's allowances (above), the sum in place of x.
+
+struct AddNormOutputs {
+  std::vector<float> sum;
+  NormOutputs norm;
+};
+
+template <class T>
+AddNormOutputs run_add_norm(DeviceContext& ctx, const NormInputs& in, const std::vector<float>& y, bool rms) {
+  const i64 N = in.c.N, C = in.c.C;
+  const DType dt = dtype_of<T>::value;
+  const Tensor x = upload<T>(ctx, in.x, {N, C}, in.c.offset), yt = upload<T>(ctx, y, {N, C}, in.c.offset);
+  const Tensor w = upload<float>(ctx, in.weight, {C}, in.c.offset);
+  Tensor sum = nan_output(ctx, {N, C}, dt, in.c.offset), out = nan_output(ctx, {N, C}, dt, in.c.offset);
+  Tensor rstd = nan_output(ctx, {N}, DType::F32);
+  if (rms) {
+    nn::add_rmsnorm_forward(ctx, x, yt, w, 1e-5f, sum, out, rstd);
+    return {widened(sum), {widened(out), {}, widened(rstd)}};
+  }
+  const Tensor b = upload<float>(ctx, in.bias, {C}, in.c.offset);
+  Tensor mean = nan_output(ctx, {N}, DType::F32);
+  nn::add_layernorm_forward(ctx, x, yt, w, b, sum, out, mean, rstd);
+  return {widened(sum), {widened(out), widened(mean), widened(rstd)}};
+}
+
+// The unfused pair: kernels::binary's Add, then the norm of the stored sum.
+template <class T>
+AddNormOutputs run_add_then_norm(DeviceContext& ctx, const NormInputs& in, const std::vector<float>& y, bool rms) {
+  const i64 N = in.c.N, C = in.c.C;
+  const Tensor x = upload<T>(ctx, in.x, {N, C}, in.c.offset), yt = upload<T>(ctx, y, {N, C}, in.c.offset);
+  Tensor sum = nan_output(ctx, {N, C}, dtype_of<T>::value, in.c.offset);
+  kernels::binary(ctx, BinaryOp::Add, x, yt, sum);
+  NormInputs of_sum = in;
+  of_sum.x = widened(sum);
+  return {of_sum.x, run_norm<T>(ctx, of_sum, rms)};
+}
+
+bool same_add_norm_bits(const AddNormOutputs& a, const AddNormOutputs& b) {
+  return same_bits(a.sum, b.sum) && same_norm_bits(a.norm, b.norm);
+}
+
+TYPED_TEST(RowKernels, AddNormOnTheCpuGivesTheBitsOfTheAddThenTheNormAtAnyThreadCount) {
+  using T = TypeParam;
+  for (int threads : {1, 2}) {
+    DeviceContext cpu(cpu_options(threads));
+    for (const NormCase& c : kNormCases) {
+      const NormInputs in = norm_inputs<T>(c, static_cast<unsigned>(c.N * 17 + c.C));
+      std::mt19937 rng(static_cast<unsigned>(c.N + 5 * c.C));
+      const std::vector<float> y = random_values<T>(rng, c.N * c.C, -1.5f, 1.5f);
+      for (bool rms : {false, true}) {
+        SCOPED_TRACE(std::string(rms ? "rmsnorm" : "layernorm") + " N " + std::to_string(c.N) + " C " +
+                     std::to_string(c.C) + " threads " + std::to_string(threads));
+        EXPECT_TRUE(same_add_norm_bits(run_add_norm<T>(cpu, in, y, rms), run_add_then_norm<T>(cpu, in, y, rms)));
+      }
+    }
+  }
+}
+
+TYPED_TEST(RowKernels, AddNormOnTheGpuAgreesWithTheReferenceKernelAndTheCpuAndRepeats) {
+  MT_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  DeviceContext gpu(gpu_options()), cpu(cpu_options(2));
+  for (const NormCase& c : kNormCases) {
+    const NormInputs in = norm_inputs<T>(c, static_cast<unsigned>(c.N * 17 + c.C));
+    std::mt19937 rng(static_cast<unsigned>(c.N + 5 * c.C));
+    const std::vector<float> y = random_values<T>(rng, c.N * c.C, -1.5f, 1.5f);
+    for (bool rms : {false, true}) {
+      const std::string what = std::string(rms ? "add+rmsnorm" : "add+layernorm") + " N " + std::to_string(c.N) +
+                               " C " + std::to_string(c.C) + (c.offset != 0 ? " misaligned" : "");
+      SCOPED_TRACE(what);
+      const AddNormOutputs on_cpu = run_add_norm<T>(cpu, in, y, rms);
+      gpu.set_cuda_kernels({});
+      const AddNormOutputs reference = run_add_norm<T>(gpu, in, y, rms);
+      gpu.set_cuda_kernels(only(OpFamily::Norms));
+      const AddNormOutputs fast = run_add_norm<T>(gpu, in, y, rms);
+      EXPECT_TRUE(same_add_norm_bits(run_add_norm<T>(gpu, in, y, rms), fast)) << what << ": a second run";
+      EXPECT_TRUE(same_bits(fast.sum, on_cpu.sum) && same_bits(reference.sum, on_cpu.sum)) << what << ": the sum";
+      NormInputs of_sum = in;
+      of_sum.x = on_cpu.sum;
+      expect_norms_near<T>(fast.norm, reference.norm, of_sum, what + " against the GPU reference");
+      expect_norms_near<T>(fast.norm, on_cpu.norm, of_sum, what + " against the CPU");
+      expect_norms_near<T>(reference.norm, on_cpu.norm, of_sum, what + " reference against the CPU");
+    }
   }
 }
 
