@@ -7,7 +7,8 @@
 # 1. the CUDA tests of every op family (ctest -L cuda), then their GPU cases once under
 #    compute-sanitizer memcheck;
 # 2. meshbench train for gpt2 and llama-125m at B=16 T=1024 in bf16 on the defaults, and on the
-#    fast paths still behind switches (MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm);
+#    fast paths still behind switches (MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm
+#    MESHTRAIN_CUDA_KERNELS=all);
 # 3. the PyTorch peer on the same GPU and shapes, its settings untouched;
 # 4. where the step goes: nsys's kernel summary of one gpt2 run, where nsys is installed;
 # 5. a short table last. Full logs under $OUT. About 6-8 minutes after the machine is up.
@@ -30,7 +31,8 @@ tail -25 "$OUT/cuda_tests.txt"
 stamp "compute-sanitizer memcheck"
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for t in runtime/tests/gemm_epilogue_test runtime/tests/attention_test runtime/tests/layernorm_backward_test \
-         runtime/tests/gemm_bf16_test runtime/tests/nn_backward_units_test runtime/tests/cuda_backend_test; do
+         runtime/tests/gemm_bf16_test runtime/tests/nn_backward_units_test runtime/tests/cuda_backend_test \
+         runtime/tests/row_kernels_test optim/tests/optim_cuda_test; do
   echo "=== $t"
   timeout 90 $R exec "$SAN" --tool memcheck --error-exitcode 9 "$B/$t" --gtest_filter='*Cuda*:*Gpu*:*GPU*' 2>&1 |
     grep -E "ERROR SUMMARY|PASSED|FAILED|SKIPPED|Invalid|Failure" | head -12
@@ -47,8 +49,8 @@ train() {  # label model env...
 for model in gpt2 llama-125m; do
   stamp "meshbench $model: defaults"
   train default "$model" MESHTRAIN_GEMM=cublas
-  stamp "meshbench $model: fast paths (cublaslt, gemm attention)"
-  train fast "$model" MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm
+  stamp "meshbench $model: fast paths (cublaslt, gemm attention, every fast kernel)"
+  train fast "$model" MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm MESHTRAIN_CUDA_KERNELS=all
   stamp "PyTorch peer $model"
   timeout 240 python3 "$PEER" --model "$model" --batch 16 --seq 1024 > "$OUT/peer_${model}.txt" 2>&1
   echo "exit $?" >> "$OUT/peer_${model}.txt"
@@ -56,7 +58,7 @@ done
 
 if command -v nsys > /dev/null; then
   stamp "nsys: gpt2 on the fast paths"
-  MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm timeout 150 $R exec nsys profile -o /tmp/gpt2 --force-overwrite true \
+  MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm MESHTRAIN_CUDA_KERNELS=all timeout 150 $R exec nsys profile -o /tmp/gpt2 --force-overwrite true \
     "$MB" train --device cuda:0 --dtype bf16 --models gpt2 --batch 16 --seq-len 1024 --steps 3 --warmup 1 > /dev/null 2>&1
   nsys stats --report cuda_gpu_kern_sum --format csv /tmp/gpt2.nsys-rep > "$OUT/nsys_kernels.csv" 2>/dev/null
 else
