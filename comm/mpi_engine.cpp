@@ -29,6 +29,9 @@ struct MpiEngine::State {
   bool stopping = false;
   bool in_mpi_wait = false;
   bool exited = false;
+  // Left behind as an error ends the job (~MpiEngine detached the thread): MPI may be finalizing on
+  // the main thread, so the thread makes no MPI call on its way out.
+  bool abandoned = false;
   std::vector<WorkPtr> in_flight;  // queued or started, for the shutdown message (under mutex)
 
   // Engine thread only.
@@ -174,6 +177,10 @@ void MpiEngine::run(const std::shared_ptr<State>& s) {
     s->start_queued(queued);
     if (!s->active.empty()) s->wait_some();
   }
+  {
+    std::lock_guard lock(s->mutex);
+    if (s->abandoned) return;
+  }
   MPI_Cancel(&s->doorbell_request);
   MPI_Wait(&s->doorbell_request, MPI_STATUS_IGNORE);
   {
@@ -184,15 +191,16 @@ void MpiEngine::run(const std::shared_ptr<State>& s) {
 }
 
 MpiEngine::~MpiEngine() {
-  bool busy = false;
+  bool abandon = false;
   {
     std::lock_guard lock(state_->mutex);
     state_->stopping = true;
-    busy = !state_->in_flight.empty();
+    abandon = !state_->in_flight.empty() && std::uncaught_exceptions() > 0;
+    state_->abandoned = abandon;
   }
   state_->wake.notify_all();
   state_->ring();
-  if (busy && std::uncaught_exceptions() > 0) {
+  if (abandon) {
     // An error is on its way to the top level, which ends the job; waiting here for peers that
     // may never come would hang it instead. The thread keeps its state alive until then.
     thread_.detach();

@@ -88,8 +88,9 @@ else
 fi
 
 # --- jobs 3 and 4: stopped as before a time limit, requeued, resumed to the end. Long enough (steps of
-# about 10 ms) that the stop comes mid-run: scancel takes a fraction of a second to reach the tasks.
-requeue_steps=400
+# 5-10 ms) that the stop comes mid-run: scancel takes a fraction of a second to reach the tasks, and
+# on a loaded machine the poll for step 3 a second or more (400 steps once ended first).
+requeue_steps=1000
 requeue_args=()
 for ((i = 0; i < ${#fault_train_args[@]}; ++i)); do  # the fault runs' options, with more steps and no periodic save
   requeue_args+=("${fault_train_args[i]}")
