@@ -79,7 +79,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
       plan_(plan),
       train_(train),
       val_(val) {
-  settings_.global_batch = plan_.global_batch();
+  settings_.global_batch = plan_.global_batch();  // until TrainSettings drops its batch sizes
   settings_.micro_batch = plan_.micro_batch();
   settings_.validate();
   const MeshShape& mesh = groups_.mesh.shape();
@@ -104,7 +104,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   ParameterStore& store = model_->parameters();
   reads_data_ = partition.embedding || partition.head;
   if (reads_data_)
-    batch_.emplace(ctx_, plan_.micro_batches(), settings_.micro_batch, settings_.seq_len, config.vocab_size);
+    batch_.emplace(ctx_, plan_.micro_batches(), plan_.micro_batch(), settings_.seq_len, config.vocab_size);
   step_sums_ = Tensor::empty({3}, DType::F32, ctx_);
   eval_sum_ = Tensor::empty({1}, DType::F32, ctx_);
 
@@ -255,7 +255,7 @@ StepRecord ParallelTrainer::step() {
   const MeshShape& mesh = groups_.mesh.shape();
   ParameterStore& store = model_->parameters();
   // This dp rank's share of the step's global batch: sequences in the order a single rank reads them.
-  const std::int64_t local = settings_.global_batch / mesh.dp;
+  const std::int64_t local = plan_.global_batch() / mesh.dp;
   const std::int64_t first = sequences_done_ + groups_.coord.dp * local;
   if (reads_data_) batch_->load(train_, first);
   const double tp_wait_before = tp_stats_.wait_seconds;
@@ -273,7 +273,7 @@ StepRecord ParallelTrainer::step() {
     };
   // The gradient of the mean loss over the step's micro-batches on every dp rank.
   const float loss_weight = 1.0f / static_cast<float>(plan_.micro_batches() * mesh.dp);
-  StageRunner runner(*model_, settings_.micro_batch, settings_.seq_len, batch_ ? &*batch_ : nullptr, loss_weight,
+  StageRunner runner(*model_, plan_.micro_batch(), settings_.seq_len, batch_ ? &*batch_ : nullptr, loss_weight,
                      step_sums_.flat_slice(reports_loss() ? 1 : 2, 1), std::move(to_reducer));
   std::chrono::steady_clock::time_point reduce_start;
   if (units_) {
@@ -336,7 +336,7 @@ StepRecord ParallelTrainer::step() {
   // No wait for the update here: on a GPU the step's time ends when its work is queued, and the next
   // step's read waits for it, so the times still add up over steps.
   ++steps_done_;
-  sequences_done_ += settings_.global_batch;
+  sequences_done_ += plan_.global_batch();
   const double seconds = since(start);
   r.time.bubble_s = pipeline_stats_.receive_wait_s;
   r.time.comm_s = comm_s + (tp_stats_.wait_seconds - tp_wait_before);
@@ -352,14 +352,14 @@ double ParallelTrainer::evaluate() {
   const MeshShape& mesh = groups_.mesh.shape();
   // The first eval_batches x global_batch sequences, as the tests' single-rank Trainer reads them: batch k's
   // share for dp rank r is the r-th slice of it.
-  const std::int64_t local = settings_.global_batch / mesh.dp;
+  const std::int64_t local = plan_.global_batch() / mesh.dp;
   kernels::fill(ctx_, eval_sum_, 0.0);
   kernels::fill(ctx_, step_sums_, 0.0);  // its last slot takes the loss of a head that reports none
-  StageRunner runner(*model_, settings_.micro_batch, settings_.seq_len, batch_ ? &*batch_ : nullptr, Gpt::kEvaluation,
+  StageRunner runner(*model_, plan_.micro_batch(), settings_.seq_len, batch_ ? &*batch_ : nullptr, Gpt::kEvaluation,
                      reports_loss() ? eval_sum_ : step_sums_.flat_slice(2, 1), {});
   if (units_) units_->start_round(1);
   for (int k = 0; k < settings_.eval_batches; ++k) {
-    if (reads_data_) batch_->load(*val_, static_cast<std::int64_t>(k) * settings_.global_batch + groups_.coord.dp * local);
+    if (reads_data_) batch_->load(*val_, static_cast<std::int64_t>(k) * plan_.global_batch() + groups_.coord.dp * local);
     executor_->run(eval_schedule_, runner);
   }
   if (units_) units_->finish_round();
