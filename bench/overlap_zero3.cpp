@@ -15,8 +15,8 @@ class Zero3Model {
       : ctx_(ctx),
         cut_(gpt_unit_cut(gpt_parameter_specs(config), dp.size())),
         model_(ctx, config, DType::F32, GptPartition::whole(config), TensorParallel{}, dp.size(),
-               GptOptions{Recompute::None, false, cut_.store_blocks}),
-        shards_(ctx, dp, model_.parameters(), model_.param_units(), cut_.alone, 3, prefetch) {
+               GptOptions{Recompute::None, false, cut_.store_blocks(), cut_.units}),
+        shards_(ctx, dp, model_.parameters(), cut_, 3, prefetch) {
     model_.set_param_hooks(&shards_);
     for (int u = 0; u < units(); ++u) {  // one unit's full parameters at a time
       shards_.materialize(u, /*gather=*/false);
@@ -47,7 +47,7 @@ class Zero3Model {
 
  private:
   DeviceContext& ctx_;
-  GptUnitCut cut_;
+  UnitCut cut_;
   Gpt model_;
   UnitShards shards_;
 };

@@ -194,7 +194,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
         for (const ParamShard& s : shards_) local.push_back(s.local);
         return local;
       }(), compute, pad_multiple, options_.store_blocks),
-      units_(gpt_param_units(store_.specs())) {
+      units_(options_.param_units.empty() ? gpt_param_units(store_.specs()) : options_.param_units) {
   MT_CHECK(tp_.size() == partition_.tp_size && tp_.rank() == partition_.tp_rank, "the tensor-parallel group (rank ",
            tp_.rank(), " of ", tp_.size(), ") does not match the partition (", partition_.tp_rank, " of ",
            partition_.tp_size, ")");
@@ -708,7 +708,7 @@ void Gpt::forward_chunk(int chunk, int micro, int B, int T, const DeviceTokens& 
   Scratch& w = scratch(B, T);
   // The bf16 copy of the master weights (nothing to do in fp32), once per chunk and step: the master
   // changes only between steps, and a chunk's micro-batches run in order, 0 first.
-  if (micro == 0) store_.refresh_compute_params(ctx_);
+  if (micro == 0 && !compute_copy_kept_) store_.refresh_compute_params(ctx_);
   if (c.embedding) embed(s, tokens.inputs);
   run_blocks_forward(c, s, w);
   if (c.head) head_loss(s, tokens.targets, loss_weight, loss_sum);

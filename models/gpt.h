@@ -79,6 +79,9 @@ struct GptOptions {
   // ZeRO-2/3: the store is built in these blocks (ParameterStore), none of them resident: their
   // owner (zero/unit_shards.h) takes and frees their memory. Empty: flat buffers.
   std::vector<StoreBlock> store_blocks = {};
+  // The parameter units those blocks were cut from (zero/unit_shards.h: UnitCut), which become
+  // param_units(). Empty: gpt_param_units of the stage's parameters.
+  std::vector<ParamUnit> param_units = {};
   // Rows per chunk of the LM head's logits; 0: from the byte budget (models/head_chunks.h). Tests
   // force several chunks on tiny models.
   std::int64_t head_chunk_rows = 0;
@@ -172,6 +175,10 @@ class Gpt {
   // keeps views of the tokens until its backward: they must stay unchanged until then.
   void forward_chunk(int chunk, int micro, int B, int T, const DeviceTokens& tokens, std::optional<float> loss_weight,
                      Tensor& loss_sum);
+  // Whether the store's bf16 copy is kept current by whoever changes the master (the optimizer's
+  // update writes it): forward_chunk then does not cast it at micro-batch 0. Off by default: a
+  // forward follows the master whoever wrote it.
+  void set_compute_copy_kept(bool kept) { compute_copy_kept_ = kept; }
   Tensor output(int chunk, int micro) const;             // the activation for the next stage
   Tensor output_grad_buffer(int chunk, int micro) const; // where the next stage's gradient goes
   // Adds the rest of this micro-batch's gradients (with its forward's loss weight). Afterwards
@@ -289,6 +296,7 @@ class Gpt {
   nn::AttentionHeads attention_heads_;  // this rank's q and kv heads (models/gpt_sharding.h)
   nn::AttentionKernel attention_kernel_ = nn::AttentionKernel::Reference;  // chosen once for the device (runtime/attention.h)
   std::vector<ParamUnit> units_;
+  bool compute_copy_kept_ = false;
   // Indices into units_ (-1: not held). embedding_unit_: the unit with wpe and (uncut) wte; with
   // vocab pieces, wte_units_[k] is piece k's and head_units_ the head's (the last with wpe).
   int embedding_unit_ = -1, lnf_unit_ = -1;

@@ -66,6 +66,8 @@ void load_init_weights(Gpt& model, DeviceContext& ctx, const std::filesystem::pa
   } else {
     load_llmc_weights(model, ctx, path);
   }
+  // The bf16 copy follows now: a trainer's model may cast it only in the optimizer's update.
+  model.parameters().refresh_compute_params(ctx);
 }
 
 void load_full_parameters(Gpt& model, DeviceContext& ctx, std::span<const float> full) {

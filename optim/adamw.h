@@ -12,7 +12,7 @@
 //
 // A slot may have a bf16 working copy of its parameter (the GEMMs' compute copy): each step writes
 // it from the updated parameter, the bits a separate cast would give, so it is current after step().
-// defines: AdamWConfig, ParamSlot, AdamW
+// defines: AdamWConfig, AdamMoment, ParamSlot, AdamW
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,9 @@ struct AdamWConfig {
 
 // Throws Error unless 0 <= beta < 1, eps > 0 and weight_decay >= 0 (all finite).
 void validate(const AdamWConfig& config);
+
+// AdamW's first (m) and second (v) moment.
+enum class AdamMoment { First, Second };
 
 struct ParamSlot {
   std::string name;  // unique within an optimizer; names the slot in errors and checkpoints

@@ -87,7 +87,7 @@ class DistributedAdamW {
   // this rank's state: saving a checkpoint reads it, restoring one copies into it. Without shard
   // every element is held here; with shard the range must lie inside one owned piece (Error
   // otherwise).
-  enum class Moment { First, Second };
+  using Moment = AdamMoment;
   Tensor moment(Moment which, int param, std::int64_t first, std::int64_t numel) const;
   const Tensor& flat_params() const { return flat_params_; }
 

@@ -17,7 +17,6 @@
 namespace mt {
 namespace {
 
-using Moment = DistributedAdamW::Moment;
 
 std::string hex64(std::uint64_t value) {
   char buf[17];
@@ -42,7 +41,7 @@ ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
   m.step = trainer.steps_done();
   m.model = gpt_config_json(trainer.model().config());
   m.layout = layout_json(trainer.plan());
-  m.training = {{"optimizer_steps", trainer.optimizer_steps()},
+  m.training = {{"optimizer_steps", trainer.zero().step_count()},
                 {"total_steps", settings.steps},
                 {"global_batch", settings.global_batch},
                 {"micro_batch", settings.micro_batch},
@@ -70,41 +69,19 @@ ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
   return m;
 }
 
-// This rank's pieces: its owned part of each bucket, for the params it holds the primary copy of.
+// This rank's pieces: what it owns over the dp group (its block of each bucket or unit), for the
+// params it holds the primary copy of.
 void write_pieces(ParallelTrainer& trainer, ckpt::RankWriter& writer) {
-  if (const UnitShardedAdamW* sharded = trainer.unit_optimizer()) {
-    // ZeRO 2/3: each rank its owned pieces of each unit's blocks (the same ownership idea).
-    using UnitMoment = UnitShardedAdamW::Moment;
-    for (const UnitShardedAdamW::Piece& piece : sharded->owned_pieces()) {
-      const auto p = static_cast<std::size_t>(piece.param);
-      if (!trainer.is_primary_copy(p)) continue;
-      const ParamShard& shard = trainer.model().shards()[p];
-      const ckpt::Slice slice = shard_slice(shard, piece.first, piece.first + piece.numel);
-      writer.add(param_tensor(shard.full.name), shard.full.shape, slice, sharded->param(piece).to_host<float>());
-      writer.add(adam_m_tensor(shard.full.name), shard.full.shape, slice,
-                 sharded->moment(UnitMoment::First, piece.param, piece.first, piece.numel).to_host<float>());
-      writer.add(adam_v_tensor(shard.full.name), shard.full.shape, slice,
-                 sharded->moment(UnitMoment::Second, piece.param, piece.first, piece.numel).to_host<float>());
-    }
-    return;
-  }
-  const ParameterStore& store = trainer.model().parameters();
-  const std::vector<float> params = store.flat_params().to_host<float>();
-  const DistributedAdamW& optimizer = trainer.optimizer();
-  for (const DistributedAdamW::Piece& piece : optimizer.owned_pieces()) {
+  const ZeroEngine& zero = trainer.zero();
+  for (const OwnedPiece& piece : zero.owned_pieces()) {
     const auto p = static_cast<std::size_t>(piece.param);
     if (!trainer.is_primary_copy(p)) continue;
     const ParamShard& shard = trainer.model().shards()[p];
-    const std::int64_t first = piece.offset - store.offset(p);
-    const ckpt::Slice slice = shard_slice(shard, first, first + piece.numel);
+    const ckpt::Slice slice = shard_slice(shard, piece.first, piece.first + piece.numel);
     const ckpt::Shape& shape = shard.full.shape;
-    writer.add(param_tensor(shard.full.name), shape, slice,
-               std::span<const float>(params).subspan(static_cast<std::size_t>(piece.offset),
-                                                      static_cast<std::size_t>(piece.numel)));
-    writer.add(adam_m_tensor(shard.full.name), shape, slice,
-               optimizer.moment(Moment::First, piece.param, first, piece.numel).to_host<float>());
-    writer.add(adam_v_tensor(shard.full.name), shape, slice,
-               optimizer.moment(Moment::Second, piece.param, first, piece.numel).to_host<float>());
+    writer.add(param_tensor(shard.full.name), shape, slice, zero.owned_params(piece).to_host<float>());
+    writer.add(adam_m_tensor(shard.full.name), shape, slice, zero.moment(AdamMoment::First, piece).to_host<float>());
+    writer.add(adam_v_tensor(shard.full.name), shape, slice, zero.moment(AdamMoment::Second, piece).to_host<float>());
   }
 }
 
@@ -412,41 +389,22 @@ ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::pa
     trainer.set_local_parameters(params);
 
     report.optimizer_state = !model.shards().empty() && reader.has_tensor(adam_m_tensor(model.shards()[0].full.name));
-    if (report.optimizer_state && trainer.unit_optimizer() != nullptr) {
-      const UnitShardedAdamW& sharded = *trainer.unit_optimizer();
-      for (const UnitShardedAdamW::Piece& piece : sharded.owned_pieces()) {
+    ZeroEngine& zero = trainer.zero();
+    if (report.optimizer_state) {
+      // The moments this rank holds: every param whole without ZeRO, its owned pieces with it.
+      for (const OwnedPiece& piece : zero.held_pieces()) {
         const ParamShard& shard = model.shards()[static_cast<std::size_t>(piece.param)];
         std::vector<float> host(static_cast<std::size_t>(piece.numel));
-        for (const auto which : {UnitShardedAdamW::Moment::First, UnitShardedAdamW::Moment::Second}) {
-          reader.read(which == UnitShardedAdamW::Moment::First ? adam_m_tensor(shard.full.name) : adam_v_tensor(shard.full.name),
+        for (const AdamMoment which : {AdamMoment::First, AdamMoment::Second}) {
+          reader.read(which == AdamMoment::First ? adam_m_tensor(shard.full.name) : adam_v_tensor(shard.full.name),
                       shard_slice(shard, piece.first, piece.first + piece.numel), host);
-          sharded.moment(which, piece.param, piece.first, piece.numel)
-              .copy_from_host(host.data(), host.size() * sizeof(float), ctx.stream());
+          zero.moment(which, piece).copy_from_host(host.data(), host.size() * sizeof(float), ctx.stream());
         }
       }
-      trainer.set_optimizer_steps(m.training.value("optimizer_steps", m.step));
-    } else if (report.optimizer_state) {
-      DistributedAdamW& optimizer = trainer.optimizer();
-      // The moments this rank holds: whole params without ZeRO, its owned pieces with it.
-      const auto restore = [&](int p, std::int64_t first, std::int64_t n) {
-        const ParamShard& shard = model.shards()[static_cast<std::size_t>(p)];
-        std::vector<float> host(static_cast<std::size_t>(n));
-        for (const Moment which : {Moment::First, Moment::Second}) {
-          reader.read(which == Moment::First ? adam_m_tensor(shard.full.name) : adam_v_tensor(shard.full.name),
-                      shard_slice(shard, first, first + n), host);
-          optimizer.moment(which, p, first, n).copy_from_host(host.data(), host.size() * sizeof(float), ctx.stream());
-        }
-      };
-      if (optimizer.sharded()) {
-        for (const DistributedAdamW::Piece& piece : optimizer.owned_pieces())
-          restore(piece.param, piece.offset - store.offset(static_cast<std::size_t>(piece.param)), piece.numel);
-      } else {
-        for (std::size_t p = 0; p < store.size(); ++p) restore(static_cast<int>(p), 0, model.shards()[p].local.numel());
-      }
-      optimizer.set_step_count(m.training.value("optimizer_steps", m.step));
+      zero.set_step_count(m.training.value("optimizer_steps", m.step));
     } else {
       report.notes.push_back("the checkpoint holds weights only: AdamW starts from zero moments");
-      trainer.set_optimizer_steps(0);
+      zero.set_step_count(0);
     }
     ctx.synchronize();
 

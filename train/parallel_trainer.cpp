@@ -88,58 +88,30 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   // The one check that the backend runs this layout's pipeline, before anything is built.
   check_pipeline_backend(mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
   const GptPartition partition = plan_.partition(groups_.coord);
+  const int zero = plan_.layout().zero;
   GptOptions options{plan_.layout().recompute, plan_.layout().sequence_parallel};
-  options.vocab_pieces = gpt_vocab_pieces(config, mesh.tp, plan_.layout().zero);
-  GptUnitCut cut;  // ZeRO 2/3
-  if (plan_.layout().zero >= 2) {
-    // The store is built in the units' shard blocks from the start: no buffer of the whole stage.
-    std::vector<ParamSpec> specs;
-    for (const ParamShard& shard : gpt_param_shards(config, partition, options.vocab_pieces)) specs.push_back(shard.local);
-    cut = gpt_unit_cut(specs, mesh.dp);
-    options.store_blocks = cut.store_blocks;
+  options.vocab_pieces = gpt_vocab_pieces(config, mesh.tp, zero);
+  // ZeRO 2/3: the store is built in the units' shard blocks from the start (no buffer of the whole
+  // stage), cut here once for the model and the engine.
+  std::vector<ParamSpec> specs;
+  for (const ParamShard& shard : gpt_param_shards(config, partition, options.vocab_pieces)) specs.push_back(shard.local);
+  std::optional<UnitCut> cut = zero_unit_cut(zero, specs, mesh.dp);
+  if (cut) {
+    options.store_blocks = cut->store_blocks();
+    options.param_units = cut->units;
   }
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
                                  TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), mesh.dp,
                                  std::move(options));
-  ParameterStore& store = model_->parameters();
   reads_data_ = partition.embedding || partition.head;
   if (reads_data_)
     batch_.emplace(ctx_, plan_.micro_batches(), plan_.micro_batch(), settings_.seq_len, config.vocab_size);
   step_sums_ = Tensor::empty({3}, DType::F32, ctx_);
   eval_sum_ = Tensor::empty({1}, DType::F32, ctx_);
-
-  // What each parameter counts for in the global norm: a replica counts on one rank only.
-  tied_across_stages_ = plan_.tied_across_stages();
-  std::vector<FlatParam> flat;
-  for (std::size_t i = 0; i < store.size(); ++i) {
-    const ParamShard& shard = model_->shards()[i];
-    // The tied embedding (gpt2) is reduced at the step's end; an untied one (llama) as any parameter.
-    if (shard.full.kind == ParamKind::TokenEmbedding && config.tied_head() && wte_index_ < 0)
-      wte_index_ = static_cast<std::int64_t>(i);  // the first of its vocabulary pieces
-    const double weight = mt::is_primary_copy(shard, partition) ? 1.0 : 0.0;
-    flat.push_back({shard.local.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
-  }
-  if (plan_.layout().zero >= 2) {
-    units_ = std::make_unique<UnitShards>(ctx_, *groups_.dp, store, model_->param_units(), std::move(cut.alone),
-                                          plan_.layout().zero, plan_.layout().overlap);
-    for (std::size_t b = 0; b < units_->blocks().size(); ++b) {
-      const std::size_t first = units_->blocks()[b].first;
-      if (wte_index_ >= 0 && first >= static_cast<std::size_t>(wte_index_) &&
-          first < static_cast<std::size_t>(wte_index_ + options.vocab_pieces))
-        wte_blocks_.push_back(static_cast<int>(b));
-    }
-    std::vector<UnitShardedAdamW::ParamInfo> info;
-    for (const FlatParam& fp : flat) info.push_back({fp.name, fp.numel, fp.decay, fp.norm_weight});
-    unit_optimizer_ = std::make_unique<UnitShardedAdamW>(ctx_, *units_, info, settings_.adamw);
-    model_->set_param_hooks(units_.get());
-  } else {
-    ReducerOptions ro;
-    ro.bucket_bytes = static_cast<std::int64_t>(plan_.layout().bucket_mb * 1024.0 * 1024.0);
-    ro.shard = plan_.layout().zero == 1;
-    ro.overlap = plan_.layout().overlap;
-    reducer_ = std::make_unique<GradReducer>(ctx_, *groups_.dp, store.flat_grads(), std::move(flat), ro);
-    optimizer_ = std::make_unique<DistributedAdamW>(ctx_, *groups_.dp, *reducer_, store.flat_params(), settings_.adamw);
-  }
+  Communicator* tied_stages = plan_.tied_across_stages() ? groups_.embedding.get() : nullptr;
+  zero_ = make_zero_engine(ctx_, *groups_.dp, tied_stages, *model_, std::move(cut),
+                           ZeroOptions{zero, plan_.layout().overlap, plan_.layout().bucket_mb, settings_.adamw});
+  model_->set_compute_copy_kept(zero_->keeps_compute_copy());
   executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{plan_.layout().overlap});
   train_schedule_ = plan_.train_schedule();
   // Evaluation runs one global batch at a time, so a schedule's message tags stay within a step's.
@@ -149,60 +121,18 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
              " MPI guarantees: use fewer, larger micro-batches");
 }
 
-ParallelTrainer::~ParallelTrainer() {
-  if (model_) model_->set_param_hooks(nullptr);
-}
+ParallelTrainer::~ParallelTrainer() = default;
 
 void ParallelTrainer::init(std::uint64_t seed) {
-  if (!units_) {
-    model_->init(seed);
-    return;
-  }
   // Unit by unit (the values depend on nothing else): ZeRO-3 holds one unit's full parameters.
-  for_each_unit_resident(/*gather=*/false, [&](int unit) { model_->init_unit(seed, unit); });
-}
-
-void ParallelTrainer::for_each_unit_resident(bool gather, const std::function<void(int unit)>& use) {
-  for (std::size_t u = 0; u < model_->param_units().size(); ++u) {
-    const int unit = static_cast<int>(u);
-    units_->materialize(unit, gather);
-    use(unit);
-    units_->keep_owned(unit);
-  }
-}
-
-GradReducer& ParallelTrainer::reducer() {
-  MT_CHECK(reducer_ != nullptr, "--zero ", plan_.layout().zero, " reduces per unit: there is no bucket reducer");
-  return *reducer_;
-}
-
-DistributedAdamW& ParallelTrainer::optimizer() {
-  MT_CHECK(optimizer_ != nullptr, "--zero ", plan_.layout().zero, " steps a UnitShardedAdamW (unit_optimizer())");
-  return *optimizer_;
-}
-
-std::int64_t ParallelTrainer::optimizer_steps() const {
-  return unit_optimizer_ ? unit_optimizer_->step_count() : optimizer_->step_count();
-}
-
-void ParallelTrainer::set_optimizer_steps(std::int64_t steps) {
-  if (unit_optimizer_) {
-    unit_optimizer_->set_step_count(steps);
-  } else {
-    optimizer_->set_step_count(steps);
-  }
-}
-
-std::int64_t ParallelTrainer::optimizer_state_bytes() const {
-  return unit_optimizer_ ? unit_optimizer_->state_bytes() : optimizer_->state_bytes();
+  zero_->for_each_resident_unit(/*gather=*/false, [&](int unit) { model_->init_unit(seed, unit); });
+  model_->parameters().refresh_compute_params(ctx_);
 }
 
 std::vector<float> ParallelTrainer::local_parameters() {
   const ParameterStore& store = model_->parameters();
-  if (!units_) return store.flat_params().to_host<float>();
-  // Unit by unit: ZeRO-3 gathers one unit's full parameters at a time.
   std::vector<float> out(static_cast<std::size_t>(store.numel()), 0.0f);
-  for_each_unit_resident(/*gather=*/true, [&](int u) {
+  zero_->for_each_resident_unit(/*gather=*/true, [&](int u) {
     const ParamUnit& unit = model_->param_units()[static_cast<std::size_t>(u)];
     for (std::size_t i = unit.first; i < unit.first + unit.count; ++i) {
       const std::vector<float> p = store.param(i).to_host<float>();
@@ -216,17 +146,12 @@ void ParallelTrainer::set_local_parameters(const std::vector<float>& values) {
   ParameterStore& store = model_->parameters();
   MT_CHECK(static_cast<std::int64_t>(values.size()) == store.numel(), values.size(), " values for a store of ",
            store.numel());
-  if (!units_) {
-    Tensor flat = store.flat_params();  // a handle to the store's buffer
-    flat.copy_from_host(values.data(), values.size() * sizeof(float), ctx_.stream());
-  } else {
-    for_each_unit_resident(/*gather=*/false, [&](int u) {
-      const ParamUnit& unit = model_->param_units()[static_cast<std::size_t>(u)];
-      for (std::size_t i = unit.first; i < unit.first + unit.count; ++i)
-        store.param(i).copy_from_host(values.data() + store.offset(i),
-                                      static_cast<std::size_t>(store.param(i).numel()) * sizeof(float), ctx_.stream());
-    });
-  }
+  zero_->for_each_resident_unit(/*gather=*/false, [&](int u) {
+    const ParamUnit& unit = model_->param_units()[static_cast<std::size_t>(u)];
+    for (std::size_t i = unit.first; i < unit.first + unit.count; ++i)
+      store.param(i).copy_from_host(values.data() + store.offset(i),
+                                    static_cast<std::size_t>(store.param(i).numel()) * sizeof(float), ctx_.stream());
+  });
   store.refresh_compute_params(ctx_);
 }
 
@@ -253,7 +178,6 @@ StepRecord ParallelTrainer::step() {
   const auto start = clock::now();
   const auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   const MeshShape& mesh = groups_.mesh.shape();
-  ParameterStore& store = model_->parameters();
   // This dp rank's share of the step's global batch: sequences in the order a single rank reads them.
   const std::int64_t local = plan_.global_batch() / mesh.dp;
   const std::int64_t first = sequences_done_ + groups_.coord.dp * local;
@@ -263,43 +187,14 @@ StepRecord ParallelTrainer::step() {
   // [owned sum of squares, reported loss, unreported loss]: the first two are summed over the world.
   kernels::fill(ctx_, step_sums_, 0.0);
   Tensor sums = step_sums_.flat_slice(0, 2), norm_sq = step_sums_.flat_slice(0, 1);
-  // The schedule says which backward completes a chunk's gradients: that one feeds the reducer. The
-  // tied embedding waits for the end of the run (below): its head and embedding parts may come from
-  // two chunks whose last computations the schedule orders either way.
-  Gpt::GradReady to_reducer;
-  if (reducer_)
-    to_reducer = [&reducer = *reducer_, wte = wte_index_](std::size_t param) {
-      if (static_cast<std::int64_t>(param) != wte) reducer.mark_ready(static_cast<int>(param));
-    };
-  // The gradient of the mean loss over the step's micro-batches on every dp rank.
+  // The gradient of the mean loss over the step's micro-batches on every dp rank. The schedule says
+  // which backward completes a chunk's gradients: that one tells the engine.
   const float loss_weight = 1.0f / static_cast<float>(plan_.micro_batches() * mesh.dp);
   StageRunner runner(*model_, plan_.micro_batch(), settings_.seq_len, batch_ ? &*batch_ : nullptr, loss_weight,
-                     step_sums_.flat_slice(reports_loss() ? 1 : 2, 1), std::move(to_reducer));
-  std::chrono::steady_clock::time_point reduce_start;
-  if (units_) {
-    units_->zero_owned_grads();
-    units_->start_round(0);
-    pipeline_stats_ = executor_->run(train_schedule_, runner);
-    reduce_start = clock::now();
-    units_->finish_round();
-    // Each copy of the tied embedding reduced its part over its dp group into identically cut
-    // owned shards: sum the two shards.
-    if (tied_across_stages_ && groups_.embedding)
-      for (const int b : wte_blocks_) groups_.embedding->allreduce(units_->owned_grads(b));
-    unit_optimizer_->owned_grad_sum_of_squares(norm_sq);
-  } else {
-    store.zero_grads(ctx_);
-    reducer_->begin();
-    pipeline_stats_ = executor_->run(train_schedule_, runner);
-    reduce_start = clock::now();
-    // The two copies of the tied embedding each hold part of its gradient: sum them, then let the
-    // data-parallel reduction take the bucket that holds it.
-    if (tied_across_stages_ && groups_.embedding)
-      groups_.embedding->allreduce(store.grad(static_cast<std::size_t>(wte_index_)));
-    if (wte_index_ >= 0) reducer_->mark_ready(static_cast<int>(wte_index_));
-    reducer_->finish();
-    optimizer_->owned_grad_sum_of_squares(norm_sq);
-  }
+                     step_sums_.flat_slice(reports_loss() ? 1 : 2, 1), zero_->begin_step());
+  pipeline_stats_ = executor_->run(train_schedule_, runner);
+  const auto reduce_start = clock::now();
+  zero_->finish_gradients(norm_sq);
 
   // One allreduce over the world for the norm (each element counted once) and the loss, then the
   // step's one host wait: the clip scale needs the norm before the update.
@@ -314,25 +209,7 @@ StepRecord ParallelTrainer::step() {
   require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
   const auto clip = static_cast<float>(clip_scale(r.grad_norm, settings_.grad_clip));
-  if (units_) {
-    unit_optimizer_->step(static_cast<float>(r.lr), clip);
-  } else {
-    optimizer_->step(static_cast<float>(r.lr), clip);
-    comm_s += optimizer_->last_gather_wait_seconds();
-  }
-  const auto after_update = clock::now();
-  if (tied_across_stages_ && groups_.embedding) {
-    // The two copies took the same update from gradients summed in other orders (each stage's dp
-    // buckets are cut differently): with dp > 2 their last bits could part. The first stage's copy
-    // is the one, so the last stage takes it (with ZeRO-2/3 shard by shard: both cut it alike).
-    if (units_) {
-      for (const int b : wte_blocks_) groups_.embedding->broadcast(units_->owned_params(b), {0});
-    } else {
-      groups_.embedding->broadcast(model_->parameters().param(static_cast<std::size_t>(wte_index_)), {0});
-    }
-  }
-  if (units_) units_->gather_after_step();  // ZeRO-2: the full parameters again; ZeRO-3 gathers at each use
-  comm_s += since(after_update);
+  comm_s += zero_->update(static_cast<float>(r.lr), clip);
   // No wait for the update here: on a GPU the step's time ends when its work is queued, and the next
   // step's read waits for it, so the times still add up over steps.
   ++steps_done_;
@@ -357,12 +234,12 @@ double ParallelTrainer::evaluate() {
   kernels::fill(ctx_, step_sums_, 0.0);  // its last slot takes the loss of a head that reports none
   StageRunner runner(*model_, plan_.micro_batch(), settings_.seq_len, batch_ ? &*batch_ : nullptr, Gpt::kEvaluation,
                      reports_loss() ? eval_sum_ : step_sums_.flat_slice(2, 1), {});
-  if (units_) units_->start_round(1);
+  zero_->begin_evaluation();
   for (int k = 0; k < settings_.eval_batches; ++k) {
     if (reads_data_) batch_->load(*val_, static_cast<std::int64_t>(k) * plan_.global_batch() + groups_.coord.dp * local);
     executor_->run(eval_schedule_, runner);
   }
-  if (units_) units_->finish_round();
+  zero_->end_evaluation();
   world_.allreduce(eval_sum_);
   float sum = 0.0f;
   eval_sum_.copy_to_host(&sum, sizeof sum, ctx_.stream());
@@ -410,7 +287,7 @@ std::string ParallelTrainer::describe_rank() const {
   const ParameterStore& store = model_->parameters();
   out << "rank " << groups_.world_rank << ": dp " << groups_.coord.dp << " tp " << groups_.coord.tp << " stage "
       << groups_.coord.pp << ", " << model_->partition().describe() << ", " << store.param_numel()
-      << " parameters, optimizer state " << optimizer_state_bytes() / 1024 << " KiB";
+      << " parameters, optimizer state " << zero_->state_bytes() / 1024 << " KiB";
   return out.str();
 }
 

@@ -1,11 +1,10 @@
 // The training loop for any dp x tp x pp layout (one rank included): each pipeline of tp x pp
-// ranks runs its share of the global batch through the schedule; gradients are reduced over the
-// data-parallel group in buckets overlapped with backward (GradReducer), the tied embedding's two
-// copies summed between first and last stage, the global norm taken over every rank counting each
-// parameter once, and AdamW (sharded with ZeRO-1) steps. With --zero 2 or 3 the flat-buffer path
-// gives way to UnitShards (zero/unit_shards.h): gradients reduce-scattered per unit and micro-
-// batch into owned shards (and, with 3, parameters gathered per unit), UnitShardedAdamW stepping. The same options give the same model on
-// every layout: the batch options are global, each dp rank reads global_batch/dp sequences per step.
+// ranks runs its share of the global batch through the schedule; a ZeroEngine (zero/zero_engine.h,
+// whatever the ZeRO stage) reduces the gradients over the data-parallel group overlapped with the
+// backward, sums the tied embedding's two copies between first and last stage, gives the sum of
+// squares of what this rank owns for the global norm (each parameter counted once over the world)
+// and steps AdamW. The same options give the same model on every layout: the batch sizes are
+// global (the plan's), each dp rank reads global_batch/dp sequences per step.
 // defines: ParallelTrainer
 #pragma once
 
@@ -18,13 +17,10 @@
 #include "data/loader.h"
 #include "models/gpt.h"
 #include "parallel/groups.h"
-#include "parallel/grad_reducer.h"
 #include "parallel/layout_plan.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/schedule.h"
-#include "zero/unit_sharded_adamw.h"
-#include "zero/unit_shards.h"
-#include "parallel/zero_optimizer.h"
+#include "zero/zero_engine.h"
 #include "train/metrics.h"
 #include "train/step_batch.h"
 #include "train/train_settings.h"
@@ -64,15 +60,9 @@ class ParallelTrainer {
   const data::DataLoader& train_data() const { return train_; }
   // mt::is_primary_copy (models/gpt_sharding.h) of this rank's shard of local param `param`.
   bool is_primary_copy(std::size_t param) const;
-  // ZeRO 0/1 (Error with 2/3): the flat-buffer reducer and optimizer.
-  GradReducer& reducer();
-  DistributedAdamW& optimizer();
-  // ZeRO 2/3 (null with 0/1).
-  UnitShards* unit_shards() { return units_.get(); }
-  UnitShardedAdamW* unit_optimizer() { return unit_optimizer_.get(); }
-  std::int64_t optimizer_steps() const;
-  void set_optimizer_steps(std::int64_t steps);
-  std::int64_t optimizer_state_bytes() const;
+  // Gradient reduction and the optimizer, whatever the ZeRO stage.
+  ZeroEngine& zero() { return *zero_; }
+  const ZeroEngine& zero() const { return *zero_; }
   // This rank's parameters in its store's flat order (padding zero), whatever the ZeRO stage
   // (3 gathers them: collective over dp).
   std::vector<float> local_parameters();
@@ -89,9 +79,6 @@ class ParallelTrainer {
  private:
   // Adds its pipeline's loss to the world's sum: tp rank 0 of the stage holding the head.
   bool reports_loss() const;
-  // ZeRO-2/3: each parameter unit made resident in turn (gathered from the owned shards, or not:
-  // about to be overwritten), `use`d, and its owned shards kept.
-  void for_each_unit_resident(bool gather, const std::function<void(int unit)>& use);
 
   DeviceContext& ctx_;
   Communicator& world_;
@@ -102,14 +89,8 @@ class ParallelTrainer {
   data::DataLoader& train_;
   data::DataLoader* val_;
   std::unique_ptr<Gpt> model_;
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<DistributedAdamW> optimizer_;
-  std::unique_ptr<UnitShards> units_;
-  std::unique_ptr<UnitShardedAdamW> unit_optimizer_;
-  std::vector<int> wte_blocks_;  // ZeRO 2/3: the tied embedding's blocks (one per vocabulary piece)
+  std::unique_ptr<ZeroEngine> zero_;  // after the model: it unhooks itself from the model first
   std::unique_ptr<PipelineExecutor> executor_;
-  std::int64_t wte_index_ = -1;
-  bool tied_across_stages_ = false;
   bool reads_data_ = false;  // holds the embedding (inputs) or the head (targets): middle stages read none
   std::optional<StepBatch> batch_;  // the step's token ids (a rank that reads data)
   // On the device, read once per step: [the owned gradients' sum of squares, the loss sum this rank

@@ -9,7 +9,7 @@
 
 namespace mt {
 
-AdamW UnitShardedAdamW::make(DeviceContext& ctx, const UnitShards& shards, const std::vector<ParamInfo>& params,
+AdamW UnitShardedAdamW::make(DeviceContext& ctx, const UnitShards& shards, const std::vector<FlatParam>& params,
                              std::vector<Piece>& pieces, AdamWConfig config) {
   std::vector<ParamSlot> slots;
   const std::vector<ShardBlock>& blocks = shards.blocks();
@@ -19,7 +19,7 @@ AdamW UnitShardedAdamW::make(DeviceContext& ctx, const UnitShards& shards, const
     const Tensor owned_params = shards.owned_params(block), owned_grads = shards.owned_grads(block);
     std::int64_t at = 0;  // the param's first element within the block
     for (std::size_t p = blocks[b].first; p < blocks[b].first + blocks[b].count; ++p) {
-      const ParamInfo& info = params.at(p);
+      const FlatParam& info = params.at(p);
       const std::int64_t begin = std::max(lo, at), end = std::min(hi, at + info.numel);
       if (begin < end) {
         Piece piece{static_cast<int>(p), block, begin - at, end - begin, slots.size()};
@@ -36,7 +36,7 @@ AdamW UnitShardedAdamW::make(DeviceContext& ctx, const UnitShards& shards, const
   return AdamW(ctx, std::move(slots), config);
 }
 
-UnitShardedAdamW::UnitShardedAdamW(DeviceContext& ctx, const UnitShards& shards, const std::vector<ParamInfo>& params,
+UnitShardedAdamW::UnitShardedAdamW(DeviceContext& ctx, const UnitShards& shards, const std::vector<FlatParam>& params,
                                    AdamWConfig config)
     : ctx_(&ctx), adam_(make(ctx, shards, params, pieces_, config)) {
   for (const Piece& piece : pieces_) weights_.push_back(params[static_cast<std::size_t>(piece.param)].norm_weight);

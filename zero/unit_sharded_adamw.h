@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "optim/adamw.h"             // defines: AdamW, AdamWConfig
+#include "parallel/grad_buckets.h"   // defines: FlatParam
 #include "zero/unit_shards.h"    // defines: UnitShards
 
 namespace mt {
@@ -22,15 +23,9 @@ class UnitShardedAdamW {
     std::int64_t first = 0, numel = 0;
     std::size_t slot = 0;
   };
-  // One entry per store parameter, in store order (norm_weight as FlatParam's: 0 leaves a replica
-  // out of the global norm). shards must outlive this.
-  struct ParamInfo {
-    std::string name;
-    std::int64_t numel = 0;
-    bool decay = false;
-    double norm_weight = 1.0;
-  };
-  UnitShardedAdamW(DeviceContext& ctx, const UnitShards& shards, const std::vector<ParamInfo>& params,
+  // params: one per store parameter, in store order (the offset unused; norm_weight 0 leaves a
+  // replica out of the global norm). shards must outlive this.
+  UnitShardedAdamW(DeviceContext& ctx, const UnitShards& shards, const std::vector<FlatParam>& params,
                    AdamWConfig config = {});
 
   // Sum of squares of the owned reduced gradients, each piece weighted: into out (fp32 [1] on the
@@ -41,7 +36,7 @@ class UnitShardedAdamW {
 
   const std::vector<Piece>& owned_pieces() const { return pieces_; }
   Tensor param(const Piece& piece) const;  // the owned parameter values of a piece
-  enum class Moment { First, Second };
+  using Moment = AdamMoment;
   // The moment of param elements [first, first + numel), inside one owned piece (Error otherwise).
   Tensor moment(Moment which, int param, std::int64_t first, std::int64_t numel) const;
   std::int64_t updated_numel() const;
@@ -50,7 +45,7 @@ class UnitShardedAdamW {
   void set_step_count(std::int64_t steps) { adam_.set_step_count(steps); }
 
  private:
-  static AdamW make(DeviceContext& ctx, const UnitShards& shards, const std::vector<ParamInfo>& params,
+  static AdamW make(DeviceContext& ctx, const UnitShards& shards, const std::vector<FlatParam>& params,
                     std::vector<Piece>& pieces, AdamWConfig config);
   DeviceContext* ctx_;
   std::vector<Piece> pieces_;

@@ -53,28 +53,30 @@ std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks) {
   return out;
 }
 
-GptUnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp) {
-  GptUnitCut cut;
-  cut.units = gpt_param_units(specs);
-  std::vector<std::int64_t> numels;
-  for (const ParamSpec& spec : specs) {
-    numels.push_back(spec.numel());
-    cut.alone.push_back(spec.kind == ParamKind::TokenEmbedding ? 1 : 0);
-  }
-  cut.store_blocks = store_blocks(make_shard_blocks(cut.units, numels, cut.alone, dp));
-  return cut;
+UnitCut make_unit_cut(std::vector<ParamUnit> units, std::span<const std::int64_t> numels,
+                      std::span<const char> alone, int dp) {
+  std::vector<ShardBlock> blocks = make_shard_blocks(units, numels, alone, dp);
+  return {std::move(units), std::move(blocks), dp};
 }
 
-UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,
-                       std::vector<char> alone, int stage, bool prefetch)
-    : ctx_(&ctx), dp_(&dp), units_(std::move(units)), stage_(stage), prefetch_(prefetch),
-      bf16_(store.compute_dtype() != DType::F32) {
-  MT_CHECK(stage_ == 2 || stage_ == 3, "UnitShards is ZeRO-2 or 3, not ", stage_);
+UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp) {
   std::vector<std::int64_t> numels;
-  for (std::size_t p = 0; p < store.size(); ++p) numels.push_back(store.spec(p).numel());
-  blocks_ = make_shard_blocks(units_, numels, alone, dp.size());
-  MT_CHECK(store.blocks() == store_blocks(blocks_), "ZeRO-", stage_, ": the parameter store is not built in the "
-           "units' blocks at dp ", dp.size(), " (GptOptions::store_blocks = store_blocks(make_shard_blocks(...)))");
+  std::vector<char> alone;
+  for (const ParamSpec& spec : specs) {
+    numels.push_back(spec.numel());
+    alone.push_back(spec.kind == ParamKind::TokenEmbedding ? 1 : 0);
+  }
+  return make_unit_cut(gpt_param_units(specs), numels, alone, dp);
+}
+
+UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, UnitCut cut, int stage,
+                       bool prefetch)
+    : ctx_(&ctx), dp_(&dp), units_(std::move(cut.units)), stage_(stage), prefetch_(prefetch),
+      bf16_(store.compute_dtype() != DType::F32), blocks_(std::move(cut.blocks)) {
+  MT_CHECK(stage_ == 2 || stage_ == 3, "UnitShards is ZeRO-2 or 3, not ", stage_);
+  MT_CHECK(cut.dp == dp.size() && store.blocks() == store_blocks(blocks_), "ZeRO-", stage_,
+           ": the parameter store is not built in the units' blocks at dp ", dp.size(),
+           " (GptOptions::store_blocks = UnitCut::store_blocks(), the cut made at dp ", cut.dp, ")");
   unit_blocks_.resize(units_.size());
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
     const ShardBlock& block = blocks_[b];

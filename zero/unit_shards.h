@@ -32,7 +32,7 @@
 // created without memory and acquired and released here, so the whole stage's parameters or
 // gradients are never allocated at once (construction, initialization and checkpoints included:
 // those work unit by unit through materialize(unit)/keep_owned(unit)).
-// defines: ShardBlock, make_shard_blocks, store_blocks, GptUnitCut, gpt_unit_cut, UnitShardStats, UnitShards
+// defines: ShardBlock, make_shard_blocks, store_blocks, UnitCut, make_unit_cut, gpt_unit_cut, UnitShardStats, UnitShards
 #pragma once
 
 #include <cstdint>
@@ -63,15 +63,21 @@ std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std:
 // What the ParameterStore must be built in for these blocks.
 std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks);
 
-// A Gpt stage's cut, known before the model is built (specs: its store's, from gpt_param_shards):
-// its units (gpt_param_units), the token embedding in a block of its own (the first and the last
-// stage then cut their two copies alike) and the blocks to build its store in at dp.
-struct GptUnitCut {
+// A stage's parameters cut for ZeRO-2/3 at one data-parallel size: computed once, before the
+// model is built, and handed to both the model (GptOptions: its store is built in store_blocks(),
+// its parameter units are these) and UnitShards, which take it as it is.
+struct UnitCut {
   std::vector<ParamUnit> units;
-  std::vector<char> alone;
-  std::vector<StoreBlock> store_blocks;  // for GptOptions::store_blocks
+  std::vector<ShardBlock> blocks;
+  int dp = 1;
+  std::vector<StoreBlock> store_blocks() const { return mt::store_blocks(blocks); }
 };
-GptUnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp);
+UnitCut make_unit_cut(std::vector<ParamUnit> units, std::span<const std::int64_t> numels,
+                      std::span<const char> alone, int dp);
+// A Gpt stage's cut (specs: its store's, from gpt_param_shards): its units (gpt_param_units), the
+// token embedding in a block of its own (the first and the last stage then cut their two copies
+// alike).
+UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp);
 
 struct UnitShardStats {
   int max_full_grad_units = 0;   // most units with a full gradient alive at once (since construction)
@@ -84,13 +90,13 @@ struct UnitShardStats {
 class UnitShards : public ParamUseHooks {
  public:
 
-  // stage: 2 or 3. store: built in store_blocks(make_shard_blocks(units, its numels, alone, dp size))
-  // (Error otherwise); its parameters start at zero: stage 2 takes every block's parameters for
+  // stage: 2 or 3. cut: at dp's size; store: built in cut.store_blocks() (Error otherwise); its
+  // parameters start at zero: stage 2 takes every block's parameters for
   // good, stage 3 only the owned shards. dp: the data-parallel group; ctx, dp and store must
   // outlive this. prefetch: stage 3 prefetches the next kPrefetchUnits units (false: every gather
   // waits at begin).
-  UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, std::vector<ParamUnit> units,
-             std::vector<char> alone, int stage, bool prefetch = true);
+  UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, UnitCut cut, int stage,
+             bool prefetch = true);
   UnitShards(const UnitShards&) = delete;
   UnitShards& operator=(const UnitShards&) = delete;
 

@@ -31,6 +31,8 @@
 #include "train/parallel_trainer.h"
 #include "train/tests/tiny_corpus.h"
 #include "train/tests/trainer.h"
+#include "zero/flat_zero_engine.h"
+#include "zero/unit_zero_engine.h"
 
 namespace mt {
 namespace {
@@ -477,7 +479,7 @@ TEST(ParallelTrainer, ZeroThreeCutsPerRankStateAtDp4) {
     trainer.step();
     trainer.step();  // the second follows the order the first learned: prefetched
     if (zero == 3) {
-      const UnitShardStats& st = trainer.unit_shards()->stats();
+      const UnitShardStats& st = dynamic_cast<const UnitZeroEngine&>(trainer.zero()).shards().stats();
       EXPECT_LE(st.max_full_param_units, 1 + kPrefetchUnits);
       EXPECT_LE(st.max_full_grad_units, 2);
       if (world.rank() == 0)
@@ -509,13 +511,14 @@ TEST(ParallelTrainer, ZeroThreePeakNeverHoldsTheWholeStageAtDp4) {
                             plan_of({4, 1, 1}, zero, true, s, config));
     trainer.init(kSeed);
     *after_init = ctx.allocator().stats().in_use;
-    if (const UnitShards* units = trainer.unit_shards()) {
+    if (const auto* engine = dynamic_cast<const UnitZeroEngine*>(&trainer.zero())) {
+      const UnitShards* units = &engine->shards();
       std::vector<std::int64_t> unit_numel(units->units().size(), 0);
       for (const ShardBlock& b : units->blocks()) unit_numel[static_cast<std::size_t>(b.unit)] += b.padded;
       std::sort(unit_numel.begin(), unit_numel.end(), std::greater<>());
       std::int64_t largest = 0;
       for (std::size_t u = 0; u < 3 && u < unit_numel.size(); ++u) largest += unit_numel[u];
-      *bound = static_cast<std::size_t>(trainer.optimizer_state_bytes() + 4 * 2 * units->owned_numel() +
+      *bound = static_cast<std::size_t>(trainer.zero().state_bytes() + 4 * 2 * units->owned_numel() +
                                         4 * 2 * largest);
     }
     trainer.step();
@@ -552,7 +555,7 @@ TEST(ParallelTrainer, OverlapsReductionAndTransfersWithBackwardAndShardsTheState
       ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s, plan);
       trainer.init(kSeed);
       trainer.step();
-      const GradReducer& reducer = trainer.reducer();
+      const GradReducer& reducer = dynamic_cast<const FlatZeroEngine&>(trainer.zero()).reducer();
       const int params = static_cast<int>(reducer.params().size());
       ASSERT_GE(reducer.layout().size(), 3);
       if (overlap) {
@@ -569,7 +572,7 @@ TEST(ParallelTrainer, OverlapsReductionAndTransfersWithBackwardAndShardsTheState
       // The optimizer's m and v: this stage's parameters over dp, plus at most the padding (fewer
       // than dp elements over the whole buffer).
       const std::int64_t stage_params = trainer.model().parameters().param_numel();
-      const std::int64_t state = trainer.optimizer().state_bytes();
+      const std::int64_t state = trainer.zero().state_bytes();
       EXPECT_LE(state, 8 * (stage_params / layout.dp + layout.dp));
       EXPECT_GE(state, 8 * (stage_params / layout.dp - layout.dp));
     }

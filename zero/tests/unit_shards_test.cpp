@@ -32,12 +32,17 @@ std::vector<ParamSpec> specs() {
 std::vector<ParamUnit> units() { return {{"embedding", 0, 2}, {"h.0", 2, 2}, {"lnf", 4, 1}}; }
 const std::vector<char> kAlone{1, 0, 0, 0, 0};
 
+UnitCut cut(int dp) {
+  const std::vector<std::int64_t> numels{5, 3, 7, 2, 4};
+  return make_unit_cut(units(), numels, kAlone, dp);
+}
+
 // The store built in the units' blocks at the world's dp, as UnitShards needs it.
 ParameterStore placed_store(DeviceContext& ctx) {
   std::vector<std::int64_t> numels;
   for (const ParamSpec& s : specs()) numels.push_back(s.numel());
   return ParameterStore(ctx, specs(), DType::F32, 1,
-                        store_blocks(make_shard_blocks(units(), numels, kAlone, test_world().size())));
+                        cut(test_world().size()).store_blocks());
 }
 
 // The allocator's bytes in use once the communicator's engine has dropped what it held of
@@ -83,12 +88,15 @@ void write_grads(ParameterStore& store, UnitShards& shards, int rank) {
 TEST(UnitShards, NeedsTheStoreBuiltInItsBlocks) {
   DeviceContext& ctx = test_context();
   ParameterStore flat(ctx, specs());
-  EXPECT_THROW(UnitShards(ctx, test_world(), flat, units(), kAlone, 3), Error);
-  const std::vector<std::int64_t> numels{5, 3, 7, 2, 4};
-  ParameterStore other(ctx, specs(), DType::F32, 1,
-                       store_blocks(make_shard_blocks(units(), numels, kAlone, test_world().size() + 1)));
+  EXPECT_THROW(UnitShards(ctx, test_world(), flat, cut(test_world().size()), 3), Error);
+  ParameterStore other(ctx, specs(), DType::F32, 1, cut(test_world().size() + 1).store_blocks());
   EXPECT_EQ(other.param(2).resident(), false);  // built without memory
-  EXPECT_THROW(UnitShards(ctx, test_world(), other, units(), kAlone, 2), Error);
+  EXPECT_THROW(UnitShards(ctx, test_world(), other, cut(test_world().size() + 1), 2), Error);
+  // A cut made for another dp than the group's is refused even where the blocks happen to agree.
+  ParameterStore mine = placed_store(ctx);
+  UnitCut wrong = cut(test_world().size());
+  wrong.dp += 1;
+  EXPECT_THROW(UnitShards(ctx, test_world(), mine, wrong, 2), Error);
   EXPECT_THROW(other.flat_params(), Error);
 }
 
@@ -99,7 +107,7 @@ TEST(UnitShards, ReduceScattersEachUnitIntoTheOwnedShardAndFreesIt) {
   for (int stage : {2, 3}) {
     SCOPED_TRACE("zero " + std::to_string(stage));
     ParameterStore store = placed_store(ctx);
-    UnitShards shards(ctx, world, store, units(), kAlone, stage);
+    UnitShards shards(ctx, world, store, cut(n), stage);
     // Gradients exist only while a unit is written or reduced.
     EXPECT_THROW(store.grad(0).to_host<float>(), Error);
     try {
@@ -145,7 +153,7 @@ TEST(UnitShards, ZeroThreeGathersPrefetchesAndReleasesParameters) {
   Communicator& world = test_world();
   DeviceContext& ctx = test_context();
   ParameterStore store = placed_store(ctx);
-  UnitShards shards(ctx, world, store, units(), kAlone, 3);
+  UnitShards shards(ctx, world, store, cut(world.size()), 3);
   // Every rank writes the same full parameters; the owned shards keep their pieces.
   shards.materialize(/*gather=*/false);
   for (std::size_t p = 0; p < store.size(); ++p) {
@@ -197,7 +205,7 @@ TEST(UnitShards, AForwardWithGradientGathersAndReduceScatters) {
   for (int stage : {2, 3}) {
     SCOPED_TRACE("zero " + std::to_string(stage));
     ParameterStore store = placed_store(ctx);
-    UnitShards shards(ctx, world, store, units(), kAlone, stage);
+    UnitShards shards(ctx, world, store, cut(n), stage);
     shards.materialize(/*gather=*/false);
     std::vector<float> wte(5);
     for (std::size_t e = 0; e < wte.size(); ++e) wte[e] = static_cast<float>(e) + 0.5f;
