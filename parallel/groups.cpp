@@ -12,7 +12,7 @@ ParallelGroups build_groups(Communicator& world, const Mesh& mesh) {
   // Every rank checks the same two numbers, so every rank throws and none waits in a split.
   MT_REQUIRE(world.size() == mesh.world_size(), "the mesh ", mesh.shape().describe(), " needs ", mesh.world_size(),
              " ranks, but the job has ", world.size(), " (launch with -np ", mesh.world_size(),
-             " or change --dp/--tp/--pp)");
+             mesh.shape().cp > 1 ? " or change --dp/--tp/--cp/--pp)" : " or change --dp/--tp/--pp)");
   const int rank = world.rank();
   // Braced initializers run in order, so every rank splits in the same order, as collectives require.
   ParallelGroups groups{.mesh = mesh,
@@ -21,7 +21,13 @@ ParallelGroups build_groups(Communicator& world, const Mesh& mesh) {
                         .tp = world.split(mesh.tp_group(rank), "tp"),
                         .dp = world.split(mesh.dp_group(rank), "dp"),
                         .pp = world.split(mesh.pp_group(rank), "pp"),
-                        .embedding = world.split(mesh.embedding_group(rank), "embedding")};  // middle stage: empty list, null
+                        .embedding = world.split(mesh.embedding_group(rank), "embedding"),  // middle stage: null
+                        .cp = nullptr,
+                        .dp_cp = nullptr};
+  if (mesh.shape().cp > 1) {
+    groups.cp = world.split(mesh.cp_group(rank), "cp");
+    groups.dp_cp = world.split(mesh.dp_cp_group(rank), "dp x cp");
+  }
   MT_CHECK(groups.tp && groups.dp && groups.pp, "a split returned no communicator for rank ", rank);
   return groups;
 }
@@ -41,8 +47,11 @@ std::string list(const Communicator& comm) {
 
 std::string describe_rank(const ParallelGroups& g) {
   std::ostringstream out;
-  out << "rank " << g.world_rank << ": dp " << g.coord.dp << " tp " << g.coord.tp << " stage " << g.coord.pp
-      << " (tp group " << list(*g.tp) << ", dp group " << list(*g.dp) << ", pp group " << list(*g.pp) << ")";
+  out << "rank " << g.world_rank << ": dp " << g.coord.dp << " tp " << g.coord.tp;
+  if (g.cp) out << " cp " << g.coord.cp;
+  out << " stage " << g.coord.pp << " (tp group " << list(*g.tp) << ", dp group " << list(*g.dp);
+  if (g.cp) out << ", cp group " << list(*g.cp);
+  out << ", pp group " << list(*g.pp) << ")";
   return out.str();
 }
 

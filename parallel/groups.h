@@ -16,7 +16,13 @@ struct ParallelGroups {
   MeshCoord coord;  // this rank's
   int world_rank = 0;
   std::unique_ptr<Communicator> tp, dp, pp;  // always non-null (size-1 groups included)
-  std::unique_ptr<Communicator> embedding;   // first and last stage of this dp, tp; null on middle stages
+  std::unique_ptr<Communicator> embedding;   // first and last stage of this dp, tp, cp; null on middle stages
+  // With cp > 1 only (null otherwise: no split made): this sequence's ranks, and the dp x cp ranks
+  // that hold the same weights.
+  std::unique_ptr<Communicator> cp, dp_cp;
+
+  // Where gradients are reduced: dp x cp (the dp group when cp == 1).
+  Communicator& gradient_group() const { return dp_cp ? *dp_cp : *dp; }
 
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == mesh.shape().pp - 1; }

@@ -1,6 +1,7 @@
 // The mesh arithmetic: strides from the order string, groups by walking one coordinate.
 #include "parallel/mesh.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -12,8 +13,17 @@ namespace mt {
 
 std::string MeshShape::describe() const {
   std::ostringstream out;
-  out << "dp=" << dp << " tp=" << tp << " pp=" << pp << " (order " << order << ")";
+  out << "dp=" << dp << " tp=" << tp;
+  if (cp > 1) out << " cp=" << cp;
+  out << " pp=" << pp << " (order " << (cp > 1 ? full_order() : order) << ")";
   return out.str();
+}
+
+std::string MeshShape::full_order() const {
+  if (order.find("cp") != std::string::npos) return order;
+  const std::size_t tp_at = order.find("tp");
+  if (tp_at == std::string::npos) return order;  // not an order: Mesh says so
+  return order.substr(0, tp_at + 2) + "-cp" + order.substr(tp_at + 2);
 }
 
 namespace {
@@ -34,19 +44,21 @@ Mesh::Mesh(MeshShape shape) : shape_(std::move(shape)) {
   MT_REQUIRE(shape_.dp >= 1, "--dp must be at least 1, got ", shape_.dp);
   MT_REQUIRE(shape_.tp >= 1, "--tp must be at least 1, got ", shape_.tp);
   MT_REQUIRE(shape_.pp >= 1, "--pp must be at least 1, got ", shape_.pp);
+  MT_REQUIRE(shape_.cp >= 1, "--cp must be at least 1, got ", shape_.cp);
   // MPI ranks are ints: a product beyond that is no job (and would overflow every stride below).
-  const std::int64_t ranks = std::int64_t{shape_.dp} * shape_.tp * shape_.pp;
+  const std::int64_t ranks = std::int64_t{shape_.dp} * shape_.tp * shape_.pp * shape_.cp;
   MT_REQUIRE(ranks <= std::numeric_limits<int>::max(), "--dp ", shape_.dp, " x --tp ", shape_.tp, " x --pp ",
-             shape_.pp, " = ", ranks, " ranks, more than MPI can number");
-  size_ = {shape_.tp, shape_.dp, shape_.pp};
+             shape_.pp, shape_.cp > 1 ? " x --cp " + std::to_string(shape_.cp) : std::string(), " = ", ranks,
+             " ranks, more than MPI can number");
+  size_ = {shape_.tp, shape_.dp, shape_.pp, shape_.cp};
 
-  const std::vector<std::string> names = split_dashes(shape_.order);
-  std::array<bool, 3> seen{};
-  bool valid = names.size() == 3;
-  std::array<Dim, 3> order{};
+  const std::vector<std::string> names = split_dashes(shape_.full_order());
+  std::array<bool, kDims> seen{};
+  bool valid = names.size() == kDims;
+  std::array<Dim, kDims> order{};
   for (std::size_t i = 0; valid && i < names.size(); ++i) {
     const std::string& n = names[i];
-    const int d = n == "tp" ? Tp : n == "dp" ? Dp : n == "pp" ? Pp : -1;
+    const int d = n == "tp" ? Tp : n == "dp" ? Dp : n == "pp" ? Pp : n == "cp" ? Cp : -1;
     valid = d >= 0 && !seen[static_cast<std::size_t>(d)];
     if (valid) {
       seen[static_cast<std::size_t>(d)] = true;
@@ -54,7 +66,8 @@ Mesh::Mesh(MeshShape shape) : shape_(std::move(shape)) {
     }
   }
   MT_REQUIRE(valid, "--mesh-order '", shape_.order,
-             "' must name tp, dp and pp once each, fastest-varying first, separated by '-' (e.g. tp-dp-pp)");
+             "' must name tp, dp and pp once each, fastest-varying first, separated by '-' (e.g. tp-dp-pp), "
+             "and may name cp once (else it follows tp)");
 
   int stride = 1;
   for (Dim d : order) {
@@ -63,21 +76,29 @@ Mesh::Mesh(MeshShape shape) : shape_(std::move(shape)) {
   }
 }
 
+int Mesh::coordinate(const MeshCoord& c, Dim dim) const {
+  return dim == Tp ? c.tp : dim == Dp ? c.dp : dim == Pp ? c.pp : c.cp;
+}
+
 MeshCoord Mesh::coord_of(int rank) const {
   MT_CHECK(rank >= 0 && rank < world_size(), "rank ", rank, " outside a mesh of ", world_size());
-  return {(rank / stride_[Dp]) % size_[Dp], (rank / stride_[Tp]) % size_[Tp], (rank / stride_[Pp]) % size_[Pp]};
+  const auto at = [&](Dim d) { return (rank / stride_[d]) % size_[d]; };
+  return {at(Dp), at(Tp), at(Pp), at(Cp)};
 }
 
 int Mesh::rank_of(MeshCoord c) const {
-  MT_CHECK(c.dp >= 0 && c.dp < size_[Dp] && c.tp >= 0 && c.tp < size_[Tp] && c.pp >= 0 && c.pp < size_[Pp],
-           "coordinate dp ", c.dp, " tp ", c.tp, " pp ", c.pp, " outside ", shape_.describe());
-  return c.dp * stride_[Dp] + c.tp * stride_[Tp] + c.pp * stride_[Pp];
+  int rank = 0;
+  for (const Dim d : {Tp, Dp, Pp, Cp}) {
+    const int x = coordinate(c, d);
+    MT_CHECK(x >= 0 && x < size_[d], "coordinate dp ", c.dp, " tp ", c.tp, " pp ", c.pp, " cp ", c.cp, " outside ",
+             shape_.describe());
+    rank += x * stride_[d];
+  }
+  return rank;
 }
 
 std::vector<int> Mesh::along(int rank, Dim dim) const {
-  const MeshCoord c = coord_of(rank);
-  const int here = dim == Tp ? c.tp : dim == Dp ? c.dp : c.pp;
-  const int base = rank - here * stride_[dim];
+  const int base = rank - coordinate(coord_of(rank), dim) * stride_[dim];
   std::vector<int> members;
   for (int i = 0; i < size_[dim]; ++i) members.push_back(base + i * stride_[dim]);
   return members;
@@ -86,12 +107,21 @@ std::vector<int> Mesh::along(int rank, Dim dim) const {
 std::vector<int> Mesh::tp_group(int rank) const { return along(rank, Tp); }
 std::vector<int> Mesh::dp_group(int rank) const { return along(rank, Dp); }
 std::vector<int> Mesh::pp_group(int rank) const { return along(rank, Pp); }
+std::vector<int> Mesh::cp_group(int rank) const { return along(rank, Cp); }
+
+std::vector<int> Mesh::dp_cp_group(int rank) const {
+  std::vector<int> members;
+  for (const int r : along(rank, Dp))
+    for (const int c : along(r, Cp)) members.push_back(c);
+  std::sort(members.begin(), members.end());
+  return members;
+}
 
 std::vector<int> Mesh::embedding_group(int rank) const {
   const MeshCoord c = coord_of(rank);
   if (shape_.pp == 1) return {rank};
   if (c.pp != 0 && c.pp != shape_.pp - 1) return {};
-  return {rank_of({c.dp, c.tp, 0}), rank_of({c.dp, c.tp, shape_.pp - 1})};
+  return {rank_of({c.dp, c.tp, 0, c.cp}), rank_of({c.dp, c.tp, shape_.pp - 1, c.cp})};
 }
 
 std::vector<std::vector<int>> Mesh::all_of(std::vector<int> (Mesh::*group)(int) const) const {
@@ -107,6 +137,8 @@ std::vector<std::vector<int>> Mesh::all_of(std::vector<int> (Mesh::*group)(int) 
 std::vector<std::vector<int>> Mesh::all_tp_groups() const { return all_of(&Mesh::tp_group); }
 std::vector<std::vector<int>> Mesh::all_dp_groups() const { return all_of(&Mesh::dp_group); }
 std::vector<std::vector<int>> Mesh::all_pp_groups() const { return all_of(&Mesh::pp_group); }
+std::vector<std::vector<int>> Mesh::all_cp_groups() const { return all_of(&Mesh::cp_group); }
+std::vector<std::vector<int>> Mesh::all_dp_cp_groups() const { return all_of(&Mesh::dp_cp_group); }
 std::vector<std::vector<int>> Mesh::all_embedding_groups() const { return all_of(&Mesh::embedding_group); }
 
 }  // namespace mt

@@ -81,6 +81,28 @@ TEST(Groups, EveryFactorizationMatchesTheMesh) {
   }
 }
 
+// With cp > 1: a cp group and the dp x cp group of the same weights, each checked by an allreduce.
+TEST(Groups, ContextParallelGroupsMatchTheMesh) {
+  Communicator& world = test_world();
+  const int n = world.size(), me = world.rank();
+  if (n < 2) GTEST_SKIP() << "cp 2 needs two ranks";
+  for (const MeshShape& base : factorizations(n / 2, "tp-dp-pp")) {
+    MeshShape shape = base;
+    shape.cp = 2;
+    const Mesh mesh(shape);
+    const std::string what = shape.describe() + " rank " + std::to_string(me);
+    ParallelGroups g = build_groups(world, mesh);
+    expect_group(g.cp.get(), mesh.cp_group(me), what + " cp");
+    expect_group(g.dp_cp.get(), mesh.dp_cp_group(me), what + " dp x cp");
+    expect_group(g.dp.get(), mesh.dp_group(me), what + " dp");
+    EXPECT_EQ(&g.gradient_group(), g.dp_cp.get()) << what;
+    EXPECT_TRUE(contains(describe_rank(g), " cp " + std::to_string(g.coord.cp) + " stage ")) << describe_rank(g);
+  }
+  ParallelGroups plain = build_groups(world, Mesh(MeshShape{.dp = n}));
+  EXPECT_EQ(plain.cp, nullptr);
+  EXPECT_EQ(&plain.gradient_group(), plain.dp.get());
+}
+
 TEST(Groups, DescribeRankOfTheDefault2x2x2Mesh) {
   Communicator& world = test_world();
   if (world.size() != 8) GTEST_SKIP() << "needs 8 ranks";

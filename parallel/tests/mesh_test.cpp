@@ -114,11 +114,77 @@ TEST(Mesh, RejectsBadSizesAndOrders) {
   EXPECT_TRUE(contains(error_of([] { make_mesh(0, 1, 1); }), "--dp must be at least 1, got 0"));
   EXPECT_TRUE(contains(error_of([] { make_mesh(1, -2, 1); }), "--tp must be at least 1, got -2"));
   EXPECT_TRUE(contains(error_of([] { make_mesh(1, 1, 0); }), "--pp must be at least 1, got 0"));
-  for (const char* bad : {"tp-dp", "tp-dp-dp", "tp-dp-pp-cp", "tp-dp-xx", "tpdppp", "", "tp-dp-pp-", "TP-DP-PP"}) {
+  EXPECT_TRUE(contains(error_of([] { Mesh(MeshShape{.cp = 0}); }), "--cp must be at least 1, got 0"));
+  for (const char* bad : {"tp-dp", "tp-dp-dp", "tp-dp-pp-cp-cp", "tp-cp-dp-cp", "tp-dp-xx", "tpdppp", "", "tp-dp-pp-",
+                          "TP-DP-PP"}) {
     const std::string msg = error_of([&] { make_mesh(1, 1, 1, bad); });
     EXPECT_TRUE(contains(msg, "--mesh-order '" + std::string(bad) + "'")) << msg;
     EXPECT_TRUE(contains(msg, "tp-dp-pp")) << msg;
   }
+}
+
+// ---- context parallelism: a fourth dimension ----
+
+TEST(Mesh, ContextParallelFollowsTpByDefault) {
+  // dp=2 tp=2 cp=2 pp=1, order tp-cp-dp-pp: rank = tp + 2 * (cp + 2 * dp)
+  const Mesh m(MeshShape{.dp = 2, .tp = 2, .pp = 1, .cp = 2});
+  EXPECT_EQ(m.world_size(), 8);
+  EXPECT_EQ(m.shape().describe(), "dp=2 tp=2 cp=2 pp=1 (order tp-cp-dp-pp)");
+  EXPECT_EQ(m.all_tp_groups(), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(m.all_cp_groups(), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(m.all_dp_groups(), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  // The same weights: every rank of one tp position and stage.
+  EXPECT_EQ(m.all_dp_cp_groups(), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(m.coord_of(6), (MeshCoord{.dp = 1, .tp = 0, .pp = 0, .cp = 1}));
+  EXPECT_EQ(m.rank_of({.dp = 1, .tp = 1, .pp = 0, .cp = 1}), 7);
+  EXPECT_EQ(m.embedding_group(6), (std::vector<int>{6}));
+}
+
+TEST(Mesh, ContextParallelInAnExplicitOrderAndAcrossStages) {
+  // dp=1 tp=1 cp=2 pp=2, order cp-pp-dp-tp: rank = cp + 2 * pp
+  const Mesh m(MeshShape{.dp = 1, .tp = 1, .pp = 2, .cp = 2, .order = "cp-pp-dp-tp"});
+  EXPECT_EQ(m.all_cp_groups(), (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(m.all_pp_groups(), (Groups{{0, 2}, {1, 3}}));
+  EXPECT_EQ(m.all_dp_cp_groups(), (Groups{{0, 1}, {2, 3}}));
+  // The tied embedding's two copies hold the same sequence piece: the same cp coordinate.
+  EXPECT_EQ(m.all_embedding_groups(), (Groups{{0, 2}, {1, 3}}));
+  // Without context parallelism the order needs no cp, and describe() does not show it.
+  EXPECT_EQ(Mesh(MeshShape{.dp = 2, .order = "dp-tp-cp-pp"}).shape().describe(), "dp=2 tp=1 pp=1 (order dp-tp-cp-pp)");
+}
+
+TEST(Mesh, ContextParallelPropertiesUpTo16Ranks) {
+  int shapes = 0;
+  for (int cp = 2; cp <= 16; cp *= 2)
+    for (int dp = 1; dp * cp <= 16; ++dp)
+      for (int tp = 1; dp * tp * cp <= 16; ++tp)
+        for (int pp = 1; dp * tp * pp * cp <= 16; ++pp)
+          for (const std::string& order : {std::string("tp-dp-pp"), std::string("pp-dp-cp-tp")}) {
+            ++shapes;
+            const Mesh m(MeshShape{.dp = dp, .tp = tp, .pp = pp, .cp = cp, .order = order});
+            const std::string what = m.shape().describe();
+            ASSERT_EQ(m.world_size(), dp * tp * pp * cp) << what;
+            for (int r = 0; r < m.world_size(); ++r) ASSERT_EQ(m.rank_of(m.coord_of(r)), r) << what;
+            for (const std::vector<int>& g : m.all_cp_groups()) {
+              ASSERT_EQ(g.size(), static_cast<std::size_t>(cp)) << what;
+              for (std::size_t i = 0; i < g.size(); ++i) {
+                MeshCoord c = m.coord_of(g[i]), first = m.coord_of(g.front());
+                EXPECT_EQ(c.cp, static_cast<int>(i)) << what;
+                c.cp = first.cp;
+                EXPECT_EQ(c, first) << what << ": cp members differ in another dimension";
+              }
+            }
+            std::size_t covered = 0;
+            for (const std::vector<int>& g : m.all_dp_cp_groups()) {
+              ASSERT_EQ(g.size(), static_cast<std::size_t>(dp * cp)) << what;
+              covered += g.size();
+              for (const int r : g) {
+                EXPECT_EQ(m.coord_of(r).tp, m.coord_of(g.front()).tp) << what;
+                EXPECT_EQ(m.coord_of(r).pp, m.coord_of(g.front()).pp) << what;
+              }
+            }
+            EXPECT_EQ(covered, static_cast<std::size_t>(m.world_size())) << what;
+          }
+  EXPECT_GT(shapes, 40);
 }
 
 // ---- properties over every shape with up to 16 ranks, in all six orders ----
