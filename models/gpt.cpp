@@ -54,6 +54,16 @@ struct Gpt::LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
 };
 
+// The residual stream between two layers of a chunk: `stream` holds it, or (pending) is to hold
+// res + branch, a layer's output add (res2 + its MLP output), which the next norm makes in its own
+// pass (Norm::add_forward: one launch, one read of the rows, and the bits of the add, then the
+// norm). The sum is stored all the same: the next layer's residual, and what backward and
+// recomputation read.
+struct Gpt::Residual {
+  Tensor stream, res, branch;  // res and branch defined: pending
+  bool pending() const { return branch.defined(); }
+};
+
 // What W reads of one layer, kept by B (see backward_chunk_input).
 // With sequence parallelism dmlp_out and dattn_out are gathered ([N, C]), dln2 and dln1 this rank's
 // rows ([N/tp, C]), and ln2_full and ln1_full the gathered layernorm outputs the column-parallel
@@ -111,6 +121,7 @@ struct Gpt::Scratch {
   Tensor row_max, sum_exp, target_logit;  // vocab-parallel loss statistics
   // The head's logits of one chunk of rows, [R, Vp/tp], then their gradient (models/head_chunks.h).
   Tensor head_logits;
+  Tensor mean_sums;  // the head's: where its mean loss is summed (kernels::accumulate_mean)
   // With recompute, one layer's worth of what the slots do not keep, shared by every layer: the
   // forward writes it and moves on, backward recomputes into it.
   LayerActs layer;
@@ -318,7 +329,10 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
     w->sum_exp = make({N}, DType::F32);
     w->target_logit = make({N}, DType::F32);
   }
-  if (partition_.head) w->head_logits = make({head_rows_per_chunk(N), partition_.vocab_rows_local(config_)}, act);
+  if (partition_.head) {
+    w->head_logits = make({head_rows_per_chunk(N), partition_.vocab_rows_local(config_)}, act);
+    w->mean_sums = make({kernels::mean_workspace(N)}, DType::F32);
+  }
   scratch_ = std::move(w);
   return *scratch_;
 }
@@ -510,24 +524,49 @@ void Gpt::lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out) {
   if (out.dtype() != DType::F32) kernels::cast(ctx_, sum, out);
 }
 
-void Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
+// The chunk's layers, each layer's output add left to the next layer's ln1: the chunk's output
+// comes back pending, for lnf (the head chunk) or settle() (a stage's output, sent whole).
+Gpt::Residual Gpt::run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w) {
+  Residual r{s.residual[0], {}, {}};
   for (int i = 0; i < c.layers.size(); ++i) {
     Block& blk = *blocks_[static_cast<std::size_t>(c.first_block + i)];
     LayerActs a = layer_buffers(s, w, i, nullptr);
-    layer_forward(blk, s.residual[static_cast<std::size_t>(i)], a, w, &s.residual[static_cast<std::size_t>(i) + 1]);
+    r = layer_forward(blk, r, a, w, &s.residual[static_cast<std::size_t>(i) + 1]);
   }
+  return r;
 }
 
-// One layer's forward from its input x into a, each half within a forward use of its unit; `out`
-// null stops it where backward no longer reads anything (after GELU): the recomputation, which
-// runs these very kernels on the very same inputs, with the same tensor-parallel collectives up to
-// there on every rank of the group, within the backward's uses of both units (no uses of its own).
-void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out) {
+// norm(r) into out; a pending add is made in the norm's pass (the bits of the add, then the norm).
+void Gpt::norm_forward(const Norm& norm, const Residual& r, Tensor& out, Tensor& mean, Tensor& rstd) {
+  if (!r.pending()) {
+    norm.forward(ctx_, r.stream, out, mean, rstd);
+    return;
+  }
+  Tensor stream = r.stream;
+  norm.add_forward(ctx_, r.res, r.branch, stream, out, mean, rstd);
+}
+
+// A pending add on its own, where no norm follows on this chunk.
+void Gpt::settle(const Residual& r) {
+  if (!r.pending()) return;
+  Tensor stream = r.stream;
+  kernels::binary(ctx_, BinaryOp::Add, r.res, r.branch, stream);
+}
+
+// One layer's forward from its input `in` into a, each half within a forward use of its unit;
+// returns its output, *out = res2 + the MLP's output, pending (the MLP's output stays in the
+// scratch's branch until the next norm adds it). `out` null stops it where backward no longer
+// reads anything (after GELU): the recomputation, which runs these very kernels on the very same
+// inputs (its input whole: the stored sum has the bits the fused add normalized), with the same
+// tensor-parallel collectives up to there on every rank of the group, within the backward's uses of
+// both units (no uses of its own).
+Gpt::Residual Gpt::layer_forward(Block& blk, const Residual& in, LayerActs& a, Scratch& w, Tensor* out) {
   ParamUseHooks* hooks = out ? hooks_ : nullptr;
+  const Tensor& x = in.stream;  // written by ln1 if the previous layer's add is pending
   const Tensor* attn_out = nullptr;
   {
     const UnitUse use(hooks, blk.attn_unit, ParamUse::Forward);
-    blk.ln1.forward(ctx_, x, a.ln1, a.ln1_mean, a.ln1_rstd);
+    norm_forward(blk.ln1, in, a.ln1, a.ln1_mean, a.ln1_rstd);
     blk.qkv_forward(ctx_, a.ln1, w.full, a.qkv);  // column-parallel: this rank's heads
     nn::attention_forward(ctx_, attention_kernel_, a.qkv, attention_heads_, a.atty, a.att);
     // Row-parallel: the sum of the ranks' partial outputs (this rank's rows with sequence parallelism).
@@ -537,8 +576,8 @@ void Gpt::layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, T
   // res2 = x + attention output and ln2(res2) in one pass, in the MLP's use: the add reads no parameter.
   blk.ln2.add_forward(ctx_, x, *attn_out, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd);
   blk.mlp_up_forward(ctx_, a.ln2, w.full, a.fch, a.fch_gelu);
-  if (out == nullptr) return;
-  kernels::binary(ctx_, BinaryOp::Add, a.res2, blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, w.branch_local), *out);
+  if (out == nullptr) return {};
+  return {*out, a.res2, blk.fc_proj.forward(ctx_, a.fch_gelu, w.branch, w.branch_local)};
 }
 
 // Where layer i of slot s has its activations: the slot's, and what recompute does not keep there
@@ -578,7 +617,7 @@ void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) 
       blk.mlp_activation(ctx_, a.fch, a.fch_gelu);
       return;
     case Recompute::Full:
-      layer_forward(blk, s.residual[static_cast<std::size_t>(i)], a, w, nullptr);
+      layer_forward(blk, {s.residual[static_cast<std::size_t>(i)], {}, {}}, a, w, nullptr);
       return;
   }
 }
@@ -593,10 +632,12 @@ std::int64_t Gpt::head_rows_per_chunk(std::int64_t rows) const {
                          ctx_.device().is_cuda(), options_.head_chunk_rows);
 }
 
-const Tensor& Gpt::head_input(Slot& s, Scratch& w) {
+const Tensor& Gpt::head_input(const Residual& last, Slot& s, Scratch& w) {
   const UnitUse use_lnf(hooks_, lnf_unit_, ParamUse::Forward);
-  Tensor& lnf = options_.sequence_parallel ? w.branch_local : w.branch;  // this rank's rows
-  lnf_.forward(ctx_, s.residual.back(), lnf, s.lnf_mean, s.lnf_rstd);
+  // This rank's rows, over the last layer's pending MLP output (the fused add reads a row whole
+  // before it writes it).
+  Tensor& lnf = options_.sequence_parallel ? w.branch_local : w.branch;
+  norm_forward(lnf_, last, lnf, s.lnf_mean, s.lnf_rstd);
   return region_.enter(ctx_, lnf, w.full);  // the LM head's GEMMs read every row
 }
 
@@ -632,11 +673,12 @@ void Gpt::head_logits(const Tensor& x, Tensor& logits, bool piece_uses) {
   }
 }
 
-void Gpt::head_loss(Slot& s, const Tensor& targets, std::optional<float> loss_weight, Tensor& loss_sum) {
+void Gpt::head_loss(Slot& s, const Residual& last, const Tensor& targets, std::optional<float> loss_weight,
+                    Tensor& loss_sum) {
   expect_tokens(targets, s, "target");
   s.targets = targets;
   Scratch& w = scratch(s.B, s.T);
-  const Tensor& lnf = head_input(s, w);
+  const Tensor& lnf = head_input(last, s, w);
   const bool training = loss_weight.has_value();
   // The tied embedding: read for the logits, and in training its gradient made here (ZeRO-2/3
   // reduce what this use wrote when it ends). Cut into vocabulary pieces, each piece is used twice
@@ -678,7 +720,7 @@ void Gpt::head_loss(Slot& s, const Tensor& targets, std::optional<float> loss_we
     if (widened) kernels::cast(ctx_, sum, dlnf);
   }
   s.head_gradient = training;
-  kernels::accumulate_mean(ctx_, s.losses, loss_sum);
+  kernels::accumulate_mean(ctx_, s.losses, loss_sum, w.mean_sums);
 }
 
 Tensor Gpt::input_buffer(int chunk, int micro, int B, int T) {
@@ -710,8 +752,12 @@ void Gpt::forward_chunk(int chunk, int micro, int B, int T, const DeviceTokens& 
   // changes only between steps, and a chunk's micro-batches run in order, 0 first.
   if (micro == 0 && !compute_copy_kept_) store_.refresh_compute_params(ctx_);
   if (c.embedding) embed(s, tokens.inputs);
-  run_blocks_forward(c, s, w);
-  if (c.head) head_loss(s, tokens.targets, loss_weight, loss_sum);
+  const Residual out = run_blocks_forward(c, s, w);
+  if (c.head) {
+    head_loss(s, out, tokens.targets, loss_weight, loss_sum);
+  } else {
+    settle(out);  // output() goes to the next stage whole
+  }
 }
 
 Tensor Gpt::output(int chunk, int micro) const {
@@ -985,11 +1031,12 @@ void Gpt::give_back_weight_inputs(Slot& s) {
 }
 
 namespace {
-// A whole-model forward into the one slot (0, 0), afresh: a failed one leaves nothing for backward.
+// A whole-model forward (`what`: the call) into the one slot (0, 0), afresh: a failed one leaves
+// nothing for backward.
 template <class Run>
-auto whole_model_forward(Gpt& model, Run&& run) -> decltype(run()) {
-  MT_CHECK(model.num_chunks() == 1 && model.chunk_has_embedding(0) && model.chunk_has_head(0),
-           "forward() runs a whole model; a pipeline stage runs forward_chunk()");
+auto whole_model_forward(Gpt& model, const char* what, Run&& run) -> decltype(run()) {
+  MT_CHECK(model.num_chunks() == 1 && model.chunk_has_embedding(0) && model.chunk_has_head(0), what,
+           " runs a whole model; a pipeline stage runs forward_chunk()");
   model.release(0, 0);
   try {
     return run();
@@ -1002,33 +1049,26 @@ auto whole_model_forward(Gpt& model, Run&& run) -> decltype(run()) {
 
 float Gpt::forward(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, int B, int T,
                    std::optional<float> loss_weight) {
-  return whole_model_forward(*this, [&] { return forward_chunk(0, 0, B, T, inputs, targets, loss_weight); });
+  return whole_model_forward(*this, "forward()", [&] { return forward_chunk(0, 0, B, T, inputs, targets, loss_weight); });
 }
 
 void Gpt::forward(const DeviceTokens& tokens, int B, int T, std::optional<float> loss_weight, Tensor& loss_sum) {
-  whole_model_forward(*this, [&] { forward_chunk(0, 0, B, T, tokens, loss_weight, loss_sum); });
+  whole_model_forward(*this, "forward()", [&] { forward_chunk(0, 0, B, T, tokens, loss_weight, loss_sum); });
 }
 
 void Gpt::forward_logits(std::span<const std::int32_t> inputs, int B, int T) {
-  MT_CHECK(num_chunks() == 1 && chunk_has_embedding(0) && chunk_has_head(0),
-           "forward_logits() runs a whole model");
-  release(0, 0);
-  Slot& s = acquire(0, 0, B, T);
-  try {
+  whole_model_forward(*this, "forward_logits()", [&] {
+    Slot& s = acquire(0, 0, B, T);
     store_.refresh_compute_params(ctx_);
     embed(s, upload_tokens(inputs, B, T, "input"));
     Scratch& w = scratch(B, T);
-    run_blocks_forward(chunks_[0], s, w);
+    const Tensor& lnf = head_input(run_blocks_forward(chunks_[0], s, w), s, w);
     if (!s.logits.defined()) {
       s.logits = Tensor::empty({static_cast<std::int64_t>(B) * T, partition_.vocab_rows_local(config_)}, compute_dtype(), ctx_);
       s.bytes += static_cast<std::int64_t>(s.logits.nbytes());
     }
-    const Tensor& lnf = head_input(s, w);
     head_logits(lnf, s.logits, true);
-  } catch (...) {
-    release(0, 0);
-    throw;
-  }
+  });
 }
 
 void Gpt::backward(const GradReady& ready) {

@@ -9,7 +9,10 @@
 //   residual), a final RMSNorm and an untied LM head (its own unit, "head"). No biases.
 // The families share everything but what happens inside a layer, a block of models/blocks/, and
 // which weight the head reads: the layer loop, chunks, slots, recomputation, sequence parallelism,
-// the split backward, the chunked head and the parameter store.
+// the split backward, the chunked head and the parameter store. Each residual add followed by a
+// norm on the same chunk runs in that norm's pass (the next layer's ln1, or lnf; Norm::add_forward),
+// with the bits of the add and then the norm; a chunk that hands its output to the next stage adds
+// its last one on its own.
 //
 // One class for every layout. A rank holds the part a GptPartition names (models/gpt_sharding.h):
 // - tensor parallel over the group in `tp`: column-parallel QKV and MLP-up, row-parallel attention
@@ -223,6 +226,7 @@ class Gpt {
   struct Slot;
   struct WeightInputs;
   struct Scratch;
+  struct Residual;
   struct ChunkInfo {
     LayerRange layers;
     int first_block = 0;  // index into blocks_
@@ -235,9 +239,11 @@ class Gpt {
   void lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out);
   std::int64_t vocab_piece_begin(int k) const;
   void head_logits(const Tensor& x, Tensor& logits, bool piece_uses);
-  // The head's forward: lnf into the scratch (gathered with sequence parallelism), then the chunks.
-  const Tensor& head_input(Slot& s, Scratch& w);
-  void head_loss(Slot& s, const Tensor& targets, std::optional<float> loss_weight, Tensor& loss_sum);
+  // The head's forward: lnf of the last layer's output into the scratch (gathered with sequence
+  // parallelism), then the chunks.
+  const Tensor& head_input(const Residual& last, Slot& s, Scratch& w);
+  void head_loss(Slot& s, const Residual& last, const Tensor& targets, std::optional<float> loss_weight,
+                 Tensor& loss_sum);
   void chunk_loss(Tensor& logits, const Tensor& targets, Tensor& losses, Tensor& lse, Scratch& w,
                   std::int64_t first_row);
   std::int64_t head_rows_per_chunk(std::int64_t rows) const;
@@ -246,8 +252,10 @@ class Gpt {
   void head_backward(Slot& s, Scratch& w);
   void head_backward_input(Slot& s);
   void head_backward_weights(Slot& s);
-  void run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w);
-  void layer_forward(Block& blk, const Tensor& x, LayerActs& a, Scratch& w, Tensor* out);
+  Residual run_blocks_forward(const ChunkInfo& c, Slot& s, Scratch& w);
+  Residual layer_forward(Block& blk, const Residual& in, LayerActs& a, Scratch& w, Tensor* out);
+  void norm_forward(const Norm& norm, const Residual& r, Tensor& out, Tensor& mean, Tensor& rstd);
+  void settle(const Residual& r);
   LayerActs layer_buffers(Slot& s, Scratch& w, int i, const WeightInputs* kept) const;
   void recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a);
   LayerActs new_layer(unsigned fields, int B, int T, std::int64_t& bytes);

@@ -68,6 +68,7 @@ struct Norm {
   static Norm from_store(ParameterStore& store, const std::string& prefix, bool rms = false, float eps = 1e-5f);
   void forward(DeviceContext& ctx, const Tensor& x, Tensor& out, Tensor& mean, Tensor& rstd) const;
   // sum = x + y, then forward(sum, ...) in one pass: the bits of kernels::binary's Add and forward.
+  // out may be y.
   void add_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, Tensor& sum, Tensor& out, Tensor& mean,
                    Tensor& rstd) const;
   // dx += ...; dweight, dbias += ...

@@ -1,6 +1,7 @@
 #include "runtime/kernels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "runtime/backend.h"
@@ -69,15 +70,21 @@ double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x) {
   return backend::Cuda::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.stream().handle());
 }
 
-void accumulate_mean(DeviceContext& ctx, const Tensor& x, Tensor& acc) {
+// The chunks' double sums, two fp32 slots each (tensors hold no fp64).
+std::int64_t mean_workspace(std::int64_t n) { return 2 * nn_math::blocks_of(n, kReduceChunk); }
+
+void accumulate_mean(DeviceContext& ctx, const Tensor& x, Tensor& acc, Tensor& workspace) {
   nn::expect_f32(ctx, x, "mean input");
   nn::expect_f32(ctx, acc, "mean accumulator");
   nn::expect_numel(acc, 1, "mean accumulator");
+  nn::expect_f32(ctx, workspace, "mean workspace");
   MT_CHECK(x.numel() > 0, "the mean of no elements");
+  MT_CHECK(workspace.numel() >= mean_workspace(x.numel()), "mean workspace ", workspace.describe(), " for ",
+           x.numel(), " elements: ", mean_workspace(x.numel()), " needed");
+  MT_CHECK(reinterpret_cast<std::uintptr_t>(workspace.data()) % alignof(double) == 0, "mean workspace ",
+           workspace.describe(), " is not aligned for doubles");
   const std::int64_t chunks = nn_math::blocks_of(x.numel(), kReduceChunk);
-  // The chunks' double sums, two fp32 slots each (tensors hold no fp64).
-  Tensor partial = Tensor::empty({2 * chunks}, DType::F32, ctx);
-  auto* sums = static_cast<double*>(partial.data());
+  auto* sums = static_cast<double*>(workspace.data());
   nn::run<nn_math::ChunkSums>(ctx, DType::F32, [&](auto& op) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(op.x)>>;
     op = {nn::ptr<const T>(x), sums, x.numel()};

@@ -1,6 +1,6 @@
 // Elementwise and reduction kernels on tensors, dispatched to the CPU or CUDA backend by the
 // tensor's device. Work is ordered on the context's stream.
-// defines: fill, binary, scale, cast, reduce, accumulate_mean, sum_of_squares_tree
+// defines: fill, binary, scale, cast, reduce, accumulate_mean, mean_workspace, sum_of_squares_tree
 #pragma once
 
 #include <span>
@@ -20,8 +20,10 @@ void cast(DeviceContext& ctx, const Tensor& src, Tensor& dst);
 double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x);
 // acc (fp32 [1], on ctx's device) = fp32(acc + the sum of x / x.numel()), the sum as reduce(Sum)
 // takes it (ChunkSums, AddMeanOfChunks): a mean kept on the device, with no host wait. Into a zero
-// acc it gives exactly fp32(reduce(Sum) / numel). fp32 x.
-void accumulate_mean(DeviceContext& ctx, const Tensor& x, Tensor& acc);
+// acc it gives exactly fp32(reduce(Sum) / numel). fp32 x. The chunks' sums go to `workspace`, the
+// caller's (fp32, at least mean_workspace(x.numel()) elements), so that a call allocates nothing.
+void accumulate_mean(DeviceContext& ctx, const Tensor& x, Tensor& acc, Tensor& workspace);
+std::int64_t mean_workspace(std::int64_t n);
 // out (fp32 [1], on ctx's device) = the sum over i of weights[i] x the sum of squares of tensors[i]
 // (weights empty: all 1), by the fp32 tree of runtime/ops/elementwise.h (SquaresByBlock, then one
 // FoldPartials over every tensor's blocks). No host wait; the same bits at any thread count and on

@@ -116,21 +116,59 @@ void embedding_backward_slice(DeviceContext& ctx, const Tensor& tokens, const Te
   embedding_backward_rows(ctx, tokens, dout, vocab_begin, dwte_slice, dwpe);
 }
 
-void layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
-                       Tensor& mean, Tensor& rstd) {
+namespace {
+// Rows of C channels in x (N of them), with dout / out / dx of x's shape and dtype.
+std::int64_t norm_rows(const Tensor& x, std::int64_t C, const char* what) {
+  const std::int64_t N = C > 0 ? x.numel() / C : 0;
+  MT_CHECK(C > 0 && x.numel() == N * C, what, ": input ", x.describe(), " is not rows of ", C);
+  return N;
+}
+
+// The arguments of a layernorm forward (`what`: which), fused or not: returns the rows.
+std::int64_t check_layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     const Tensor& out, const Tensor& mean, const Tensor& rstd, const char* what) {
   expect_on(ctx, x, "layernorm input");
   expect_f32(ctx, weight, "layernorm weight");
   expect_f32(ctx, bias, "layernorm bias");
   expect_f32(ctx, mean, "layernorm mean");
   expect_f32(ctx, rstd, "layernorm rstd");
   expect_on(ctx, out, "layernorm output");
-  const std::int64_t C = weight.numel(), N = x.numel() / C;
-  MT_CHECK(C > 0 && x.numel() == N * C, "layernorm: input ", x.describe(), " is not rows of ", C);
+  const std::int64_t C = weight.numel(), N = norm_rows(x, C, what);
   expect_numel(bias, C, "layernorm bias");
   expect_numel(out, N * C, "layernorm output");
   expect_numel(mean, N, "layernorm mean");
   expect_numel(rstd, N, "layernorm rstd");
-  MT_CHECK(out.dtype() == x.dtype(), "layernorm: output ", out.describe(), " for input ", x.describe());
+  MT_CHECK(out.dtype() == x.dtype(), what, ": output ", out.describe(), " for input ", x.describe());
+  return N;
+}
+
+// The same for an rmsnorm forward.
+std::int64_t check_rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps,
+                                   const Tensor& out, const Tensor& rstd, const char* what) {
+  expect_on(ctx, x, "rmsnorm input");
+  expect_f32(ctx, weight, "rmsnorm weight");
+  expect_f32(ctx, rstd, "rmsnorm rstd");
+  expect_on(ctx, out, "rmsnorm output");
+  const std::int64_t C = weight.numel(), N = norm_rows(x, C, what);
+  MT_CHECK(eps >= 0.0f, what, ": eps ", eps, " is negative");
+  expect_numel(out, N * C, "rmsnorm output");
+  expect_numel(rstd, N, "rmsnorm rstd");
+  MT_CHECK(out.dtype() == x.dtype(), what, ": output ", out.describe(), " for input ", x.describe());
+  return N;
+}
+
+// The residual's checks of a fused add and norm: y and sum of x's shape and dtype.
+void expect_residual(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& sum, const char* what) {
+  expect_on(ctx, y, "residual branch");
+  expect_on(ctx, sum, "residual sum");
+  MT_CHECK(y.dtype() == x.dtype() && sum.dtype() == x.dtype() && y.numel() == x.numel() && sum.numel() == x.numel(),
+           what, ": x ", x.describe(), ", y ", y.describe(), " and sum ", sum.describe(), " differ");
+}
+}  // namespace
+
+void layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+                       Tensor& mean, Tensor& rstd) {
+  const std::int64_t N = check_layernorm_forward(ctx, x, weight, bias, out, mean, rstd, "layernorm"), C = weight.numel();
   run<nn_math::LayerNormForward>(ctx, x.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.out)>;
     op = {ptr<const T_>(x), ptr<const float>(weight), ptr<const float>(bias), ptr<T_>(out), ptr<float>(mean),
@@ -149,8 +187,7 @@ LayerNormRows check_layernorm_backward(const DeviceContext& ctx, const Tensor& d
   expect_on(ctx, x, "layernorm input");
   expect_f32(ctx, mean, "layernorm mean");
   expect_f32(ctx, rstd, "layernorm rstd");
-  const std::int64_t N = C > 0 ? x.numel() / C : 0;
-  MT_CHECK(C > 0 && x.numel() == N * C, "layernorm backward: input ", x.describe(), " is not rows of ", C);
+  const std::int64_t N = norm_rows(x, C, "layernorm backward");
   expect_numel(dout, N * C, "layernorm output gradient");
   expect_numel(mean, N, "layernorm mean");
   expect_numel(rstd, N, "layernorm rstd");
@@ -214,56 +251,19 @@ void layernorm_backward(DeviceContext& ctx, const Tensor& dout, const Tensor& x,
   layernorm_backward_params(ctx, dout, x, mean, rstd, dweight, dbias);
 }
 
-namespace {
-// Rows of C channels in x (N of them), with dout / out / dx of x's shape and dtype.
-std::int64_t rmsnorm_rows(const Tensor& x, std::int64_t C, const char* what) {
-  const std::int64_t N = C > 0 ? x.numel() / C : 0;
-  MT_CHECK(C > 0 && x.numel() == N * C, what, ": input ", x.describe(), " is not rows of ", C);
-  return N;
-}
-}  // namespace
-
 void rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor& out, Tensor& rstd) {
-  expect_on(ctx, x, "rmsnorm input");
-  expect_f32(ctx, weight, "rmsnorm weight");
-  expect_f32(ctx, rstd, "rmsnorm rstd");
-  expect_on(ctx, out, "rmsnorm output");
-  const std::int64_t C = weight.numel(), N = rmsnorm_rows(x, C, "rmsnorm");
-  MT_CHECK(eps >= 0.0f, "rmsnorm: eps ", eps, " is negative");
-  expect_numel(out, N * C, "rmsnorm output");
-  expect_numel(rstd, N, "rmsnorm rstd");
-  MT_CHECK(out.dtype() == x.dtype(), "rmsnorm: output ", out.describe(), " for input ", x.describe());
+  const std::int64_t N = check_rmsnorm_forward(ctx, x, weight, eps, out, rstd, "rmsnorm"), C = weight.numel();
   run<nn_math::RmsNormForward>(ctx, x.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.out)>;
     op = {ptr<const T_>(x), ptr<const float>(weight), ptr<T_>(out), ptr<float>(rstd), N, C, eps};
   });
 }
 
-namespace {
-// The residual's checks of a fused add and norm: y and sum of x's shape and dtype.
-void expect_residual(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& sum, const char* what) {
-  expect_on(ctx, y, "residual branch");
-  expect_on(ctx, sum, "residual sum");
-  MT_CHECK(y.dtype() == x.dtype() && sum.dtype() == x.dtype() && y.numel() == x.numel() && sum.numel() == x.numel(),
-           what, ": x ", x.describe(), ", y ", y.describe(), " and sum ", sum.describe(), " differ");
-}
-}  // namespace
-
 void add_layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& weight,
                            const Tensor& bias, Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd) {
-  expect_on(ctx, x, "layernorm input");
+  const std::int64_t N = check_layernorm_forward(ctx, x, weight, bias, out, mean, rstd, "add_layernorm"),
+                     C = weight.numel();
   expect_residual(ctx, x, y, sum, "add_layernorm");
-  expect_f32(ctx, weight, "layernorm weight");
-  expect_f32(ctx, bias, "layernorm bias");
-  expect_f32(ctx, mean, "layernorm mean");
-  expect_f32(ctx, rstd, "layernorm rstd");
-  expect_on(ctx, out, "layernorm output");
-  const std::int64_t C = weight.numel(), N = rmsnorm_rows(x, C, "add_layernorm");
-  expect_numel(bias, C, "layernorm bias");
-  expect_numel(out, N * C, "layernorm output");
-  expect_numel(mean, N, "layernorm mean");
-  expect_numel(rstd, N, "layernorm rstd");
-  MT_CHECK(out.dtype() == x.dtype(), "add_layernorm: output ", out.describe(), " for input ", x.describe());
   run<nn_math::AddLayerNormForward>(ctx, x.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.out)>;
     op = {ptr<const T_>(x), ptr<const T_>(y), ptr<const float>(weight), ptr<const float>(bias), ptr<T_>(sum),
@@ -273,16 +273,8 @@ void add_layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y,
 
 void add_rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                          Tensor& sum, Tensor& out, Tensor& rstd) {
-  expect_on(ctx, x, "rmsnorm input");
+  const std::int64_t N = check_rmsnorm_forward(ctx, x, weight, eps, out, rstd, "add_rmsnorm"), C = weight.numel();
   expect_residual(ctx, x, y, sum, "add_rmsnorm");
-  expect_f32(ctx, weight, "rmsnorm weight");
-  expect_f32(ctx, rstd, "rmsnorm rstd");
-  expect_on(ctx, out, "rmsnorm output");
-  const std::int64_t C = weight.numel(), N = rmsnorm_rows(x, C, "add_rmsnorm");
-  MT_CHECK(eps >= 0.0f, "add_rmsnorm: eps ", eps, " is negative");
-  expect_numel(out, N * C, "rmsnorm output");
-  expect_numel(rstd, N, "rmsnorm rstd");
-  MT_CHECK(out.dtype() == x.dtype(), "add_rmsnorm: output ", out.describe(), " for input ", x.describe());
   run<nn_math::AddRmsNormForward>(ctx, x.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.out)>;
     op = {ptr<const T_>(x), ptr<const T_>(y), ptr<const float>(weight), ptr<T_>(sum), ptr<T_>(out), ptr<float>(rstd),
@@ -297,7 +289,7 @@ void rmsnorm_backward_input(DeviceContext& ctx, const Tensor& dout, const Tensor
   expect_f32(ctx, weight, "rmsnorm weight");
   expect_f32(ctx, rstd, "rmsnorm rstd");
   expect_on(ctx, dx, "rmsnorm input gradient");
-  const std::int64_t C = weight.numel(), N = rmsnorm_rows(x, C, "rmsnorm backward");
+  const std::int64_t C = weight.numel(), N = norm_rows(x, C, "rmsnorm backward");
   expect_numel(dout, N * C, "rmsnorm output gradient");
   expect_numel(rstd, N, "rmsnorm rstd");
   expect_numel(dx, N * C, "rmsnorm input gradient");
@@ -314,7 +306,7 @@ void rmsnorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Tenso
   expect_on(ctx, x, "rmsnorm input");
   expect_f32(ctx, rstd, "rmsnorm rstd");
   expect_f32(ctx, dweight, "rmsnorm weight gradient");
-  const std::int64_t C = dweight.numel(), N = rmsnorm_rows(x, C, "rmsnorm backward");
+  const std::int64_t C = dweight.numel(), N = norm_rows(x, C, "rmsnorm backward");
   expect_numel(dout, N * C, "rmsnorm output gradient");
   expect_numel(rstd, N, "rmsnorm rstd");
   MT_CHECK(dout.dtype() == x.dtype(), "rmsnorm backward: output gradient ", dout.describe(), " for input ",

@@ -75,8 +75,9 @@ void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Ten
 void rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor& out, Tensor& rstd);
 // The residual add fused with the norm after it: sum = x + y (rounded into the dtype, as
 // kernels::binary's Add), then layernorm_forward / rmsnorm_forward of the stored sum into out: the
-// bits of the two calls on either device. The backward needs no fused op: the norms' input
-// gradients add onto dx, the residual's gradient.
+// bits of the two calls on either device. out may be y (a row's y is read whole before its out is
+// written), so the norm may overwrite the branch it adds. The backward needs no fused op: the
+// norms' input gradients add onto dx, the residual's gradient.
 void add_layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& weight,
                            const Tensor& bias, Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd);
 void add_rmsnorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, float eps,

@@ -161,7 +161,9 @@ __device__ __forceinline__ void add_row(const T* x, const T* y, T* sum, std::int
         rows::store_pack(r + j, out);
       },
       [&](std::int64_t j) { r[j] = narrow_to<T>(widen(xr[j]) + widen(yr[j])); });
-  __syncwarp();  // the norm's walk reads back the same columns per lane; this makes it not matter
+  // The norm's walk reads back the same columns per lane; this makes it not matter, and puts every
+  // lane's reads of y before any write of out (which may be y).
+  __syncwarp();
 }
 
 template <class T, bool kVec>

@@ -175,8 +175,8 @@ struct RmsNormBackwardParams {
 
 // The residual add fused with the norm after it: sum = x + y rounded into T (kernels::binary's
 // Add), then the norm of the stored, rounded sum, so the bits are the unfused pair's. One unit per
-// row. The backward needs no fused op: the norms' input gradients already add onto dx, the residual
-// gradient.
+// row, which reads its row of y whole before it writes its out: out may be y. The backward needs
+// no fused op: the norms' input gradients already add onto dx, the residual gradient.
 template <class T>
 struct AddLayerNormForward {
   const T* x;

@@ -266,13 +266,15 @@ struct AddNormOutputs {
   NormOutputs norm;
 };
 
+// into_y: the norm overwrites y (the model's lnf over the last layer's MLP output).
 template <class T>
-AddNormOutputs run_add_norm(DeviceContext& ctx, const NormInputs& in, const std::vector<float>& y, bool rms) {
+AddNormOutputs run_add_norm(DeviceContext& ctx, const NormInputs& in, const std::vector<float>& y, bool rms,
+                            bool into_y = false) {
   const i64 N = in.c.N, C = in.c.C;
   const DType dt = dtype_of<T>::value;
   const Tensor x = upload<T>(ctx, in.x, {N, C}, in.c.offset), yt = upload<T>(ctx, y, {N, C}, in.c.offset);
   const Tensor w = upload<float>(ctx, in.weight, {C}, in.c.offset);
-  Tensor sum = nan_output(ctx, {N, C}, dt, in.c.offset), out = nan_output(ctx, {N, C}, dt, in.c.offset);
+  Tensor sum = nan_output(ctx, {N, C}, dt, in.c.offset), out = into_y ? yt : nan_output(ctx, {N, C}, dt, in.c.offset);
   Tensor rstd = nan_output(ctx, {N}, DType::F32);
   if (rms) {
     nn::add_rmsnorm_forward(ctx, x, yt, w, 1e-5f, sum, out, rstd);
@@ -311,7 +313,9 @@ TYPED_TEST(RowKernels, AddNormOnTheCpuGivesTheBitsOfTheAddThenTheNormAtAnyThread
       for (bool rms : {false, true}) {
         SCOPED_TRACE(std::string(rms ? "rmsnorm" : "layernorm") + " N " + std::to_string(c.N) + " C " +
                      std::to_string(c.C) + " threads " + std::to_string(threads));
-        EXPECT_TRUE(same_add_norm_bits(run_add_norm<T>(cpu, in, y, rms), run_add_then_norm<T>(cpu, in, y, rms)));
+        const AddNormOutputs unfused = run_add_then_norm<T>(cpu, in, y, rms);
+        EXPECT_TRUE(same_add_norm_bits(run_add_norm<T>(cpu, in, y, rms), unfused));
+        EXPECT_TRUE(same_add_norm_bits(run_add_norm<T>(cpu, in, y, rms, /*into_y=*/true), unfused)) << "out in y";
       }
     }
   }
@@ -335,6 +339,11 @@ TYPED_TEST(RowKernels, AddNormOnTheGpuAgreesWithTheReferenceKernelAndTheCpuAndRe
       gpu.set_cuda_kernels(only(OpFamily::Norms));
       const AddNormOutputs fast = run_add_norm<T>(gpu, in, y, rms);
       EXPECT_TRUE(same_add_norm_bits(run_add_norm<T>(gpu, in, y, rms), fast)) << what << ": a second run";
+      EXPECT_TRUE(same_add_norm_bits(run_add_norm<T>(gpu, in, y, rms, /*into_y=*/true), fast)) << what << ": out in y";
+      gpu.set_cuda_kernels({});
+      EXPECT_TRUE(same_add_norm_bits(run_add_norm<T>(gpu, in, y, rms, /*into_y=*/true), reference))
+          << what << ": the reference kernel, out in y";
+      gpu.set_cuda_kernels(only(OpFamily::Norms));
       EXPECT_TRUE(same_bits(fast.sum, on_cpu.sum) && same_bits(reference.sum, on_cpu.sum)) << what << ": the sum";
       NormInputs of_sum = in;
       of_sum.x = on_cpu.sum;
