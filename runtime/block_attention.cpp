@@ -155,4 +155,20 @@ void block_attention_store(DeviceContext& ctx, const Tensor& src, Tensor& dst, s
   });
 }
 
+void block_attention_pack_kv(DeviceContext& ctx, const Tensor& qkv, const AttentionHeads& heads, std::int64_t first,
+                             Tensor& kv) {
+  expect_on(ctx, qkv, "qkv");
+  expect_on(ctx, kv, "packed kv");
+  const AttentionLayout L = attention_layout(qkv, heads);
+  MT_CHECK(kv.dtype() == qkv.dtype() && kv.rank() == 3 && kv.dim(0) == qkv.dim(0) &&
+               kv.dim(2) == 2 * L.kv_heads * L.head_size,
+           "block attention: packed kv ", kv.describe(), " is not [", qkv.dim(0), ", n, ", 2 * L.kv_heads * L.head_size,
+           "] ", dtype_name(qkv.dtype()));
+  check_rows(qkv, {first, kv.dim(1), 0}, "qkv");
+  run<nn_math::BlockAttentionPackKv>(ctx, qkv.dtype(), [&](auto& op) {
+    using T_ = std::remove_pointer_t<decltype(op.kv)>;
+    op = {ptr<const T_>(qkv), ptr<T_>(kv), qkv.dim(0), kv.dim(1), qkv.dim(1), first, L};
+  });
+}
+
 }  // namespace mt::nn

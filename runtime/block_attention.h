@@ -12,7 +12,8 @@
 // results are fp32 and block-shaped: out [B, q.count, q_heads x hs], lse and delta [B, q_heads,
 // q.count], dq like out, dkv [B, k.count, 2 x kv_heads x hs] laid out [dk | dv].
 //
-// One query block's forward over its visible kv blocks, in an order the caller fixes:
+// A kv block leaves its rank packed by block_attention_pack_kv. One query block's forward over its
+// visible kv blocks, in an order the caller fixes:
 //   block_attention_forward(first block) into (out, lse); for every further block,
 //   block_attention_forward into (block_out, block_lse), then block_attention_merge;
 //   block_attention_store(out) into the layer's output rows.
@@ -24,7 +25,7 @@
 // (key position <= query position), one wholly after is skipped (a query that sees no key gets lse
 // kNoKeysLse and weighs nothing in a merge).
 // defines: BlockMask, SequenceBlock, block_attention_forward, block_attention_merge, block_attention_delta,
-//          block_attention_backward, block_attention_store
+//          block_attention_backward, block_attention_store, block_attention_pack_kv
 #pragma once
 
 #include <cstdint>
@@ -69,5 +70,10 @@ void block_attention_backward(DeviceContext& ctx, const Tensor& qkv, SequenceBlo
 // (the merged output into the layer's output; dq into dqkv's q columns, dkv into its k and v ones).
 void block_attention_store(DeviceContext& ctx, const Tensor& src, Tensor& dst, std::int64_t first,
                            std::int64_t column);
+
+// kv [B, n, 2 x kv_heads x hs] = the k and v channels of qkv's rows [first, first + n): the rank's
+// own keys and values packed [k | v], the block the ring sends.
+void block_attention_pack_kv(DeviceContext& ctx, const Tensor& qkv, const AttentionHeads& heads, std::int64_t first,
+                             Tensor& kv);
 
 }  // namespace mt::nn

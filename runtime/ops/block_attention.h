@@ -7,8 +7,9 @@
 // runtime/block_attention.h.
 //
 // Memory. Heads are those of AttentionLayout (grouped-query: q head h reads kv head heads.kv_of(h)).
-//   qkv, out, dout  the rank's own tensors [B, q_seq, *] (qkv fused [q | k | v], out and dout
-//                   [.., q_heads * hs]), read at rows [q_first, q_first + q_len): the query block
+//   qkv, out, dout  the rank's own tensors [B, q_seq, *] (qkv fused [q | k | v]; for the backward,
+//                   the stored final output and its gradient [.., q_heads * hs]), read at rows
+//                   [q_first, q_first + q_len): the query block
 //   kv              [B, kv_seq, kv_width]: either a fused qkv (k heads at channel q_heads * hs) or a
 //                   packed block [k | v] of the kv heads only (k at channel 0), what the ring
 //                   passes; read at rows [kv_first, kv_first + kv_len). v follows k: k_channel +
@@ -18,7 +19,8 @@
 //                   per-query statistics [B, q_heads, q_len] (lse, delta)
 // defines: BlockMask, kNoKeysLse, BlockPair, BlockOperands, dot_rows, BlockAttentionForward,
 //          BlockAttentionMerge, BlockAttentionBackwardDelta, BlockAttentionBackwardQuery,
-//          BlockAttentionBackwardKeyValue, BlockAttentionStore, MT_BLOCK_ATTENTION_UNIT_OPS
+//          BlockAttentionBackwardKeyValue, BlockAttentionStore, BlockAttentionPackKv,
+//          MT_BLOCK_ATTENTION_UNIT_OPS
 #pragma once
 
 #include "runtime/ops/attention.h"
@@ -268,6 +270,23 @@ struct BlockAttentionStore {
   }
 };
 
+// kv[b, t, :] = the k and v heads of qkv[b, first + t, :] (a fused qkv [B, seq, row]): a block of
+// the rank's own keys and values packed [k | v], as the ring sends it. One unit per (b, t).
+template <class T>
+struct BlockAttentionPackKv {
+  const T* qkv;
+  T* kv;
+  std::int64_t batch, rows, seq, first;
+  AttentionLayout heads;
+  MT_HD std::int64_t count() const { return batch * rows; }
+  MT_HD void operator()(std::int64_t u) const {
+    const std::int64_t b = u / rows, t = u % rows, width = 2 * heads.kv_heads * heads.head_size;
+    const T* from = qkv + (b * seq + first + t) * heads.row() + heads.k_offset(0);
+    T* to = kv + u * width;
+    for (std::int64_t c = 0; c < width; ++c) to[c] = from[c];
+  }
+};
+
 // The results are fp32 whatever T is (only the store rounds into T): bf16 allows what fp32 does.
 MT_TOLERANCE(BlockAttentionForward, .fp32 = 1e-5,
              .why = "the same order, FMAs, exp_f contracted and logf from CUDA's libm: scale the largest |out|, |lse|")
@@ -280,10 +299,11 @@ MT_TOLERANCE(BlockAttentionBackwardQuery, .fp32 = 1e-5,
 MT_TOLERANCE(BlockAttentionBackwardKeyValue, .fp32 = 1e-5,
              .why = "the same order, FMAs and exp_f contracted on CUDA: scale the largest |dk|, |dv| of the tensor")
 MT_TOLERANCE(BlockAttentionStore, .fp32 = 0, .why = "a copy rounded once into T: the same bits")
+MT_TOLERANCE(BlockAttentionPackKv, .fp32 = 0, .why = "a copy of the k and v channels: the same bits")
 
 }  // namespace mt::nn_math
 
 // The ops the backends run unit by unit (runtime/backend.h); none has a kernel cut for the GPU yet.
 #define MT_BLOCK_ATTENTION_UNIT_OPS(X)                                                                 \
   X(BlockAttentionForward) X(BlockAttentionMerge) X(BlockAttentionBackwardDelta)                     \
-  X(BlockAttentionBackwardQuery) X(BlockAttentionBackwardKeyValue) X(BlockAttentionStore)
+  X(BlockAttentionBackwardQuery) X(BlockAttentionBackwardKeyValue) X(BlockAttentionStore) X(BlockAttentionPackKv)

@@ -1,10 +1,10 @@
 // Block attention (runtime/block_attention.h) as context parallelism will use it, emulated on one
 // device: a sequence of T positions cut into 2 x cp chunks, cp rank r holding chunks r and
-// 2cp-1-r; every rank's query chunks meet every visible kv chunk in ring order (its own, then
-// those of ranks r-1, r-2, ...: its own from its fused qkv, the others as packed [k | v] blocks),
-// full blocks before the diagonal, the diagonal causal, later blocks skipped; the partial outputs
-// merged by log-sum-exp, the backward run pair by pair with dq kept by the query chunk and dk, dv
-// travelling with their kv chunk. Checked:
+// 2cp-1-r; every rank's query chunks meet every visible kv chunk in ring order (its own from its
+// fused qkv, then those of ranks r-1, r-2, ... as the packed [k | v] blocks block_attention_pack_kv
+// makes): full blocks before the diagonal, the diagonal causal, later blocks skipped; the partial
+// outputs merged by log-sum-exp, the backward run pair by pair with dq kept by the query chunk and
+// dk, dv travelling with their kv chunk. Checked:
 //   - the output and dq, dk, dv against the full causal Reference attention (runtime/attention.h),
 //     gpt2-like multi-head and llama-like grouped-query heads, fp32 and bf16, cp 1, 2 and 4;
 //   - the same bits at 1 and 2 OpenMP threads;
@@ -32,7 +32,8 @@
 #include "runtime/attention.h"        // defines: nn::attention_forward, nn::attention_backward
 #include "runtime/block_attention.h"  // defines: nn::block_attention_forward, nn::block_attention_merge,
                                       // nn::block_attention_delta, nn::block_attention_backward,
-                                      // nn::block_attention_store, SequenceBlock, BlockMask
+                                      // nn::block_attention_store, nn::block_attention_pack_kv,
+                                      // SequenceBlock, BlockMask
 #include "runtime/context.h"          // defines: DeviceContext, DeviceOptions
 #include "runtime/kernels.h"          // defines: kernels::fill
 #include "runtime/tensor.h"           // defines: Tensor
@@ -123,14 +124,12 @@ Result reference(const DeviceOptions& options, const Case& c, DType dtype) {
 // Rows [first, first + count) of every sequence of a [B, T, width] host array, moved to rows
 // [to, to + count) of a [B, T2, width] one.
 void copy_rows(const std::vector<float>& src, i64 T, i64 first, std::vector<float>& dst, i64 T2, i64 to, i64 count,
-               i64 B, i64 width, i64 src_col = 0, i64 dst_width = -1, i64 cols = -1) {
-  if (dst_width < 0) dst_width = width;
-  if (cols < 0) cols = width;
+               i64 B, i64 width) {
   for (i64 b = 0; b < B; ++b)
     for (i64 t = 0; t < count; ++t)
-      for (i64 c = 0; c < cols; ++c)
-        dst[static_cast<std::size_t>((b * T2 + to + t) * dst_width + c)] =
-            src[static_cast<std::size_t>((b * T + first + t) * width + src_col + c)];
+      for (i64 c = 0; c < width; ++c)
+        dst[static_cast<std::size_t>((b * T2 + to + t) * width + c)] =
+            src[static_cast<std::size_t>((b * T + first + t) * width + c)];
 }
 
 // The load-balanced causal split over cp ranks, run as the ring would run it (file comment).
@@ -152,11 +151,13 @@ Result context_parallel(const DeviceOptions& options, const Case& c, DType dtype
       const i64 g0 = chunk_of(r, j) * Tc;
       copy_rows(in.qkv, c.T, g0, q, local, j * Tc, Tc, B, c.row());
       copy_rows(in.dout, c.T, g0, g, local, j * Tc, Tc, B, q_cols);
-      std::vector<float> kv(static_cast<std::size_t>(B * Tc * kv_cols));
-      copy_rows(in.qkv, c.T, g0, kv, Tc, 0, Tc, B, c.row(), q_cols, kv_cols, kv_cols);
-      packed[static_cast<std::size_t>(chunk_of(r, j))] = device_tensor(ctx, kv, {B, Tc, kv_cols}, dtype);
     }
     qkv.push_back(device_tensor(ctx, q, {B, local, c.row()}, dtype));
+    for (i64 j = 0; j < 2; ++j) {
+      Tensor& kv = packed[static_cast<std::size_t>(chunk_of(r, j))];
+      kv = Tensor::empty({B, Tc, kv_cols}, dtype, ctx);
+      nn::block_attention_pack_kv(ctx, qkv.back(), c.heads, j * Tc, kv);
+    }
     dout.push_back(device_tensor(ctx, g, {B, local, q_cols}, dtype));
     out.push_back(Tensor::empty({B, local, q_cols}, dtype, ctx));
     dqkv.push_back(Tensor::empty({B, local, c.row()}, dtype, ctx));
