@@ -6,7 +6,8 @@
 // outputs merged by log-sum-exp, the backward run pair by pair with dq kept by the query chunk and
 // dk, dv travelling with their kv chunk. Checked:
 //   - the output and dq, dk, dv against the full causal Reference attention (runtime/attention.h),
-//     gpt2-like multi-head and llama-like grouped-query heads, fp32 and bf16, cp 1, 2 and 4;
+//     gpt2-like multi-head and llama-like grouped-query heads (also a tensor-parallel slice of
+//     them), fp32 and bf16, cp 1, 2 and 4;
 //   - the same bits at 1 and 2 OpenMP threads;
 //   - each mask against attention computed here in double, keys by position (a wrong mask fails);
 //   - where a GPU is usable, the GPU against the CPU within the ops' tolerances, its bits twice.
@@ -63,11 +64,14 @@ struct Case {
   i64 kv_row() const { return 2 * heads.kv_heads * head_size; }
 };
 
-// T divides into 2 x cp chunks for cp 1, 2 and 4 (chunks of 5 and 7 positions at cp 4).
+// T divides into 2 x cp chunks for cp 1, 2 and 4 (chunks of 5, 7 and 4 positions at cp 4). The
+// tensor-parallel slice holds q heads 2-5 of 8 (groups of 2) and all 4 kv heads, of which it reads
+// kv heads 1 and 2 only: the others get zero gradients, as from the Reference.
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       {"gpt2_like", 2, 40, 16, {3, 3, 0, 1, 0}},
       {"llama_like", 2, 56, 8, {6, 2, 0, 3, 0}},
+      {"llama_tp_slice", 1, 32, 8, {4, 4, 2, 2, 0}},
   };
   return all;
 }
