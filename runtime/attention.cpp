@@ -14,13 +14,8 @@
 #include "runtime/nn_run.h"
 
 namespace mt::nn {
-namespace {
 
-struct AttentionShape {
-  std::int64_t B, T;
-  nn_math::AttentionLayout heads;
-};
-AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& h) {
+nn_math::AttentionLayout attention_layout(const Tensor& qkv, const AttentionHeads& h) {
   MT_CHECK(h.q_heads > 0 && h.kv_heads > 0 && h.group > 0 && h.q_begin >= 0 && h.kv_begin >= 0,
            "attention: heads {q ", h.q_heads, ", kv ", h.kv_heads, ", q_begin ", h.q_begin, ", group ", h.group,
            ", kv_begin ", h.kv_begin, "} must be positive counts and non-negative offsets");
@@ -33,7 +28,17 @@ AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& h) {
   MT_CHECK(first >= 0 && last < h.kv_heads, "attention: q heads [", h.q_begin, ", ", h.q_begin + h.q_heads,
            ") in groups of ", h.group, " read kv heads [", first + h.kv_begin, ", ", last + h.kv_begin,
            "], outside the local kv heads [", h.kv_begin, ", ", h.kv_begin + h.kv_heads, ")");
-  return {qkv.dim(0), qkv.dim(1), layout};
+  return layout;
+}
+
+namespace {
+
+struct AttentionShape {
+  std::int64_t B, T;
+  nn_math::AttentionLayout heads;
+};
+AttentionShape attention_shape(const Tensor& qkv, const AttentionHeads& h) {
+  return {qkv.dim(0), qkv.dim(1), attention_layout(qkv, h)};
 }
 
 // Multi-head attention as grouped-query attention with one q head per kv head.

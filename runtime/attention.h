@@ -13,14 +13,19 @@
 // Tolerances against Reference (runtime/tests/attention_test.cpp): fp32 within 2e-5 relative (the
 // same sums in another order); bf16 within 2e-2 (P and dS are rounded to bf16 before the GEMMs
 // that read them, as cuBLAS and cuDNN paths do, where Reference keeps them in fp32).
-// defines: attention_kernel_for, attention_saved, attention_forward, attention_backward
+// defines: attention_layout, attention_kernel_for, attention_saved, attention_forward, attention_backward
 #pragma once
 
 #include "runtime/attention_kernel.h"
 #include "runtime/nn_kernels.h"
+#include "runtime/ops/attention.h"
 #include "runtime/tensor.h"
 
 namespace mt::nn {
+
+// Where the heads of qkv [B, T, (q_heads + 2 x kv_heads) x hs] sit, checked: the head size divides
+// the row, and every local q head reads a local kv head.
+nn_math::AttentionLayout attention_layout(const Tensor& qkv, const AttentionHeads& heads);
 
 // The implementation for a device: BatchedGemm on the CPU, Reference on CUDA, unless
 // MESHTRAIN_ATTENTION is `reference` or `gemm` (anything else is an error naming the variable).

@@ -22,6 +22,7 @@
 #include "runtime/gemm.h"
 #include "runtime/ops/activations.h"
 #include "runtime/ops/attention.h"
+#include "runtime/ops/block_attention.h"
 #include "runtime/ops/elementwise.h"
 #include "runtime/ops/embedding.h"
 #include "runtime/ops/gemm.h"
@@ -32,7 +33,7 @@
 // X(op) for every op that CUDA runs as the CPU does, one thread per unit.
 #define MT_UNIT_OPS(X)                                                                           \
   MT_EMBEDDING_UNIT_OPS(X) MT_NORMS_UNIT_OPS(X) MT_ACTIVATIONS_UNIT_OPS(X) MT_ATTENTION_UNIT_OPS(X) \
-  MT_LOSS_UNIT_OPS(X) MT_ELEMENTWISE_UNIT_OPS(X)
+  MT_BLOCK_ATTENTION_UNIT_OPS(X) MT_LOSS_UNIT_OPS(X) MT_ELEMENTWISE_UNIT_OPS(X)
 // X(op) for every op the CPU runs unit by unit: those, and the ones CUDA has kernels of its own for.
 #define MT_CPU_UNIT_OPS(X) MT_UNIT_OPS(X) MT_NORMS_OWN_CUDA_OPS(X)
 // X(op, family) for every op with a kernel cut for the GPU besides its unit kernel.
