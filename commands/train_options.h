@@ -2,7 +2,8 @@
 // MPI is touched: the run's settings and its one LayoutPlan, identical on every rank, so that a bad
 // option is one UsageError said once (the config-file fuzzer, commands/tests/fuzz_config_file.cpp,
 // runs these alone).
-// defines: train_options, read_settings, read_layout, CheckpointPolicy, TrainJob, read_train_job, estimate_run_memory
+// defines: train_options, read_settings, read_layout, CheckpointPolicy, TrainJob, read_train_job, estimate_run_memory,
+//          check_memory_cap
 #pragma once
 
 #include <boost/program_options.hpp>
