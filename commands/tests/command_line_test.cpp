@@ -237,7 +237,9 @@ TEST(MicroBatch, DefaultDividesEachReplicasShare) {
   for (const auto& [ranks, micro] : std::vector<std::pair<int, int>>{{1, 4}, {2, 4}, {4, 2}, {8, 1}}) {
     std::optional<LayoutPlan> plan;
     EXPECT_NO_THROW(plan.emplace(read_layout(vm, ranks, config, seq_len))) << ranks << " ranks";
-    if (plan) EXPECT_EQ(plan->micro_batch(), micro) << ranks << " ranks";
+    if (plan) {
+      EXPECT_EQ(plan->micro_batch(), micro) << ranks << " ranks";
+    }
   }
   // A global batch dp does not divide: micro-batch 1, and the message names only that.
   const po::variables_map odd = parse_train(dir, "tokenizer = bytes\nglobal-batch = 6\n");
@@ -279,7 +281,9 @@ TEST(MicroBatch, DefaultLeavesEnoughMicroBatchesForTheSchedule) {
     const std::string what = ::testing::PrintToString(c.args) + " on " + std::to_string(c.ranks) + " ranks";
     std::optional<LayoutPlan> plan;
     EXPECT_NO_THROW(plan.emplace(read_layout(vm, c.ranks, config, read_settings(vm).seq_len))) << what;
-    if (plan) EXPECT_EQ(plan->micro_batch(), c.micro) << what;
+    if (plan) {
+      EXPECT_EQ(plan->micro_batch(), c.micro) << what;
+    }
   }
   // None of 4, 2, 1 is enough: 1, and the message does not ask for a lower --micro-batch.
   const po::variables_map few = parse_train(dir, "tokenizer = bytes\n", {"--pp", "4", "--global-batch", "2"});
