@@ -1,14 +1,13 @@
 // `meshtrain prepare`: text files -> GPT-2, cl100k, o200k (or byte) tokens -> llm.c train/validation shards.
 #include "commands/prepare_command.h"
 
-#include <chrono>
 #include <cstdio>
 #include <optional>
-#include <thread>
 
 #include "data/prepare.h"
 #include "runtime/error.h"  // defines: UsageError
 #include "launch/command_line.h"
+#include "launch/early_agreement.h"  // defines: outcome_of_rank0
 #include "launch/model_options.h"
 
 namespace po = boost::program_options;
@@ -33,24 +32,6 @@ constexpr const char* kSummary =
     "gpt2 and bytes write shards of version 1 (uint16 ids, llm.c's format); cl100k and o200k, whose ids\n"
     "pass 65535, write version 2 (uint32 ids: twice the bytes per token). Train on them with the same\n"
     "--tokenizer: it sets the model's vocabulary.";
-
-// Rank 0 alone reads and writes. The others wait for its outcome, sleeping rather than spinning in
-// MPI, so every rank ends alike: a user's mistake is one line (from rank 0) and exit 2 on every
-// rank. A bug on rank 0 still ends the job through the guard's abort, with its location.
-std::optional<std::string> outcome_of_rank0(const std::optional<std::string>& mine, const MpiRuntime& mpi) {
-  if (mpi.world_size() == 1) return mine;
-  long long length = mine ? static_cast<long long>(mine->size()) : -1;
-  MPI_Request request;
-  MT_MPI_CHECK(MPI_Ibcast(&length, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD, &request));
-  for (int done = 0; !done;) {
-    MT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (length < 0) return std::nullopt;
-  std::string message = mine.value_or(std::string(static_cast<std::size_t>(length), ' '));
-  MT_MPI_CHECK(MPI_Bcast(message.data(), static_cast<int>(length), MPI_CHAR, 0, MPI_COMM_WORLD));
-  return message;
-}
 
 }  // namespace
 
@@ -101,7 +82,10 @@ int prepare_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
       error = e.message();
     }
   }
-  if (const std::optional<std::string> agreed = outcome_of_rank0(error, mpi)) throw UsageError(*agreed);
+  // Rank 0 alone reads and writes; the others wait for its outcome, so every rank ends alike: a user's
+  // mistake is one line (from rank 0) and exit 2 on every rank. A bug on rank 0 still ends the job
+  // through the guard's abort, with its location.
+  if (const std::optional<std::string> agreed = outcome_of_rank0(MPI_COMM_WORLD, error)) throw UsageError(*agreed);
   if (mpi.world_rank() != 0) return 0;
   std::printf("prepared %lld document(s) from %d file(s) with the %s tokenizer: %lld train tokens in %zu shard(s), "
               "%lld validation tokens in %zu shard(s), in %s\n",

@@ -1,7 +1,8 @@
 // `meshtrain train`: trains a GPT on token shards on any dp x tp x pp layout of the job's ranks
 // (one rank included), through the ParallelTrainer. The command is a sequence of phases:
-// parse -> plan (commands/train_options.h) -> session -> checkpoint directory -> data -> trainer -> restore -> loop
-// (until the last step, or a stop asked by SIGTERM or Ctrl-C) -> finish.
+// parse -> plan (commands/train_options.h) -> session (with --device auto, the memory cap) ->
+// checkpoint directory -> data -> trainer -> restore -> loop (until the last step, or a stop asked by
+// SIGTERM or Ctrl-C) -> finish.
 #include "commands/train_command.h"
 
 #include <algorithm>
@@ -127,8 +128,8 @@ std::unique_ptr<MetricsWriter> open_metrics(const TrainJob& job, const ParallelT
   nlohmann::ordered_json header;
   header["run"] = {{"model", job.config.describe()},
                    {"parameters", job.config.real_parameter_count()},
-                   {"global_batch", job.settings.global_batch},
-                   {"micro_batch", job.settings.micro_batch},
+                   {"global_batch", job.plan.global_batch()},
+                   {"micro_batch", job.plan.micro_batch()},
                    {"seq_len", job.settings.seq_len},
                    {"steps", job.settings.steps},
                    {"schedule", trainer.settings().schedule.describe()},
@@ -166,7 +167,7 @@ void print_layout(const TrainJob& job, const ParallelTrainer& trainer) {
 // 2): parameters 861.5 KiB, gradients ..., optimizer state ..., activations ... in 2 slots, workspace
 // ...; total ...". Validation's slots count where the data has a val split.
 perf::MemoryBreakdown estimated_memory(const TrainJob& job, const DeviceContext& ctx, bool validation) {
-  return estimate_run_memory(job.config, job.compute, job.settings, job.plan, ctx.device().is_cpu(), validation);
+  return estimate_run_memory(job.config, job.compute, job.settings.seq_len, job.plan, ctx.device().is_cpu(), validation);
 }
 
 std::string memory_split(const TrainJob& job, const DeviceContext& ctx, bool validation) {
@@ -334,6 +335,8 @@ int train_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
 
   Session session = open_session(job.runtime);
   DeviceContext& ctx = *session.context;
+  // --device auto: the device's kind is known now, before anything is allocated on it.
+  if (job.runtime.device == DeviceRequest::Auto) check_memory_cap(job, ctx.device().is_cpu());
   const bool root = session.world->rank() == 0;
   // From here a SIGTERM or Ctrl-C ends the run after a step, saved (launch/stop_signals.h). The
   // handlers are never taken down: a SIGTERM that reaches a rank late, once the others have stopped,

@@ -15,7 +15,6 @@
 #include "launch/path_option.h"
 #include "models/hf/hf_folder.h"  // defines: is_hf_folder
 #include "perf/memory_model.h"
-#include "runtime/device.h"  // defines: discover_devices
 #include "runtime/error.h"
 #include "train/metrics.h"
 
@@ -192,12 +191,11 @@ po::options_description train_options() {
 
 namespace {
 
-// The batch and learning-rate options checked by their own names, before TrainSettings::validate and
+// The step and learning-rate options checked by their own names, before TrainSettings::validate and
 // LrSchedule::validate speak of fields: --steps 0 was "--lr-decay-steps must be at least 1" (the
 // decay defaults to --steps), and --warmup 200 "learning-rate warmup_steps must be in [0,
-// total_steps = 100]".
+// total_steps = 100]". The batch options are the plan's to check (read_layout).
 void check_schedule_options(const TrainSettings& s, bool decay_given) {
-  MT_REQUIRE(s.global_batch >= 1, "--global-batch must be at least 1, got ", s.global_batch);
   MT_REQUIRE(s.steps >= 1, "--steps must be at least 1, got ", s.steps);
   const LrSchedule& lr = s.schedule;
   MT_REQUIRE(lr.total_steps >= 1, "--lr-decay-steps must be at least 1, got ", lr.total_steps);
@@ -216,9 +214,6 @@ void check_schedule_options(const TrainSettings& s, bool decay_given) {
 // Reads the options into settings; any invalid value is a usage error (same on every rank).
 TrainSettings read_settings(const po::variables_map& vm) {
   TrainSettings s;
-  s.global_batch = get<int>(vm, "global-batch");
-  // Not given: the layout plan chooses it (its default depends on dp), and read_layout sets it.
-  s.micro_batch = vm.count("micro-batch") ? get<int>(vm, "micro-batch") : kMicroBatchFromPlan;
   s.seq_len = get<int>(vm, "seq-len");
   s.steps = get<int>(vm, "steps");
   s.grad_clip = get<float>(vm, "grad-clip");
@@ -231,11 +226,7 @@ TrainSettings read_settings(const po::variables_map& vm) {
   s.schedule.total_steps = vm.count("lr-decay-steps") ? get<int>(vm, "lr-decay-steps") : s.steps;
   s.schedule.min_lr_fraction = get<float>(vm, "min-lr-fraction");
   check_schedule_options(s, vm.count("lr-decay-steps") > 0);
-  MT_REQUIRE(!vm.count("micro-batch") || s.micro_batch >= 1, "--micro-batch must be at least 1, got ", s.micro_batch);
-  // 1 stands in for a micro-batch the plan will choose: it divides any global batch.
-  TrainSettings checked = s;
-  if (checked.micro_batch == kMicroBatchFromPlan) checked.micro_batch = 1;
-  checked.validate();
+  s.validate();
   return s;
 }
 
@@ -250,7 +241,7 @@ ScheduleKind read_schedule(const po::variables_map& vm, int virtual_stages) {
 
 }  // namespace
 
-LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptConfig& config, TrainSettings& settings) {
+LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptConfig& config, int seq_len) {
   LayoutRequest request;
   request.tp = get<int>(vm, "tp");
   request.pp = get<int>(vm, "pp");
@@ -258,40 +249,37 @@ LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptCon
   request.dp = get<int>(vm, "dp");
   request.virtual_stages = get<int>(vm, "virtual-stages");
   request.schedule = read_schedule(vm, request.virtual_stages);
+  // The CLI reads the whole numbers; the plan checks them against the pipeline and the model.
   const std::string pp_layers = get<std::string>(vm, "pp-layers");
-  if (!pp_layers.empty()) {
-    MT_REQUIRE(request.virtual_stages == 1, "--pp-layers cannot be combined with --virtual-stages");
-    MT_REQUIRE(request.pp >= 1, "--tp and --pp must be at least 1");
-    request.pp_layers = parse_stage_layers(pp_layers, config.layers, request.pp);
-  }
+  if (!pp_layers.empty()) request.pp_layers = parse_stage_layers(pp_layers);
   request.zero = get<int>(vm, "zero");
   request.recompute = parse_recompute(get<std::string>(vm, "recompute"));
   request.sequence_parallel = get<bool>(vm, "sequence-parallel");
-  request.micro_batch = settings.micro_batch;  // kMicroBatchFromPlan: the plan chooses
+  // Not given: the plan chooses (its default depends on dp). A 0 given would mean that too: refused here.
+  request.micro_batch = vm.count("micro-batch") ? get<int>(vm, "micro-batch") : kMicroBatchFromPlan;
+  MT_REQUIRE(!vm.count("micro-batch") || request.micro_batch >= 1, "--micro-batch must be at least 1, got ",
+             request.micro_batch);
   request.bucket_mb = get<double>(vm, "bucket-mb");
   request.overlap = !get<bool>(vm, "no-overlap");
-  LayoutPlan plan(std::move(request), layout_dims(config, settings.seq_len), world_size, settings.global_batch);
-  settings.micro_batch = plan.micro_batch();
-  const std::int64_t positions = std::int64_t{settings.micro_batch} * settings.seq_len;
+  LayoutPlan plan(std::move(request), layout_dims(config, seq_len), world_size, get<int>(vm, "global-batch"));
+  const std::int64_t positions = std::int64_t{plan.micro_batch()} * seq_len;
   MT_REQUIRE(!plan.layout().sequence_parallel || positions % plan.mesh().tp == 0, "--sequence-parallel splits a "
-             "micro-batch's --micro-batch ", settings.micro_batch, " x --seq-len ", settings.seq_len, " = ", positions,
+             "micro-batch's --micro-batch ", plan.micro_batch(), " x --seq-len ", seq_len, " = ", positions,
              " positions over --tp ", plan.mesh().tp, ": they must divide evenly");
   return plan;
 }
 
-perf::MemoryBreakdown estimate_run_memory(const GptConfig& config, DType compute, const TrainSettings& settings,
-                                          const LayoutPlan& plan, bool on_cpu, bool validation) {
+perf::MemoryBreakdown estimate_run_memory(const GptConfig& config, DType compute, int seq_len, const LayoutPlan& plan,
+                                          bool on_cpu, bool validation) {
   perf::TrainingShape training;
-  training.seq_len = settings.seq_len;
-  training.global_batch = settings.global_batch;
+  training.seq_len = seq_len;
+  training.global_batch = plan.global_batch();
   training.precision = compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
   training.attention = nn::attention_kernel_for(on_cpu);
   perf::Cluster device;
   if (on_cpu) device.peak_dtype = "fp32";
   return perf::estimate_memory(config, training, plan, device, perf::held_slots(plan, validation));
 }
-
-namespace {
 
 // A cap below what the model needs would fail at the first allocation over it, on some ranks and deep
 // inside a step, where only MPI_Abort can free the ranks waiting for them. The cap and the model's
@@ -301,14 +289,16 @@ namespace {
 // counted whether or not the data has a val split) and a step's temporary buffers hold. A cap at
 // the estimate runs; one below it is a usage error, said once. save_weights: --save-weights gathers
 // the whole model's fp32 parameters into one buffer on every rank after the last step. The device's
-// kind sets the LM head's chunk budget (models/head_chunks.h): a run that will fall back to the CPU
-// is estimated as one.
-void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, const TrainSettings& settings,
-                      const LayoutPlan& plan, bool save_weights, DeviceRequest device) {
+// kind sets the LM head's chunk budget (models/head_chunks.h): a run that falls back to the CPU is
+// estimated as one.
+void check_memory_cap(const TrainJob& job, bool on_cpu) {
+  const std::size_t cap = job.runtime.device_memory_limit;
   if (cap == 0) return;
-  const bool gpu = device == DeviceRequest::Cuda || (device == DeviceRequest::Auto && !discover_devices().gpus.empty());
-  perf::MemoryBreakdown m = estimate_run_memory(config, compute, settings, plan, /*on_cpu=*/!gpu, /*validation=*/true);
-  if (save_weights) m.transient = std::max(m.transient, 4.0 * static_cast<double>(config.parameter_count()) + 256.0);
+  const GptConfig& config = job.config;
+  const LayoutPlan& plan = job.plan;
+  perf::MemoryBreakdown m =
+      estimate_run_memory(config, job.compute, job.settings.seq_len, plan, on_cpu, /*validation=*/true);
+  if (job.save_weights) m.transient = std::max(m.transient, 4.0 * static_cast<double>(config.parameter_count()) + 256.0);
   const auto need = m.total();
   if (need <= static_cast<double>(cap)) return;
   const auto bytes = [](double b) { return format_bytes(static_cast<std::size_t>(b)); };
@@ -321,6 +311,8 @@ void check_memory_cap(std::size_t cap, const GptConfig& config, DType compute, c
                    bytes(m.workspace + m.transient + m.logits) +
                    "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp");
 }
+
+namespace {
 
 DType read_dtype(const po::variables_map& vm, const char* option) {
   const std::string name = get<std::string>(vm, option);
@@ -376,27 +368,29 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
   if (vm.count("save-weights") && config.is_llama())
     throw UsageError("--save-weights writes llm.c's format, which holds a GPT-2 only; the model is a llama (save a "
                      "checkpoint with --checkpoint-dir and `meshtrain convert --to-format safetensors` it)");
-  LayoutPlan plan = read_layout(vm, world_size, config, settings);
+  LayoutPlan plan = read_layout(vm, world_size, config, settings.seq_len);
   const RuntimeOptions runtime = read_runtime_options(vm);
-  check_memory_cap(runtime.device_memory_limit, config, compute, settings, plan, vm.count("save-weights") > 0,
-                   runtime.device);
-  return TrainJob{.tokenizer = tokenizer,
-                  .config = config,
-                  .settings = settings,
-                  .plan = std::move(plan),
-                  .compute = compute,
-                  .save_dtype = save_dtype,
-                  .log_every = log_every,
-                  .checkpoints = checkpoints,
-                  .resume = resume,
-                  .lr_decay_steps_given = vm.count("lr-decay-steps") > 0,
-                  .init_weights = optional_value<std::string>(vm, "init-weights"),
-                  .save_weights = optional_value<std::string>(vm, "save-weights"),
-                  .metrics = optional_value<std::string>(vm, "metrics"),
-                  .data_dir = get<std::string>(vm, "data"),
-                  .seed = get<std::uint64_t>(vm, "seed"),
-                  .peak_tflops = optional_value<double>(vm, "peak-tflops"),
-                  .runtime = runtime};
+  TrainJob job{.tokenizer = tokenizer,
+               .config = config,
+               .settings = settings,
+               .plan = std::move(plan),
+               .compute = compute,
+               .save_dtype = save_dtype,
+               .log_every = log_every,
+               .checkpoints = checkpoints,
+               .resume = resume,
+               .lr_decay_steps_given = vm.count("lr-decay-steps") > 0,
+               .init_weights = optional_value<std::string>(vm, "init-weights"),
+               .save_weights = optional_value<std::string>(vm, "save-weights"),
+               .metrics = optional_value<std::string>(vm, "metrics"),
+               .data_dir = get<std::string>(vm, "data"),
+               .seed = get<std::uint64_t>(vm, "seed"),
+               .peak_tflops = optional_value<double>(vm, "peak-tflops"),
+               .runtime = runtime};
+  // Where the options name the device's kind; with --device auto, the session checks once it has
+  // bound a device (commands/train_command.cpp).
+  if (runtime.device != DeviceRequest::Auto) check_memory_cap(job, /*on_cpu=*/runtime.device == DeviceRequest::Cpu);
+  return job;
 }
 
 }  // namespace mt

@@ -2,7 +2,8 @@
 // MPI is touched: the run's settings and its one LayoutPlan, identical on every rank, so that a bad
 // option is one UsageError said once (the config-file fuzzer, commands/tests/fuzz_config_file.cpp,
 // runs these alone).
-// defines: train_options, read_settings, read_layout, CheckpointPolicy, TrainJob, read_train_job, estimate_run_memory
+// defines: train_options, read_settings, read_layout, CheckpointPolicy, TrainJob, read_train_job, estimate_run_memory,
+//          check_memory_cap
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -22,13 +23,13 @@ namespace mt {
 
 // Every option of `meshtrain train` (--config names an ini file of the same options).
 boost::program_options::options_description train_options();
-// The training settings; an invalid value throws UsageError (the same on every rank). Without
-// --micro-batch, micro_batch is 0 until read_layout.
+// The training settings; an invalid value throws UsageError (the same on every rank).
 TrainSettings read_settings(const boost::program_options::variables_map& vm);
-// The layout options as one LayoutPlan for this job and model; UsageError when they do not fit.
-// Sets settings.micro_batch to the plan's (its default depends on dp).
+// The layout and batch options as one LayoutPlan for this job, model and sequence length (the batch
+// sizes live in the plan alone; without --micro-batch the plan chooses it); UsageError when they
+// do not fit.
 LayoutPlan read_layout(const boost::program_options::variables_map& vm, int world_size, const GptConfig& config,
-                       TrainSettings& settings);
+                       int seq_len);
 
 // When checkpoints are written and how many are kept.
 struct CheckpointPolicy {
@@ -64,11 +65,16 @@ struct TrainJob {
 // for the stage needing the most). on_cpu: the device's kind sets the LM head's chunk budget
 // (models/head_chunks.h), which the memory model reads off the cluster's peak dtype (fp32 for a
 // CPU). validation: validation's slots count too.
-perf::MemoryBreakdown estimate_run_memory(const GptConfig& config, DType compute, const TrainSettings& settings,
-                                          const LayoutPlan& plan, bool on_cpu, bool validation);
+perf::MemoryBreakdown estimate_run_memory(const GptConfig& config, DType compute, int seq_len, const LayoutPlan& plan,
+                                          bool on_cpu, bool validation);
 
-// Reads and checks every option in the order a user would fix them; the device memory cap is
-// checked against the model's estimated peak too (perf/memory_model.h).
+// Refuses a --device-memory-limit below the run's estimated peak (perf/memory_model.h) on a device
+// of this kind (the CPU's LM head takes smaller chunks): one UsageError, the same on every rank.
+void check_memory_cap(const TrainJob& job, bool on_cpu);
+
+// Reads and checks every option in the order a user would fix them, the device memory cap too
+// where --device names the device's kind (cpu, cuda); with auto, the session checks it once it
+// has bound one.
 TrainJob read_train_job(const boost::program_options::variables_map& vm, int world_size);
 
 }  // namespace mt

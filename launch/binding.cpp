@@ -1,12 +1,10 @@
 #include "launch/binding.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <exception>
-#include <numeric>
-#include <vector>
 
 #include "comm/mpi_runtime.h"
+#include "launch/early_agreement.h"
 
 namespace mt {
 
@@ -60,41 +58,6 @@ Binding bind_device(DeviceRequest request, bool virtual_devices, const NodePlace
                where.host + " (--virtual-devices)";
   }
   return b;
-}
-
-void agree_before_communicators(MPI_Comm comm, const std::optional<std::string>& mine) {
-  int size = 1;
-  MT_MPI_CHECK(MPI_Comm_size(comm, &size));
-  // An empty message still has to count as a failure.
-  const std::string text = !mine ? std::string() : mine->empty() ? std::string("unknown error") : *mine;
-  const int length = static_cast<int>(text.size());
-  std::vector<int> lengths(static_cast<std::size_t>(size));
-  MT_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
-  if (std::all_of(lengths.begin(), lengths.end(), [](int n) { return n == 0; })) return;
-
-  std::vector<int> offsets(lengths.size(), 0);
-  std::exclusive_scan(lengths.begin(), lengths.end(), offsets.begin(), 0);
-  std::vector<char> all(static_cast<std::size_t>(offsets.back() + lengths.back()));
-  MT_MPI_CHECK(MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, comm));
-  int failed = 0, first = -1;
-  bool alike = true;
-  const auto message_of = [&](int r) {
-    const auto i = static_cast<std::size_t>(r);
-    return std::string(all.data() + offsets[i], static_cast<std::size_t>(lengths[i]));
-  };
-  for (int r = 0; r < size; ++r) {
-    if (lengths[static_cast<std::size_t>(r)] == 0) continue;
-    ++failed;
-    if (first < 0) first = r;
-    alike = alike && message_of(r) == message_of(first);
-  }
-  std::string message = message_of(first);
-  // The same wording as agree_on_error: a rank alone is named, a unanimous verdict is not.
-  if (failed < size || !alike) {
-    message = "rank " + std::to_string(first) + ": " + message;
-    if (failed > 1) message += " (and " + std::to_string(failed - 1) + " more rank(s) failed)";
-  }
-  MT_FAIL_AS(JobError, message);
 }
 
 Binding bind_device_agreed(MPI_Comm world, DeviceRequest request, bool virtual_devices, const NodePlacement& where,

@@ -3,7 +3,7 @@
 // with --virtual-devices; CPU ranks share the node's cores. A request that some rank cannot meet
 // becomes one error agreed by every rank (said once by rank 0), before any communicator exists.
 // defines: DeviceRequest, NodePlacement, Binding, parse_device_request, bind_device, node_placement,
-//          agree_before_communicators, bind_device_agreed
+//          bind_device_agreed
 #pragma once
 
 #include <optional>
@@ -44,14 +44,9 @@ struct Binding {
 Binding bind_device(DeviceRequest request, bool virtual_devices, const NodePlacement& where,
                     const DeviceDiscovery& found);
 
-// agree_on_error (comm/agreement.h) over plain MPI, for errors raised before any Communicator
-// exists: collective over `comm`; when any rank brings a message, every rank throws the same
-// JobError with the lowest failing rank's message, prefixed "rank R: " (R in `comm`) unless all
-// failed alike, and followed by how many other ranks failed.
-void agree_before_communicators(MPI_Comm comm, const std::optional<std::string>& mine);
-
-// bind_device on every rank of `world`, then agree_before_communicators: a GPU missing on one host
-// ends every rank with one line from rank 0, not one line per rank and an MPI_Abort.
+// bind_device on every rank of `world`, then agree_before_communicators (launch/early_agreement.h): a
+// GPU missing on one host ends every rank with one line from rank 0, not one line per rank and an
+// MPI_Abort.
 Binding bind_device_agreed(MPI_Comm world, DeviceRequest request, bool virtual_devices, const NodePlacement& where,
                            const DeviceDiscovery& found);
 

@@ -77,6 +77,7 @@ void check_stage_split(const LayoutRequest& request, const LayoutLimits& limits)
 void check_batches(const LayoutRequest& request, const LayoutLimits& limits) {
   const int dp = request.dp;
   const int pp = request.pp;
+  MT_REQUIRE(limits.global_batch >= 1, "--global-batch must be at least 1, got ", limits.global_batch);
   MT_REQUIRE(limits.micro_batch >= 1, "--micro-batch must be at least 1, got ", limits.micro_batch);
   const std::int64_t per_step = std::int64_t{dp} * limits.micro_batch;
   MT_REQUIRE(limits.global_batch >= per_step && limits.global_batch % per_step == 0, "--global-batch ",

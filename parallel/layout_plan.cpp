@@ -57,7 +57,8 @@ std::string LayoutRequest::describe() const {
 
 std::vector<int> plan_chunk_layers(const LayoutRequest& request, const ModelDims& model) {
   if (request.virtual_stages > 1) {
-    MT_REQUIRE(request.pp_layers.empty(), "--pp-layers cannot be combined with --virtual-stages");
+    // check_layout refuses them, in its words; here it is a caller's bug.
+    MT_CHECK(request.pp_layers.empty(), "explicit stage layers with ", request.virtual_stages, " chunks per stage");
     return uniform_stage_layers(model.layers, request.pp * request.virtual_stages);
   }
   if (!request.pp_layers.empty()) return request.pp_layers;

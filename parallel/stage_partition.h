@@ -23,8 +23,9 @@ struct StageCosts {
 // relative tolerance of 1e-9.
 std::vector<int> balance_stages(int layers, int stages, const StageCosts& costs);
 
-// "3,2,1" (--pp-layers): one count per stage, each >= 1, summing to the model's layers.
-std::vector<int> parse_stage_layers(std::string_view text, int layers, int stages);
+// "3,2,1" (--pp-layers): the whole numbers as written. LayoutPlan checks them against the pipeline
+// and the model (parallel/layout_check.h).
+std::vector<int> parse_stage_layers(std::string_view text);
 
 // layers / chunks each, for the interleaved schedule's model chunks (the division must be exact).
 std::vector<int> uniform_stage_layers(int layers, int chunks);

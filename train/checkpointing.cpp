@@ -43,8 +43,8 @@ ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
   m.layout = layout_json(trainer.plan());
   m.training = {{"optimizer_steps", trainer.zero().step_count()},
                 {"total_steps", settings.steps},
-                {"global_batch", settings.global_batch},
-                {"micro_batch", settings.micro_batch},
+                {"global_batch", trainer.plan().global_batch()},
+                {"micro_batch", trainer.plan().micro_batch()},
                 {"seq_len", settings.seq_len},
                 {"lr_schedule", settings.schedule.describe()},
                 {"lr", lr_schedule_json(settings.schedule)},
@@ -412,9 +412,10 @@ ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::pa
     if (m.data.contains("fingerprint") && m.data.value("fingerprint", std::string()) != hex64(data.fingerprint()))
       report.notes.push_back("the training data, its sequence length or its seed differ from the checkpoint's: "
                              "the stream continues at sequence " + std::to_string(report.sequences) + " of the new one");
-    const int saved_batch = m.training.value("global_batch", trainer.settings().global_batch);
-    if (saved_batch != trainer.settings().global_batch)
-      report.notes.push_back("global batch " + std::to_string(trainer.settings().global_batch) + " (the checkpoint's: " +
+    const int global_batch = trainer.plan().global_batch();
+    const int saved_batch = m.training.value("global_batch", global_batch);
+    if (saved_batch != global_batch)
+      report.notes.push_back("global batch " + std::to_string(global_batch) + " (the checkpoint's: " +
                              std::to_string(saved_batch) + ")");
     trainer.set_lr_schedule(schedule);
     trainer.restore_progress(report.step, report.sequences);

@@ -79,8 +79,6 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
       plan_(plan),
       train_(train),
       val_(val) {
-  settings_.global_batch = plan_.global_batch();  // until TrainSettings drops its batch sizes
-  settings_.micro_batch = plan_.micro_batch();
   settings_.validate();
   const MeshShape& mesh = groups_.mesh.shape();
   MT_CHECK(mesh.dp == plan_.mesh().dp && mesh.tp == plan_.mesh().tp && mesh.pp == plan_.mesh().pp,
@@ -219,7 +217,8 @@ StepRecord ParallelTrainer::step() {
   r.time.comm_s = comm_s + (tp_stats_.wait_seconds - tp_wait_before);
   r.time.compute_s = std::max(0.0, seconds - r.time.bubble_s - r.time.comm_s);
   // MFU against the peak of every rank of the job together.
-  settings_.record_throughput(r, seconds, model_->config(), mesh.world_size());
+  settings_.record_throughput(r, seconds, model_->config(), std::int64_t{plan_.global_batch()} * settings_.seq_len,
+                              mesh.world_size());
   if (val_ != nullptr && settings_.evaluation_due(steps_done_)) r.val_loss = evaluate();
   return r;
 }

@@ -31,7 +31,7 @@ class ParallelTrainer {
  public:
   // Collective over world. The model is created here (initialize with init() or load weights into
   // model() before the first step), holding the part `plan` gives this rank; `groups` are the plan's
-  // mesh's. `val` may be null. The plan's batch sizes replace settings'.
+  // mesh's. `val` may be null. The batch sizes are the plan's.
   ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups, const GptConfig& config,
                   DType compute, data::DataLoader& train, data::DataLoader* val, TrainSettings settings,
                   const LayoutPlan& plan);

@@ -5,9 +5,6 @@
 namespace mt {
 
 void TrainSettings::validate() const {
-  MT_REQUIRE(micro_batch >= 1, "--micro-batch must be at least 1, got ", micro_batch);
-  MT_REQUIRE(global_batch >= micro_batch && global_batch % micro_batch == 0, "--global-batch (", global_batch,
-           ") must be a positive multiple of --micro-batch (", micro_batch, ")");
   MT_REQUIRE(seq_len >= 1, "--seq-len must be at least 1, got ", seq_len);
   MT_REQUIRE(steps >= 1, "--steps must be at least 1, got ", steps);
   MT_REQUIRE(grad_clip >= 0.0f && std::isfinite(grad_clip), "--grad-clip must be >= 0, got ", grad_clip);
@@ -17,8 +14,9 @@ void TrainSettings::validate() const {
   mt::validate(adamw);
 }
 
-void TrainSettings::record_throughput(StepRecord& r, double seconds, const GptConfig& config, int ranks) const {
-  const double tokens = static_cast<double>(global_batch) * seq_len;
+void TrainSettings::record_throughput(StepRecord& r, double seconds, const GptConfig& config, std::int64_t step_tokens,
+                                      int ranks) const {
+  const auto tokens = static_cast<double>(step_tokens);
   r.step_ms = 1e3 * seconds;
   r.tokens_per_s = tokens / seconds;
   if (peak_flops > 0) r.mfu = tokens * config.training_flops_per_token(seq_len) / seconds / (peak_flops * ranks);

@@ -1,7 +1,10 @@
-// The training options of one run, whatever the layout: batch and sequence sizes, steps, the
-// learning-rate schedule, AdamW, clipping and evaluation; and the checks they get.
+// The training options of one run, whatever the layout: sequence length, steps, the learning-rate
+// schedule, AdamW, clipping and evaluation; and the checks they get. The batch sizes are the
+// LayoutPlan's (parallel/layout_plan.h: global_batch, micro_batch).
 // defines: TrainSettings, require_finite
 #pragma once
+
+#include <cstdint>
 
 #include "models/gpt_config.h"
 #include "optim/adamw.h"
@@ -11,8 +14,6 @@
 namespace mt {
 
 struct TrainSettings {
-  int global_batch = 8;  // sequences per optimizer step
-  int micro_batch = 4;   // sequences per forward pass; divides global_batch
   int seq_len = 64;
   int steps = 100;
   LrSchedule schedule;
@@ -23,10 +24,10 @@ struct TrainSettings {
   double peak_flops = 0.0; // for MFU; 0: not reported
 
   void validate() const;   // Error naming the first bad field
-  int micro_steps() const { return global_batch / micro_batch; }
-  // Fills step_ms, tokens_per_s and, with peak_flops (per rank), mfu of a step that took `seconds`
-  // on `ranks` ranks.
-  void record_throughput(StepRecord& r, double seconds, const GptConfig& config, int ranks = 1) const;
+  // Fills step_ms, tokens_per_s and, with peak_flops (per rank), mfu of a step of `tokens` tokens
+  // (global batch x seq_len) that took `seconds` on `ranks` ranks.
+  void record_throughput(StepRecord& r, double seconds, const GptConfig& config, std::int64_t tokens,
+                         int ranks = 1) const;
   bool evaluation_due(int steps_done) const;  // after the last step and every eval_every steps
 };
 

@@ -12,6 +12,7 @@
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,8 +108,8 @@ TEST(ConfigFile, LayoutProductsAndSumsBeyondIntAreRefused) {
   const auto layout_error = [&](const std::string& text) {
     const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n" + text);
     const GptConfig config = read_model_config(vm, 256);
-    TrainSettings settings = read_settings(vm);
-    return usage_error_of([&] { read_layout(vm, 8, config, settings); });
+    const int seq_len = read_settings(vm).seq_len;
+    return usage_error_of([&] { read_layout(vm, 8, config, seq_len); });
   };
   // --dp 0 (the default) divides the ranks by tp x pp.
   EXPECT_EQ(layout_error("tp = 100000\npp = 100000\n"),
@@ -117,7 +118,12 @@ TEST(ConfigFile, LayoutProductsAndSumsBeyondIntAreRefused) {
   EXPECT_EQ(layout_error("dp = 100000\ntp = 100000\npp = 3\n"),
             "--dp 100000 x --tp 100000 x --pp 3 = 30000000000 ranks, more than MPI can number");
   EXPECT_EQ(layout_error("dp = 4\npp = 2\nlayers = 4\npp-layers = 2147483647,2147483647\n"),
-            "--pp-layers '2147483647,2147483647' sums to 4294967294 layers but the model has 4");
+            "--pp-layers 2147483647,2147483647 sums to 4294967294 layers but the model has 4");
+  // The plan checks --pp-layers, in its one wording (the CLI only reads the numbers).
+  EXPECT_EQ(layout_error("dp = 4\npp = 2\nlayers = 4\npp-layers = 2,2\nvirtual-stages = 2\n"),
+            "--pp-layers 2,2 cannot be combined with --schedule interleaved (its model chunks split the layers evenly)");
+  EXPECT_EQ(layout_error("dp = 4\npp = 2\nlayers = 4\npp-layers = 1,1,2\n"),
+            "--pp-layers 1,1,2 lists 3 stages but --pp is 2 (give one layer count per stage)");
   EXPECT_EQ(layout_error("dp = 1\npp = 8\nlayers = 8\nschedule = interleaved\nvirtual-stages = 2147483647\n"),
             "--schedule interleaved with --pp 8 x --virtual-stages 2147483647 = 17179869176 model chunks needs the "
             "model's 8 layers divisible by 17179869176 (every chunk takes the same number of layers)");
@@ -227,21 +233,22 @@ TEST(MicroBatch, DefaultDividesEachReplicasShare) {
   ScratchDir dir("command_line");
   const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n");
   const GptConfig config = read_model_config(vm, 256);
+  const int seq_len = read_settings(vm).seq_len;
   for (const auto& [ranks, micro] : std::vector<std::pair<int, int>>{{1, 4}, {2, 4}, {4, 2}, {8, 1}}) {
-    TrainSettings settings = read_settings(vm);
-    EXPECT_NO_THROW(read_layout(vm, ranks, config, settings)) << ranks << " ranks";
-    EXPECT_EQ(settings.micro_batch, micro) << ranks << " ranks";
+    std::optional<LayoutPlan> plan;
+    EXPECT_NO_THROW(plan.emplace(read_layout(vm, ranks, config, seq_len))) << ranks << " ranks";
+    if (plan) {
+      EXPECT_EQ(plan->micro_batch(), micro) << ranks << " ranks";
+    }
   }
   // A global batch dp does not divide: micro-batch 1, and the message names only that.
   const po::variables_map odd = parse_train(dir, "tokenizer = bytes\nglobal-batch = 6\n");
-  TrainSettings settings = read_settings(odd);
-  EXPECT_EQ(usage_error_of([&] { read_layout(odd, 4, config, settings); }),
+  EXPECT_EQ(usage_error_of([&] { read_layout(odd, 4, config, seq_len); }),
             "--global-batch 6 must be a positive multiple of --dp 4 x --micro-batch 1 = 4 (each data-parallel rank "
             "takes global-batch/dp sequences in micro-batches of --micro-batch)");
   // A given --micro-batch is kept and checked as before.
   const po::variables_map given = parse_train(dir, "tokenizer = bytes\nmicro-batch = 4\n");
-  settings = read_settings(given);
-  EXPECT_EQ(usage_error_of([&] { read_layout(given, 4, config, settings); }),
+  EXPECT_EQ(usage_error_of([&] { read_layout(given, 4, config, seq_len); }),
             "--global-batch 8 must be a positive multiple of --dp 4 x --micro-batch 4 = 16 (each data-parallel rank "
             "takes global-batch/dp sequences in micro-batches of --micro-batch)");
 }
@@ -271,22 +278,23 @@ TEST(MicroBatch, DefaultLeavesEnoughMicroBatchesForTheSchedule) {
   for (const Case& c : cases) {
     const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n", c.args);
     const GptConfig config = read_model_config(vm, 256);
-    TrainSettings settings = read_settings(vm);
     const std::string what = ::testing::PrintToString(c.args) + " on " + std::to_string(c.ranks) + " ranks";
-    EXPECT_NO_THROW(read_layout(vm, c.ranks, config, settings)) << what;
-    EXPECT_EQ(settings.micro_batch, c.micro) << what;
+    std::optional<LayoutPlan> plan;
+    EXPECT_NO_THROW(plan.emplace(read_layout(vm, c.ranks, config, read_settings(vm).seq_len))) << what;
+    if (plan) {
+      EXPECT_EQ(plan->micro_batch(), c.micro) << what;
+    }
   }
   // None of 4, 2, 1 is enough: 1, and the message does not ask for a lower --micro-batch.
   const po::variables_map few = parse_train(dir, "tokenizer = bytes\n", {"--pp", "4", "--global-batch", "2"});
   const GptConfig config = read_model_config(few, 256);
-  TrainSettings settings = read_settings(few);
-  EXPECT_EQ(usage_error_of([&] { read_layout(few, 4, config, settings); }),
+  const int seq_len = read_settings(few).seq_len;
+  EXPECT_EQ(usage_error_of([&] { read_layout(few, 4, config, seq_len); }),
             "--schedule 1f1b needs at least --pp 4 micro-batches per step, but --global-batch 2 / (--dp 1 x "
             "--micro-batch 1) = 2 (raise --global-batch, or use --schedule gpipe)");
   // A given --micro-batch is kept, and refused as before.
   const po::variables_map given = parse_train(dir, "tokenizer = bytes\n", {"--pp", "4", "--micro-batch", "4"});
-  settings = read_settings(given);
-  EXPECT_EQ(usage_error_of([&] { read_layout(given, 4, config, settings); }),
+  EXPECT_EQ(usage_error_of([&] { read_layout(given, 4, config, seq_len); }),
             "--schedule 1f1b needs at least --pp 4 micro-batches per step, but --global-batch 8 / (--dp 1 x "
             "--micro-batch 4) = 2 (raise --global-batch, lower --micro-batch, or use --schedule gpipe)");
 }
@@ -298,8 +306,7 @@ TEST(Schedule, VirtualStagesWithoutAScheduleMeanInterleaved) {
   const auto plan_of = [&](const std::string& text, const std::vector<std::string>& args) {
     const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n" + text, args);
     const GptConfig config = read_model_config(vm, 256);
-    TrainSettings settings = read_settings(vm);
-    return read_layout(vm, 2, config, settings);
+    return read_layout(vm, 2, config, read_settings(vm).seq_len);
   };
   const LayoutPlan plan = plan_of("", {"--pp", "2", "--virtual-stages", "2"});
   EXPECT_EQ(plan.layout().schedule, ScheduleKind::Interleaved);
@@ -323,7 +330,6 @@ TEST(Settings, RefusalsNameTheOptionGiven) {
   };
   EXPECT_EQ(error({"--steps", "0"}), "--steps must be at least 1, got 0");
   EXPECT_EQ(error({"--lr-decay-steps", "0"}), "--lr-decay-steps must be at least 1, got 0");
-  EXPECT_EQ(error({"--global-batch", "0"}), "--global-batch must be at least 1, got 0");
   EXPECT_EQ(error({"--warmup", "200"}), "--warmup 200 is longer than the 100 steps the learning rate decays over "
                                         "(--steps): give --warmup 100 or less, or more --steps");
   EXPECT_EQ(error({"--warmup", "50", "--lr-decay-steps", "40"}),
@@ -333,6 +339,13 @@ TEST(Settings, RefusalsNameTheOptionGiven) {
   EXPECT_EQ(error({"--lr", "-1"}), "--lr must be a number of at least 0, got -1");
   EXPECT_EQ(error({"--min-lr-fraction", "2"}), "--min-lr-fraction must be in [0, 1], got 2");
   EXPECT_NO_THROW(read_settings(parse_train(dir, "tokenizer = bytes\n", {"--warmup", "100"})));
+  // The batch options are the plan's (read_layout); a --micro-batch of 0 would ask the plan to choose.
+  const auto layout_error = [&](const std::vector<std::string>& args) {
+    const po::variables_map vm = parse_train(dir, "tokenizer = bytes\n", args);
+    return usage_error_of([&] { read_layout(vm, 1, read_model_config(vm, 256), read_settings(vm).seq_len); });
+  };
+  EXPECT_EQ(layout_error({"--global-batch", "0"}), "--global-batch must be at least 1, got 0");
+  EXPECT_EQ(layout_error({"--micro-batch", "0"}), "--micro-batch must be at least 1, got 0");
 }
 
 // The llama family's options, from the command line or as config-file keys of the same names, on

@@ -75,11 +75,11 @@ void write_seeds(const fs::path& dir) {
 void read_options(const po::variables_map& vm) {
   const std::string tokenizer = mt::tokenizer_name(vm);
   const mt::GptConfig config = mt::read_model_config(vm, mt::tokenizer_vocab_size(tokenizer));
-  mt::TrainSettings settings = mt::read_settings(vm);  // read_layout settles the default micro-batch
+  const mt::TrainSettings settings = mt::read_settings(vm);
   (void)mt::read_runtime_options(vm);
   for (const int world_size : {1, 8}) {
     try {
-      (void)mt::read_layout(vm, world_size, config, settings);
+      (void)mt::read_layout(vm, world_size, config, settings.seq_len);
     } catch (const std::exception&) {
     }
   }

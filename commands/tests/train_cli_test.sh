@@ -149,7 +149,7 @@ expect_ok "a cap just above the CPU's estimate (104.2 MiB)" "$meshtrain" train -
 expect_error "unknown --model preset" "unknown model preset 'huge' \(known: tiny," \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --model huge --steps 1 --cpu-threads 1
 expect_error "global batch not a multiple of the micro-batch" \
-  "--global-batch \(6\) must be a positive multiple of --micro-batch \(4\)" \
+  "--global-batch 6 must be a positive multiple of --dp 1 x --micro-batch 4 = 4 \(each data-parallel rank" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --global-batch 6 --micro-batch 4 --steps 1 --cpu-threads 1
 expect_error "missing --data directory" "--data '$dir/nowhere' does not exist" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/nowhere" --steps 1 --cpu-threads 1

@@ -11,12 +11,18 @@
 //            rank 0, exit 2 on every rank, no abort.
 //   usage-on-last: the last rank alone raises a UsageError while the others wait in a barrier: the
 //            job ends (after the guard's 10 s window) with the message, its place and the rank.
+//   agree-on-last: before any communicator, the last rank alone brings an error to
+//            agree_before_communicators: every rank raises one JobError naming it, said once, exit 1.
+//   rank0-decides: rank 0 alone finds a usage error, which outcome_of_rank0 gives every rank (the
+//            others waiting 1 s for it): one plain line, exit 2 on every rank.
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "comm/mpi_communicator.h"
 #include "comm/watchdog.h"
+#include "launch/early_agreement.h"
 #include "launch/guard.h"
 #include "runtime/context.h"
 
@@ -26,6 +32,20 @@ int main(int argc, char** argv) {
     const int last = mpi.world_size() - 1;
     const bool me_last = mpi.world_rank() == last;
     if (mode == "usage-everywhere") MT_REQUIRE(false, "--layers must be at least 1, got 0");
+    if (mode == "agree-on-last") {
+      mt::agree_before_communicators(MPI_COMM_WORLD, me_last ? std::optional<std::string>("no GPU on this host")
+                                                             : std::nullopt);
+      return 0;
+    }
+    if (mode == "rank0-decides") {
+      std::optional<std::string> outcome;
+      if (mpi.world_rank() == 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));  // the others wait, sleeping
+        outcome = "--input 'x.txt' holds a NUL byte: binary";
+      }
+      if (const auto agreed = mt::outcome_of_rank0(MPI_COMM_WORLD, outcome)) throw mt::UsageError(*agreed);
+      return 0;
+    }
     if (mode == "usage-on-last") {
       auto world = mt::MpiCommunicator::world(mt::CommOptions{.timeout = std::chrono::seconds(60)});
       MT_REQUIRE(!me_last, "cannot read file 'only-here.bin' on the last rank");

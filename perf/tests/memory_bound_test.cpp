@@ -63,7 +63,7 @@ struct Case {
   int micro_batch = 2;
   DType compute = DType::F32;
   bool validation = true;
-  int global_batch = 0;  // 0: see settings()
+  int global_batch = 0;  // 0: see global_batch()
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;
   bool llama = false;
@@ -93,13 +93,15 @@ struct Case {
   Case& with_vocab_pieces() { padded_vocab = 2048; return *this; }
 };
 
-TrainSettings settings(const Case& c) {
+// A pipeline gets pp micro-batches per step unless the case asks for more: then training's steady
+// state and validation's run-ahead (bounded by the executor at `stages` done slots) are what the
+// bound has to hold.
+int global_batch(const Case& c) {
+  return c.global_batch ? c.global_batch : c.pp > 1 ? c.dp * c.pp * c.micro_batch : 8;
+}
+
+TrainSettings settings() {
   TrainSettings s;
-  // A pipeline gets pp micro-batches per step unless the case asks for more: then training's
-  // steady state and validation's run-ahead (bounded by the executor at `stages` done slots) are
-  // what the bound has to hold.
-  s.global_batch = c.global_batch ? c.global_batch : c.pp > 1 ? c.dp * c.pp * c.micro_batch : 8;
-  s.micro_batch = c.micro_batch;
   s.seq_len = 64;
   s.steps = 2;
   s.schedule.max_lr = 1e-3f;
@@ -124,18 +126,18 @@ LayoutRequest layout_of(const Case& c) {
 }
 
 LayoutPlan plan_of(const Case& c, const LayoutRequest& request, const TrainSettings& s) {
-  return LayoutPlan(request, layout_dims(c.config(), s.seq_len), request.world_size(), s.global_batch);
+  return LayoutPlan(request, layout_dims(c.config(), s.seq_len), request.world_size(), global_batch(c));
 }
 
 // This rank's estimate, the way `meshtrain train` checks --device-memory-limit.
 perf::MemoryBreakdown estimate(const Case& c, int stage) {
-  const TrainSettings s = settings(c);
+  const TrainSettings s = settings();
+  const LayoutPlan plan = plan_of(c, layout_of(c), s);
   perf::TrainingShape training;
   training.seq_len = s.seq_len;
-  training.global_batch = s.global_batch;
+  training.global_batch = plan.global_batch();
   training.precision = c.compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
   const GptConfig config = c.config();
-  const LayoutPlan plan = plan_of(c, layout_of(c), s);
   return perf::estimate_stage_memory(config, training, plan, perf::Cluster{}, perf::held_slots(plan, c.validation),
                                      stage);
 }
@@ -146,7 +148,7 @@ std::size_t measured_peak(const Case& c, int& stage) {
   DeviceContext ctx(DeviceOptions{});
   ParallelGroups groups = build_groups(world, Mesh({c.dp, c.tp, c.pp}));
   stage = groups.coord.pp;
-  const TrainSettings s = settings(c);
+  const TrainSettings s = settings();
   LayoutRequest request = layout_of(c);
   request.bucket_mb = 0.05;  // several buckets even for the tiny model
   const LayoutPlan plan = plan_of(c, request, s);

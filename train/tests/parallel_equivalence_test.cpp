@@ -43,6 +43,7 @@ using testing::test_world;
 
 constexpr int kSteps = 5;
 constexpr std::uint64_t kSeed = 1234;
+constexpr int kGlobalBatch = 8;
 constexpr double kLossTolerance = 1e-5;
 constexpr double kParamTolerance = 1e-5;
 
@@ -56,10 +57,8 @@ GptConfig tiny_config(ModelFamily family = ModelFamily::Gpt2, int vocab = 256) {
   return c;
 }
 
-TrainSettings settings(int micro_batch) {
+TrainSettings settings() {
   TrainSettings s;
-  s.global_batch = 8;
-  s.micro_batch = micro_batch;
   s.seq_len = 32;
   s.steps = kSteps;
   s.schedule.kind = LrScheduleKind::Cosine;
@@ -85,10 +84,10 @@ const Reference& reference(int micro_batch, ModelFamily family = ModelFamily::Gp
   DeviceContext& ctx = test_context();
   Gpt model(ctx, tiny_config(family, vocab));
   model.init(kSeed);
-  const TrainSettings s = settings(micro_batch);
+  const TrainSettings s = settings();
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(corpus().path(), "val", s.seq_len, kSeed, 256);
-  Trainer trainer(ctx, model, train, &val, s);
+  Trainer trainer(ctx, model, train, &val, s, kGlobalBatch, micro_batch);
   Reference r;
   for (int i = 0; i < kSteps; ++i) {
     StepRecord rec = trainer.step();
@@ -117,7 +116,7 @@ struct Layout {
 
 // `layout` as the trainer gets it, with buckets of 0.05 MiB: several even for the tiny model
 // (about 200K parameters).
-LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSettings& s,
+LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, int micro_batch,
                    const GptConfig& config = tiny_config()) {
   LayoutRequest request;
   request.dp = layout.dp;
@@ -128,10 +127,10 @@ LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, const TrainSett
   request.sequence_parallel = layout.sequence_parallel;
   request.recompute = layout.recompute;
   request.zero = zero;
-  request.micro_batch = s.micro_batch;
+  request.micro_batch = micro_batch;
   request.bucket_mb = 0.05;
   request.overlap = overlap;
-  return LayoutPlan(request, layout_dims(config, s.seq_len), request.world_size(), s.global_batch);
+  return LayoutPlan(request, layout_dims(config, settings().seq_len), request.world_size(), kGlobalBatch);
 }
 
 // Trains `layout` and checks it against the reference; returns the worst relative parameter error.
@@ -146,8 +145,8 @@ double check_layout(const Layout& layout, int zero, int micro_batch, ModelFamily
   SCOPED_TRACE(what);
   const Reference& ref = reference(micro_batch, family, vocab);
   ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
-  const TrainSettings s = settings(micro_batch);
-  const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, s, config);
+  const TrainSettings s = settings();
+  const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, micro_batch, config);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(corpus().path(), "val", s.seq_len, kSeed, 256);
   ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, &val, s, plan);
@@ -352,8 +351,8 @@ TEST(ParallelEquivalence, LlamaTrainsTheSameModelOnEveryLayoutKind) {
 std::vector<double> train_bits(const Layout& layout, int micro_batch, int zero = 1) {
   Communicator& world = test_world();
   ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
-  const TrainSettings s = settings(micro_batch);
-  const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, s);
+  const TrainSettings s = settings();
+  const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, micro_batch);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   ParallelTrainer trainer(test_context(), world, groups, tiny_config(), DType::F32, train, nullptr, s, plan);
   trainer.init(kSeed);
@@ -465,7 +464,7 @@ TEST(ParallelTrainer, ZeroThreeCutsPerRankStateAtDp4) {
   Communicator& world = test_world();
   if (world.size() != 4) GTEST_SKIP() << "dp 4";
   DeviceContext& ctx = test_context();
-  const TrainSettings s = settings(2);
+  const TrainSettings s = settings();
   std::size_t held[4] = {};
   for (int zero : {0, 3}) {
     ParallelGroups groups = build_groups(world, Mesh({4, 1, 1}));
@@ -473,7 +472,7 @@ TEST(ParallelTrainer, ZeroThreeCutsPerRankStateAtDp4) {
     world.barrier();
     const std::size_t before = ctx.allocator().stats().in_use;
     ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s,
-                            plan_of({4, 1, 1}, zero, true, s));
+                            plan_of({4, 1, 1}, zero, true, /*micro_batch=*/2));
     trainer.init(kSeed);
     held[zero] = ctx.allocator().stats().in_use - before;
     trainer.step();
@@ -502,13 +501,13 @@ TEST(ParallelTrainer, ZeroThreePeakNeverHoldsTheWholeStageAtDp4) {
   if (world.size() != 4) GTEST_SKIP() << "dp 4";
   GptConfig config = tiny_config();
   config.channels = 192;
-  const TrainSettings s = settings(1);
+  const TrainSettings s = settings();
   const auto run = [&](int zero, std::size_t* after_init, std::size_t* bound) {
     DeviceContext ctx(DeviceOptions{});  // its own allocator: the peak is this run's
     ParallelGroups groups = build_groups(world, Mesh({4, 1, 1}));
     data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
     ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, nullptr, s,
-                            plan_of({4, 1, 1}, zero, true, s, config));
+                            plan_of({4, 1, 1}, zero, true, /*micro_batch=*/1, config));
     trainer.init(kSeed);
     *after_init = ctx.allocator().stats().in_use;
     if (const auto* engine = dynamic_cast<const UnitZeroEngine*>(&trainer.zero())) {
@@ -545,12 +544,13 @@ TEST(ParallelTrainer, OverlapsReductionAndTransfersWithBackwardAndShardsTheState
   const int n = world.size();
   if (n < 2) GTEST_SKIP() << "needs two ranks";
   DeviceContext& ctx = test_context();
-  const TrainSettings s = settings(1);  // micro-batches of one: enough of them for 1F1B on every layout
+  const TrainSettings s = settings();
   for (const bool overlap : {true, false}) {
     for (const Layout layout : {Layout{n, 1, 1}, Layout{n / 2, 1, 2}}) {
       SCOPED_TRACE(layout.name() + (overlap ? " overlap" : " no overlap"));
       ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
-      const LayoutPlan plan = plan_of(layout, /*zero=*/1, overlap, s);
+      // Micro-batches of one: enough of them for 1F1B on every layout.
+      const LayoutPlan plan = plan_of(layout, /*zero=*/1, overlap, /*micro_batch=*/1);
       data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
       ParallelTrainer trainer(ctx, world, groups, tiny_config(), DType::F32, train, nullptr, s, plan);
       trainer.init(kSeed);

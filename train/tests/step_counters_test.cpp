@@ -44,10 +44,10 @@ GptConfig tiny_config() {
   return config;
 }
 
+constexpr int kGlobalBatch = 8, kMicroBatch = 2;
+
 TrainSettings tiny_settings() {
   TrainSettings s;
-  s.global_batch = 8;
-  s.micro_batch = 2;
   s.seq_len = 32;
   s.steps = kWarmSteps + kCountedSteps;
   s.schedule.max_lr = 1e-3f;
@@ -73,7 +73,7 @@ TEST(StepCounters, AWarmSingleRankStepAllocatesNothing) {
   model.init(kSeed);
   const TrainSettings s = tiny_settings();
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
-  Trainer trainer(ctx, model, train, nullptr, s);
+  Trainer trainer(ctx, model, train, nullptr, s, kGlobalBatch, kMicroBatch);
   const std::vector<DeviceCounters> counts = counted_steps([&] { trainer.step(); });
   for (std::size_t i = 0; i < counts.size(); ++i) {
     EXPECT_EQ(counts[i].allocations, 0u) << "step " << kWarmSteps + i + 1 << " reached the raw allocator";
@@ -92,10 +92,10 @@ std::vector<DeviceCounters> counts_per_step(const Layout& layout) {
   request.tp = layout.tp;
   request.pp = layout.pp;
   request.zero = layout.zero;
-  request.micro_batch = s.micro_batch;
+  request.micro_batch = kMicroBatch;
   request.bucket_mb = 0.05;
   request.overlap = true;
-  const LayoutPlan plan(request, layout_dims(config, s.seq_len), request.world_size(), s.global_batch);
+  const LayoutPlan plan(request, layout_dims(config, s.seq_len), request.world_size(), kGlobalBatch);
   ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, nullptr, s, plan);

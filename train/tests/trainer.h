@@ -17,8 +17,10 @@ namespace mt {
 
 class Trainer {
  public:
-  // The model's parameters must be initialized (or loaded). `val` may be null: no evaluation.
-  Trainer(DeviceContext& ctx, Gpt& model, data::DataLoader& train, data::DataLoader* val, TrainSettings settings);
+  // The model's parameters must be initialized (or loaded). `val` may be null: no evaluation. Each
+  // step reads global_batch sequences in micro-batches of micro_batch (a divisor of it).
+  Trainer(DeviceContext& ctx, Gpt& model, data::DataLoader& train, data::DataLoader* val, TrainSettings settings,
+          int global_batch, int micro_batch);
 
   // One optimizer step over global_batch sequences; evaluates when due. Throws Error when the
   // loss or the gradient norm stops being finite, naming the step.
@@ -32,11 +34,14 @@ class Trainer {
   const TrainSettings& settings() const { return settings_; }
 
  private:
+  int micro_steps() const { return global_batch_ / micro_batch_; }
+
   DeviceContext& ctx_;
   Gpt& model_;
   data::DataLoader& train_;
   data::DataLoader* val_;
   TrainSettings settings_;
+  int global_batch_, micro_batch_;
   std::unique_ptr<AdamW> optimizer_;
   std::vector<std::int32_t> inputs_, targets_;
   int steps_done_ = 0;

@@ -50,10 +50,15 @@ GptConfig tiny_config() {
 // the results, see SameBitsOnOneAndTwoThreads).
 DeviceOptions cpu_options(int threads = 1) { return DeviceOptions{Device::cpu(), 0, threads}; }
 
-TrainSettings base_settings(int steps) {
-  TrainSettings s;
-  s.global_batch = 8;
-  s.micro_batch = 4;
+// What the single-rank Trainer is given: the settings and the batch sizes (meshtrain's live in the
+// LayoutPlan).
+struct RunSettings : TrainSettings {
+  int global_batch = 8;
+  int micro_batch = 4;
+};
+
+RunSettings base_settings(int steps) {
+  RunSettings s;
   s.seq_len = 64;
   s.steps = steps;
   s.schedule.kind = LrScheduleKind::Cosine;
@@ -72,13 +77,13 @@ struct RunResult {
 
 // Initializes the tiny model with `seed`, trains it `settings.steps` steps on the corpus (data order
 // keyed by the same seed, as `meshtrain train` does) and returns what it reported.
-RunResult train_run(const TrainSettings& settings, std::uint64_t seed, int threads = 1) {
+RunResult train_run(const RunSettings& settings, std::uint64_t seed, int threads = 1) {
   DeviceContext ctx(cpu_options(threads));
   Gpt model(ctx, tiny_config());
   model.init(seed);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", settings.seq_len, seed, 256);
   data::DataLoader val = data::DataLoader::for_split(corpus().path(), "val", settings.seq_len, seed, 256);
-  Trainer trainer(ctx, model, train, &val, settings);
+  Trainer trainer(ctx, model, train, &val, settings, settings.global_batch, settings.micro_batch);
   RunResult r;
   r.val_before = trainer.evaluate();
   for (int s = 0; s < settings.steps; ++s) r.records.push_back(trainer.step());
@@ -138,7 +143,7 @@ TEST(Trainer, LossFallsAndValidationImproves) {
 }
 
 TEST(Trainer, SameSeedSameBitsOtherSeedOtherRun) {
-  TrainSettings s = base_settings(8);
+  RunSettings s = base_settings(8);
   s.eval_every = 4;
   const RunResult a = train_run(s, 7);
   const RunResult b = train_run(s, 7);
@@ -156,7 +161,7 @@ TEST(Trainer, SameSeedSameBitsOtherSeedOtherRun) {
 
 // The CPU kernels, AdamW and the gradient norm promise results independent of the thread count.
 TEST(Trainer, SameBitsOnOneAndTwoThreads) {
-  const TrainSettings s = base_settings(3);
+  const RunSettings s = base_settings(3);
   const RunResult one = train_run(s, 9, 1);
   const RunResult two = train_run(s, 9, 2);
   EXPECT_EQ(losses_of(one), losses_of(two));
@@ -175,7 +180,7 @@ TEST(Trainer, SameBitsOnOneAndTwoThreads) {
 TEST(Trainer, GradientAccumulationGivesTheSameStep) {
   const int steps = 5;
   std::vector<RunResult> runs;
-  TrainSettings s = base_settings(steps);
+  RunSettings s = base_settings(steps);
   for (int micro : {8, 4, 1}) {
     s.micro_batch = micro;
     // Evaluation reads eval_batches global batches, the same 8 sequences for the three layouts.
@@ -219,7 +224,7 @@ TEST(Trainer, GradientAccumulationGivesTheSameStep) {
 // weight decay |dp| <= lr * |g| / eps element-wise and ||dp|| <= lr * max_norm / eps: with max_norm
 // 1e-10, eps 1e-8 and lr 1e-3 at most 1e-5, where the unclipped step moves ~lr per element.
 TEST(Trainer, ClippingBoundsTheUpdateAndTheNormIsPreClip) {
-  TrainSettings s = base_settings(1);
+  RunSettings s = base_settings(1);
   s.schedule.kind = LrScheduleKind::Constant;
   s.schedule.warmup_steps = 0;
   s.schedule.max_lr = 1e-3f;
@@ -249,7 +254,7 @@ TEST(Trainer, ClippingBoundsTheUpdateAndTheNormIsPreClip) {
   Gpt model(ctx, tiny_config());
   model.init(3);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, 3, 256);
-  Trainer trainer(ctx, model, train, nullptr, s);
+  Trainer trainer(ctx, model, train, nullptr, s, s.global_batch, s.micro_batch);
   const StepRecord r = trainer.step();
   const Tensor grads = model.parameters().flat_grads();
   EXPECT_EQ(r.grad_norm, std::sqrt(sum_of_squares(ctx, std::span<const Tensor>(&grads, 1))));
@@ -257,7 +262,7 @@ TEST(Trainer, ClippingBoundsTheUpdateAndTheNormIsPreClip) {
 }
 
 TEST(Trainer, ScheduleReachesTheTrainerAndTheOptimizer) {
-  TrainSettings s = base_settings(12);
+  RunSettings s = base_settings(12);
   s.schedule.warmup_steps = 3;
   s.schedule.max_lr = 1e-3f;
   s.schedule.min_lr_fraction = 0.1f;
@@ -285,7 +290,7 @@ TEST(Trainer, ScheduleReachesTheTrainerAndTheOptimizer) {
 }
 
 TEST(Trainer, EvaluatesEveryNStepsAndAtTheEnd) {
-  TrainSettings s = base_settings(7);
+  RunSettings s = base_settings(7);
   s.eval_every = 3;
   const RunResult r = train_run(s, 11);
   std::vector<int> evaluated;
@@ -297,7 +302,7 @@ TEST(Trainer, EvaluatesEveryNStepsAndAtTheEnd) {
 // tokens/s and MFU come from the step's own time: global_batch x seq_len tokens in step_ms, and
 // model FLOPs per token (GptConfig::training_flops_per_token) against the given peak.
 TEST(Trainer, ReportsThroughputAndMfu) {
-  TrainSettings s = base_settings(2);
+  RunSettings s = base_settings(2);
   s.peak_flops = 1e12;
   const RunResult r = train_run(s, 13);
   for (const StepRecord& rec : r.records) {
@@ -313,7 +318,7 @@ struct Attempt {
   std::string error;
   int steps_done = 0;
 };
-Attempt attempt(const TrainSettings& settings, int loader_seq_len = 0) {
+Attempt attempt(const RunSettings& settings, int loader_seq_len = 0) {
   DeviceContext ctx(cpu_options());
   Gpt model(ctx, tiny_config());
   model.init(1);
@@ -321,7 +326,7 @@ Attempt attempt(const TrainSettings& settings, int loader_seq_len = 0) {
       corpus().path(), "train", loader_seq_len > 0 ? loader_seq_len : settings.seq_len, 1, 256);
   Attempt a;
   try {
-    Trainer trainer(ctx, model, train, nullptr, settings);
+    Trainer trainer(ctx, model, train, nullptr, settings, settings.global_batch, settings.micro_batch);
     for (int s = 0; s < settings.steps; ++s) {
       trainer.step();
       a.steps_done = trainer.steps_done();
@@ -333,7 +338,7 @@ Attempt attempt(const TrainSettings& settings, int loader_seq_len = 0) {
 }
 
 TEST(TrainerErrors, GlobalBatchNotAMultipleOfMicroBatch) {
-  TrainSettings s = base_settings(2);
+  RunSettings s = base_settings(2);
   s.global_batch = 6;
   s.micro_batch = 4;
   const std::string e = attempt(s).error;
@@ -343,20 +348,20 @@ TEST(TrainerErrors, GlobalBatchNotAMultipleOfMicroBatch) {
 }
 
 TEST(TrainerErrors, SequenceLongerThanTheContext) {
-  TrainSettings s = base_settings(2);
+  RunSettings s = base_settings(2);
   s.seq_len = 65;
   const std::string e = attempt(s).error;
   EXPECT_TRUE(contains(e, "--seq-len 65 exceeds the model's context of 64")) << e;
 }
 
 TEST(TrainerErrors, LoaderOfAnotherSequenceLength) {
-  TrainSettings s = base_settings(2);
+  RunSettings s = base_settings(2);
   const std::string e = attempt(s, 32).error;
   EXPECT_TRUE(contains(e, "the training loader yields sequences of 32 tokens, the trainer wants 64")) << e;
 }
 
 TEST(TrainerErrors, OtherBadSettingsNameTheOption) {
-  TrainSettings s = base_settings(2);
+  RunSettings s = base_settings(2);
   s.grad_clip = -1.0f;
   EXPECT_TRUE(contains(attempt(s).error, "--grad-clip")) << attempt(s).error;
   s = base_settings(2);
@@ -380,17 +385,17 @@ TEST(TrainerErrors, TokensOutsideTheVocabulary) {
   DeviceContext ctx(cpu_options());
   Gpt model(ctx, tiny_config());
   model.init(1);
-  TrainSettings s = base_settings(2);
+  RunSettings s = base_settings(2);
   s.global_batch = s.micro_batch = 2;  // windows 0 and 1: the bad token is in the first step
 
   data::DataLoader checked({bad}, data::LoaderOptions{64, 1, false, 256, "train"});
-  Trainer trainer(ctx, model, checked, nullptr, s);
+  Trainer trainer(ctx, model, checked, nullptr, s, s.global_batch, s.micro_batch);
   const std::string e = error_of([&] { trainer.step(); });
   EXPECT_TRUE(contains(e, "holds token id 300 at position 100, outside the vocabulary of 256")) << e;
   EXPECT_TRUE(contains(e, "bad_train_000000.bin")) << e;
 
   data::DataLoader unchecked({bad}, data::LoaderOptions{64, 1, false, 0, "train"});
-  Trainer trainer2(ctx, model, unchecked, nullptr, s);
+  Trainer trainer2(ctx, model, unchecked, nullptr, s, s.global_batch, s.micro_batch);
   const std::string e2 = error_of([&] { trainer2.step(); });
   EXPECT_TRUE(contains(e2, "token 300 is outside the vocabulary [0, 256)")) << e2;
 
@@ -400,7 +405,7 @@ TEST(TrainerErrors, TokensOutsideTheVocabulary) {
   data::write_shard(dir.path() / "tail_train_000000.bin", std::span<const std::uint16_t>(one));
   data::DataLoader tail({dir.path() / "tail_train_000000.bin"}, data::LoaderOptions{64, 1, false, 0, "train"});
   s.global_batch = s.micro_batch = 1;
-  Trainer trainer3(ctx, model, tail, nullptr, s);
+  Trainer trainer3(ctx, model, tail, nullptr, s, s.global_batch, s.micro_batch);
   const std::string e3 = error_of([&] { trainer3.step(); });
   EXPECT_TRUE(contains(e3, "999")) << e3;
 }
@@ -408,7 +413,7 @@ TEST(TrainerErrors, TokensOutsideTheVocabulary) {
 // lr 1e6 makes the first update ~1e6 per element: the next forward overflows. The run must stop
 // with an Error naming the step at which the loss or the gradient norm stopped being finite.
 TEST(TrainerErrors, DivergingRunStopsNamingTheStep) {
-  TrainSettings s = base_settings(10);
+  RunSettings s = base_settings(10);
   s.schedule.kind = LrScheduleKind::Constant;
   s.schedule.warmup_steps = 0;
   s.schedule.max_lr = 1e6f;
