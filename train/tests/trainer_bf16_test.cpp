@@ -40,8 +40,6 @@ Bf16Run train(const Mesh& mesh, int zero, bool optimizer_writes_copy) {
   config.vocab_size = 256;
   config.max_seq_len = 32;
   TrainSettings s;
-  s.global_batch = 8;
-  s.micro_batch = 2;
   s.seq_len = 32;
   s.steps = kSteps;
   s.schedule.max_lr = 1e-3f;
@@ -50,9 +48,9 @@ Bf16Run train(const Mesh& mesh, int zero, bool optimizer_writes_copy) {
   request.tp = mesh.shape().tp;
   request.pp = mesh.shape().pp;
   request.zero = zero;
-  request.micro_batch = s.micro_batch;
+  request.micro_batch = 2;
   request.bucket_mb = 0.05;
-  const LayoutPlan plan(request, layout_dims(config, s.seq_len), request.world_size(), s.global_batch);
+  const LayoutPlan plan(request, layout_dims(config, s.seq_len), request.world_size(), /*global_batch=*/8);
   ParallelGroups groups = build_groups(world, mesh);
   data::DataLoader data = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   ParallelTrainer trainer(ctx, world, groups, config, DType::BF16, data, nullptr, s, plan);
