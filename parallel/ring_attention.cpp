@@ -28,12 +28,12 @@ RingAttention::RingAttention(Communicator* cp, DeviceContext& ctx, RingAttention
   for (Tensor& kv : kv_) kv = Tensor::empty({B, 2 * c, kv_cols_}, shape_.dtype, ctx);
   for (int s = 0; s < 2; ++s) {
     out_acc_[s] = fp32({B, c, q_cols_});
-    lse_[s] = fp32({B, H, c});
     delta_[s] = fp32({B, H, c});
     dq_[s] = fp32({B, c, q_cols_});
     dkv_block_[s] = fp32({B, c, kv_cols_});
     for (Slots& travel : dkv_travel_) travel[s] = fp32({B, c, kv_cols_});
   }
+  lse_ = fp32(lse_shape());
   block_out_ = fp32({B, c, q_cols_});
   block_lse_ = fp32({B, H, c});
 }
@@ -48,6 +48,13 @@ void RingAttention::check(const Tensor& t, std::int64_t width, const char* what)
 // Local slot `slot` of a rank's tensors (or of a kv block), holding global chunk `chunk_index`.
 nn::SequenceBlock RingAttention::rows(int slot, std::int64_t chunk_index) const {
   return {slot * shape_.chunk, shape_.chunk, chunk_index * shape_.chunk};
+}
+
+// Slot `slot`'s [B, q_heads, chunk] of an lse [2, B, q_heads, chunk], checked: a view.
+Tensor RingAttention::lse_of(const Tensor& lse, int slot) const {
+  MT_CHECK(lse.dtype() == DType::F32 && lse.shape() == lse_shape(), "ring attention: lse is ", lse.describe(),
+           ", expected ", shape_str(lse_shape()), " fp32");
+  return lse.narrow(slot, 1).reshape({shape_.batch, shape_.heads.q_heads, shape_.chunk});
 }
 
 // Sends send[0..count) to r+1 and receives recv[0..count) from r-1, as one batch.
@@ -70,8 +77,20 @@ void RingAttention::wait(const WorkPtr& work) {
 }
 
 void RingAttention::forward(const Tensor& qkv, Tensor& out) {
+  forward(qkv, out, lse_);
+  qkv_ = qkv;
+  out_ = out;
+}
+
+void RingAttention::backward(const Tensor& dout, Tensor& dqkv) {
+  MT_CHECK(qkv_.defined(), "ring attention: backward before any forward");
+  backward(qkv_, out_, lse_, dout, dqkv);
+}
+
+void RingAttention::forward(const Tensor& qkv, Tensor& out, Tensor& lse) {
   check(qkv, q_cols_ + kv_cols_, "qkv");
   check(out, q_cols_, "output");
+  std::array<Tensor, 2> lse_slot{lse_of(lse, 0), lse_of(lse, 1)};
   DeviceContext& ctx = *ctx_;
   const int P = size(), r = rank();
   const CausalSplit sp = split();
@@ -83,11 +102,11 @@ void RingAttention::forward(const Tensor& qkv, Tensor& out) {
       const auto j = static_cast<std::size_t>(p.q_slot);
       const nn::SequenceBlock q = rows(p.q_slot, p.q_chunk), kb = rows(p.kv_slot, p.kv_chunk);
       if (!started[j]) {
-        nn::block_attention_forward(ctx, qkv, q, kv_[0], kb, shape_.heads, p.mask, out_acc_[j], lse_[j]);
+        nn::block_attention_forward(ctx, qkv, q, kv_[0], kb, shape_.heads, p.mask, out_acc_[j], lse_slot[j]);
         started[j] = true;
       } else {
         nn::block_attention_forward(ctx, qkv, q, kv_[0], kb, shape_.heads, p.mask, block_out_, block_lse_);
-        nn::block_attention_merge(ctx, out_acc_[j], lse_[j], block_out_, block_lse_);
+        nn::block_attention_merge(ctx, out_acc_[j], lse_slot[j], block_out_, block_lse_);
       }
     }
     if (next) {
@@ -98,23 +117,24 @@ void RingAttention::forward(const Tensor& qkv, Tensor& out) {
   // Step 0 is the rank's own block, where each slot sees at least its diagonal chunk.
   MT_CHECK(started[0] && started[1], "ring attention: a query chunk saw no key");
   for (int j = 0; j < 2; ++j) nn::block_attention_store(ctx, out_acc_[static_cast<std::size_t>(j)], out, j * shape_.chunk, 0);
-  qkv_ = qkv;
-  out_ = out;
 }
 
-void RingAttention::backward(const Tensor& dout, Tensor& dqkv) {
-  MT_CHECK(qkv_.defined(), "ring attention: backward before any forward");
+void RingAttention::backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
+                             Tensor& dqkv) {
+  check(qkv, q_cols_ + kv_cols_, "qkv");
+  check(out, q_cols_, "output");
   check(dout, q_cols_, "output gradient");
   check(dqkv, q_cols_ + kv_cols_, "qkv gradient");
+  const std::array<Tensor, 2> lse_slot{lse_of(lse, 0), lse_of(lse, 1)};
   DeviceContext& ctx = *ctx_;
   const int P = size(), r = rank();
   const CausalSplit sp = split();
   for (int j = 0; j < 2; ++j) {
     const auto s = static_cast<std::size_t>(j);
-    nn::block_attention_delta(ctx, dout, out_, rows(j, sp.chunk_of(r, j)), delta_[s]);
+    nn::block_attention_delta(ctx, dout, out, rows(j, sp.chunk_of(r, j)), delta_[s]);
     kernels::fill(ctx, dq_[s], 0.0);
   }
-  nn::block_attention_pack_kv(ctx, qkv_, shape_.heads, 0, kv_[0]);
+  nn::block_attention_pack_kv(ctx, qkv, shape_.heads, 0, kv_[0]);
   WorkPtr dkv_sent;   // the accumulators' last transfer
   std::size_t at = 0;  // dkv_travel_[at]: the accumulator of the block at hand
   for (int k = 0; k < P; ++k) {
@@ -125,8 +145,8 @@ void RingAttention::backward(const Tensor& dout, Tensor& dqkv) {
     for (Tensor& t : into) kernels::fill(ctx, t, 0.0);
     for (const ChunkPair& p : sp.visible_pairs(r, (r - k + P) % P)) {
       const auto j = static_cast<std::size_t>(p.q_slot);
-      nn::block_attention_backward(ctx, qkv_, rows(p.q_slot, p.q_chunk), kv_[0], rows(p.kv_slot, p.kv_chunk),
-                                   shape_.heads, p.mask, dout, lse_[j], delta_[j], dq_[j],
+      nn::block_attention_backward(ctx, qkv, rows(p.q_slot, p.q_chunk), kv_[0], rows(p.kv_slot, p.kv_chunk),
+                                   shape_.heads, p.mask, dout, lse_slot[j], delta_[j], dq_[j],
                                    into[static_cast<std::size_t>(p.kv_slot)]);
     }
     if (k > 0) {

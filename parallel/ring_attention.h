@@ -9,8 +9,11 @@
 // block's attention; then waits and swaps the buffers. Each query slot meets the block's visible
 // chunks (CausalSplit::visible_pairs: Full before, Causal on the diagonal, later ones skipped), the
 // partial outputs merged by log-sum-exp in the fixed order step, query slot, kv slot: the same
-// bits on every run and at any thread count. The merged output and lse of each slot are kept for
-// the backward, with handles to the caller's qkv and out (which must stay unchanged until then).
+// bits on every run and at any thread count. The merged lse of each slot is what the backward needs
+// besides qkv and out: the explicit form takes it from the caller (a layer's activations, one per
+// microbatch in flight, a few bytes per query beside the [T, T] scores of whole-sequence attention),
+// so that one object (its buffers a workspace) serves every layer and microbatch; the short form
+// keeps it, and handles to qkv and out (unchanged until the backward), for one forward at a time.
 //
 // Backward (ring flash attention). delta once per slot; dq accumulates locally over the steps. The
 // kv blocks go round again as in the forward; each block's [dk | dv] accumulator (fp32) travels one
@@ -59,17 +62,25 @@ class RingAttention {
   CausalSplit split() const { return CausalSplit(2 * size() * shape_.chunk, size()); }
   const RingAttentionStats& stats() const { return stats_; }
 
+  // fp32 [2, B, q_heads, chunk]: each local chunk's log-sum-exp, left by forward for backward.
+  Shape lse_shape() const { return {2, shape_.batch, shape_.heads.q_heads, shape_.chunk}; }
+
   // out [B, 2 chunk, q_heads hs] = causal attention of the local rows of qkv [B, 2 chunk, row]
-  // against every visible position of the sequence. Collective over the cp group.
+  // against every visible position of the sequence; lse (lse_shape) overwritten. Collective over
+  // the cp group.
+  void forward(const Tensor& qkv, Tensor& out, Tensor& lse);
+  // dqkv [B, 2 chunk, row] (overwritten) from dout [B, 2 chunk, q_heads hs] and that forward's qkv,
+  // out and lse. Collective over the cp group.
+  void backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dqkv);
+  // The same, the object keeping lse and the handles between them: one forward at a time.
   void forward(const Tensor& qkv, Tensor& out);
-  // dqkv [B, 2 chunk, row] (overwritten) from dout [B, 2 chunk, q_heads hs] and the last forward's
-  // qkv, out and lse. Collective over the cp group.
   void backward(const Tensor& dout, Tensor& dqkv);
 
  private:
   using Slots = std::array<Tensor, 2>;  // one tensor per local chunk
   void check(const Tensor& t, std::int64_t width, const char* what) const;
   nn::SequenceBlock rows(int slot, std::int64_t chunk_index) const;
+  Tensor lse_of(const Tensor& lse, int slot) const;
   WorkPtr exchange(const Tensor* send, const Tensor* recv, int count, int tag);
   void wait(const WorkPtr& work);
 
@@ -78,9 +89,9 @@ class RingAttention {
   RingAttentionShape shape_;
   std::int64_t q_cols_, kv_cols_;
   RingAttentionStats stats_;
-  Tensor qkv_, out_;               // the last forward's, for the backward
+  Tensor qkv_, out_, lse_;         // the short form's last forward, for its backward
   std::array<Tensor, 2> kv_;       // the block at hand, the one arriving
-  Slots out_acc_, lse_;            // fp32 running (then final) output and lse per query slot
+  Slots out_acc_;                  // fp32 running (then final) output per query slot
   Tensor block_out_, block_lse_;   // one pair's, before its merge
   Slots delta_, dq_, dkv_block_;   // dkv_block_: this step's contribution to the visiting block
   std::array<Slots, 2> dkv_travel_;  // the travelling accumulator at hand, the one arriving

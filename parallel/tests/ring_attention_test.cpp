@@ -5,6 +5,8 @@
 // Checked, for gpt2-like multi-head and llama-like grouped-query heads, fp32 and bf16, B = 2:
 //  - the output and dqkv rows against the Reference's rows at the rank's global positions;
 //  - the same bits on a second call, from a second object and at 1 and 2 OpenMP threads;
+//  - one object (the explicit form, lse kept by the caller) serving two interleaved calls (two
+//    layers or microbatches: forward, forward, backward, backward) gives each the bits of its own;
 //  - no device allocation in a call after the first, and the transfers the ring makes.
 //
 // Tolerances against the Reference, relative to the largest magnitude of its result (plus the same
@@ -79,8 +81,9 @@ std::vector<float> widened(const Tensor& t) {
 struct Inputs {
   std::vector<float> qkv, dout;  // the whole sequence's [B, T, row], [B, T, out_row]
 };
-Inputs inputs(const Case& c, DType dtype) {
-  return {activations(c.B * c.T * c.row(), 11, 1.5f, dtype), activations(c.B * c.T * c.out_row(), 12, 1.0f, dtype)};
+Inputs inputs(const Case& c, DType dtype, unsigned seed = 11) {
+  return {activations(c.B * c.T * c.row(), seed, 1.5f, dtype),
+          activations(c.B * c.T * c.out_row(), seed + 1, 1.0f, dtype)};
 }
 
 struct Rows {
@@ -110,33 +113,39 @@ std::vector<float> rows_at(const std::vector<float>& full, i64 B, i64 T, i64 wid
 
 Communicator* cp_group() { return test_world().size() > 1 ? &test_world() : nullptr; }
 
-// The ring over the world: its local tensors, then forward and backward `calls` times (the last
-// call's results are returned; `each` sees the object after every call).
+// This rank's local tensors of the split: its rows of the inputs, room for the results.
+struct Local {
+  Tensor qkv, dout, out, dqkv;
+};
+Local local(DeviceContext& ctx, const Case& c, DType dtype, unsigned seed = 11) {
+  const Inputs in = inputs(c, dtype, seed);
+  const CausalSplit split(c.T, test_world().size());
+  const std::vector<i64> pos = split.positions(test_world().rank());
+  const i64 L = split.local_rows();
+  return {device_tensor(ctx, rows_at(in.qkv, c.B, c.T, c.row(), pos), {c.B, L, c.row()}, dtype),
+          device_tensor(ctx, rows_at(in.dout, c.B, c.T, c.out_row(), pos), {c.B, L, c.out_row()}, dtype),
+          Tensor::empty({c.B, L, c.out_row()}, dtype, ctx), Tensor::empty({c.B, L, c.row()}, dtype, ctx)};
+}
+
+RingAttentionShape shape_of(const Case& c, DType dtype) {
+  return {c.B, c.T / (2 * test_world().size()), c.head_size, c.heads, dtype};
+}
+
+// The ring over the world with its local tensors; run() is a forward and a backward (short form).
 class Ring {
  public:
-  Ring(DeviceContext& ctx, const Case& c, DType dtype)
-      : c_(c), split_(c.T, test_world().size()),
-        ring_(cp_group(), ctx, {c.B, split_.chunk(), c.head_size, c.heads, dtype}) {
-    const Inputs in = inputs(c, dtype);
-    const std::vector<i64> pos = split_.positions(test_world().rank());
-    const i64 L = split_.local_rows();
-    qkv_ = device_tensor(ctx, rows_at(in.qkv, c.B, c.T, c.row(), pos), {c.B, L, c.row()}, dtype);
-    dout_ = device_tensor(ctx, rows_at(in.dout, c.B, c.T, c.out_row(), pos), {c.B, L, c.out_row()}, dtype);
-    out_ = Tensor::empty({c.B, L, c.out_row()}, dtype, ctx);
-    dqkv_ = Tensor::empty({c.B, L, c.row()}, dtype, ctx);
-  }
+  Ring(DeviceContext& ctx, const Case& c, DType dtype, unsigned seed = 11)
+      : ring_(cp_group(), ctx, shape_of(c, dtype)), t_(local(ctx, c, dtype, seed)) {}
   Rows run() {
-    ring_.forward(qkv_, out_);
-    ring_.backward(dout_, dqkv_);
-    return {widened(out_), widened(dqkv_)};
+    ring_.forward(t_.qkv, t_.out);
+    ring_.backward(t_.dout, t_.dqkv);
+    return {widened(t_.out), widened(t_.dqkv)};
   }
   const RingAttention& ring() const { return ring_; }
 
  private:
-  Case c_;
-  CausalSplit split_;
   RingAttention ring_;
-  Tensor qkv_, dout_, out_, dqkv_;
+  Local t_;
 };
 
 void expect_near(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
@@ -183,6 +192,24 @@ TEST_P(RingAttentionTest, SameBitsOnRerunsAndAtAnyThreadCount) {
   }
 }
 
+TEST_P(RingAttentionTest, OneObjectServesInterleavedCalls) {
+  const DType dtype = GetParam();
+  DeviceContext& ctx = testing::test_context();
+  for (const Case& c : cases()) {
+    const Rows want_a = Ring(ctx, c, dtype, 11).run(), want_b = Ring(ctx, c, dtype, 21).run();
+    RingAttention ring(cp_group(), ctx, shape_of(c, dtype));
+    Local a = local(ctx, c, dtype, 11), b = local(ctx, c, dtype, 21);
+    Tensor lse_a = Tensor::empty(ring.lse_shape(), DType::F32, ctx);
+    Tensor lse_b = Tensor::empty(ring.lse_shape(), DType::F32, ctx);
+    ring.forward(a.qkv, a.out, lse_a);
+    ring.forward(b.qkv, b.out, lse_b);
+    ring.backward(b.qkv, b.out, lse_b, b.dout, b.dqkv);
+    ring.backward(a.qkv, a.out, lse_a, a.dout, a.dqkv);
+    EXPECT_TRUE(same_bits(widened(a.out), want_a.out) && same_bits(widened(a.dqkv), want_a.dqkv)) << c.name;
+    EXPECT_TRUE(same_bits(widened(b.out), want_b.out) && same_bits(widened(b.dqkv), want_b.dqkv)) << c.name;
+  }
+}
+
 // Buffers are the constructor's: a later forward and backward allocate nothing. The ring makes
 // cp-1 kv transfers in the forward, cp-1 kv and cp dkv ones in the backward, and sends the packed
 // kv heads only.
@@ -206,13 +233,14 @@ TEST_P(RingAttentionTest, NoAllocationAfterTheFirstCallAndTheTransfersExpected) 
 TEST(RingAttentionChecks, RefusesWrongShapesAndBackwardFirst) {
   DeviceContext& ctx = testing::test_context();
   const Case& c = cases()[0];
-  const i64 L = 2 * (c.T / (2 * test_world().size()));
-  RingAttention ring(cp_group(), ctx, {c.B, L / 2, c.head_size, c.heads, DType::F32});
-  Tensor dout = Tensor::zeros({c.B, L, c.out_row()}, DType::F32, ctx);
-  Tensor dqkv = Tensor::empty({c.B, L, c.row()}, DType::F32, ctx);
-  EXPECT_THROW(ring.backward(dout, dqkv), Error);
-  Tensor qkv = Tensor::zeros({c.B, L + 1, c.row()}, DType::F32, ctx);
-  EXPECT_THROW(ring.forward(qkv, dout), Error);  // checked before anything is sent: no hang
+  RingAttention ring(cp_group(), ctx, shape_of(c, DType::F32));
+  Local t = local(ctx, c, DType::F32);
+  EXPECT_THROW(ring.backward(t.dout, t.dqkv), Error);
+  // Checked before anything is sent: every rank throws, none hangs.
+  Tensor longer = Tensor::zeros({c.B, t.qkv.dim(1) + 1, c.row()}, DType::F32, ctx);
+  EXPECT_THROW(ring.forward(longer, t.out), Error);
+  Tensor small_lse = Tensor::empty({2, c.B, c.heads.q_heads, 1}, DType::F32, ctx);
+  EXPECT_THROW(ring.forward(t.qkv, t.out, small_lse), Error);
 }
 
 }  // namespace
