@@ -7,7 +7,10 @@
 //  - the same bits on a second call, from a second object and at 1 and 2 OpenMP threads;
 //  - one object (the explicit form, lse kept by the caller) serving two interleaved calls (two
 //    layers or microbatches: forward, forward, backward, backward) gives each the bits of its own;
-//  - no device allocation in a call after the first, and the transfers the ring makes.
+//  - no device allocation in a call after the first, and the transfers the ring makes;
+//  - the overlap, on rank 1 of a recorded ring of 4 (no peers): each batch goes to r+1 and comes
+//    from r-1, and attention runs between its start and its wait, except for the backward's last
+//    (the accumulators' return to their owners).
 //
 // Tolerances against the Reference, relative to the largest magnitude of its result (plus the same
 // of each element), as runtime/tests/block_attention_test.cpp's (which derives them):
@@ -18,8 +21,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -228,6 +234,79 @@ TEST_P(RingAttentionTest, NoAllocationAfterTheFirstCallAndTheTransfersExpected) 
   EXPECT_EQ(after.transfers - before.transfers, cp == 1 ? 0 : 3 * cp - 2);
   EXPECT_EQ(after.bytes_sent - before.bytes_sent, 2 * (cp - 1) * kv_block * dsize + (cp == 1 ? 0 : cp * kv_block * 4));
   EXPECT_GE(after.wait_seconds, before.wait_seconds);
+}
+
+// Rank `rank` of a ring whose peers are not there: every batch completes at once (receives leave
+// their buffers as they are), recorded as "S2:0 R0:0" (send to 2 tag 0, receive from 0 tag 0) with
+// the device launches so far when it starts and when it is first waited for.
+class RecordingRing final : public Communicator {
+ public:
+  struct Batch {
+    std::string messages;
+    std::uint64_t launches_at_start = 0, launches_at_wait = 0;
+    bool waited = false;
+  };
+  RecordingRing(int rank, int size) : Communicator(rank, size, CommOptions{}) {}
+  std::string backend_name() const override { return "recording"; }
+  CommCapabilities capabilities() const override { return {}; }
+  std::vector<int> world_ranks() const override {
+    std::vector<int> all;
+    for (int r = 0; r < size(); ++r) all.push_back(r);
+    return all;
+  }
+  std::deque<Batch> batches;  // a deque: each Work keeps a pointer to its entry
+
+ protected:
+  class Recorded final : public Work {
+   public:
+    Recorded(CollectiveDesc desc, Batch* batch) : Work(std::move(desc), std::chrono::seconds(1)), batch_(batch) {
+      complete();
+    }
+    void wait(std::chrono::milliseconds timeout) override {
+      if (!batch_->waited) batch_->launches_at_wait = device_counters().launches;
+      batch_->waited = true;
+      Work::wait(timeout);
+    }
+
+   private:
+    Batch* batch_;
+  };
+  WorkPtr launch(CollectiveDesc desc) override {
+    MT_CHECK(desc.kind == CollectiveKind::Batch, "ring attention sends batches only, not ", desc.describe());
+    std::string text;
+    for (const PointToPoint& m : desc.messages)
+      text += (text.empty() ? "" : " ") + std::string(m.kind == PointToPoint::Kind::Send ? "S" : "R") +
+              std::to_string(m.peer) + ":" + std::to_string(m.tag);
+    batches.push_back({text, device_counters().launches});
+    return std::make_shared<Recorded>(std::move(desc), &batches.back());
+  }
+  std::unique_ptr<Communicator> split_by_color(int, int, const std::vector<int>&) override {
+    MT_FAIL("no split expected");
+  }
+  void allgather_host_bytes(const void*, void*, std::size_t) override { MT_FAIL("no allgather expected"); }
+};
+
+TEST(RingAttentionOverlap, EachTransferStartsBeforeTheAttentionItOverlaps) {
+  DeviceContext ctx = cpu_context(1);
+  const Case& c = cases()[1];
+  RecordingRing group(1, 4);
+  RingAttention ring(&group, ctx, {c.B, c.T / 8, c.head_size, c.heads, DType::F32});
+  const i64 L = c.T / 4;
+  Tensor qkv = Tensor::zeros({c.B, L, c.row()}, DType::F32, ctx), out = Tensor::empty({c.B, L, c.out_row()}, DType::F32, ctx);
+  Tensor dout = Tensor::zeros({c.B, L, c.out_row()}, DType::F32, ctx), dqkv = Tensor::empty({c.B, L, c.row()}, DType::F32, ctx);
+  ring.forward(qkv, out);
+  ring.backward(dout, dqkv);
+  const std::string kv = "S2:0 R0:0", dkv = "S2:1 S2:1 R0:1 R0:1";
+  const std::vector<std::string> expected = {kv, kv, kv, kv, dkv, kv, dkv, kv, dkv, dkv};
+  ASSERT_EQ(group.batches.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const RecordingRing::Batch& b = group.batches[i];
+    EXPECT_EQ(b.messages, expected[i]) << "batch " << i;
+    EXPECT_TRUE(b.waited) << "batch " << i;
+    if (i + 1 < expected.size()) {
+      EXPECT_GT(b.launches_at_wait, b.launches_at_start) << "batch " << i << ": nothing computed under it";
+    }
+  }
 }
 
 TEST(RingAttentionChecks, RefusesWrongShapesAndBackwardFirst) {
