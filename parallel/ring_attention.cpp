@@ -116,7 +116,8 @@ void RingAttention::forward(const Tensor& qkv, Tensor& out, Tensor& lse) {
   }
   // Step 0 is the rank's own block, where each slot sees at least its diagonal chunk.
   MT_CHECK(started[0] && started[1], "ring attention: a query chunk saw no key");
-  for (int j = 0; j < 2; ++j) nn::block_attention_store(ctx, out_acc_[static_cast<std::size_t>(j)], out, j * shape_.chunk, 0);
+  for (int j = 0; j < 2; ++j)
+    nn::block_attention_store(ctx, out_acc_[static_cast<std::size_t>(j)], out, j * shape_.chunk, 0);
 }
 
 void RingAttention::backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,

@@ -292,8 +292,10 @@ TEST(RingAttentionOverlap, EachTransferStartsBeforeTheAttentionItOverlaps) {
   RecordingRing group(1, 4);
   RingAttention ring(&group, ctx, {c.B, c.T / 8, c.head_size, c.heads, DType::F32});
   const i64 L = c.T / 4;
-  Tensor qkv = Tensor::zeros({c.B, L, c.row()}, DType::F32, ctx), out = Tensor::empty({c.B, L, c.out_row()}, DType::F32, ctx);
-  Tensor dout = Tensor::zeros({c.B, L, c.out_row()}, DType::F32, ctx), dqkv = Tensor::empty({c.B, L, c.row()}, DType::F32, ctx);
+  Tensor qkv = Tensor::zeros({c.B, L, c.row()}, DType::F32, ctx);
+  Tensor out = Tensor::empty({c.B, L, c.out_row()}, DType::F32, ctx);
+  Tensor dout = Tensor::zeros({c.B, L, c.out_row()}, DType::F32, ctx);
+  Tensor dqkv = Tensor::empty({c.B, L, c.row()}, DType::F32, ctx);
   ring.forward(qkv, out);
   ring.backward(dout, dqkv);
   const std::string kv = "S2:0 R0:0", dkv = "S2:1 S2:1 R0:1 R0:1";
