@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <string>
@@ -160,12 +161,17 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
   for (float w : want) scale = std::max(scale, static_cast<double>(std::abs(w)));
   EXPECT_GT(scale, 0.0) << what;
   std::size_t bad = 0;
+  double worst = 0.0;
   for (std::size_t i = 0; i < want.size(); ++i) {
     const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    worst = std::max(worst, err / (scale + std::abs(want[i])));
     if (!(err <= tol * (scale + std::abs(want[i]))) && bad++ == 0)
       ADD_FAILURE() << what << ": first difference at " << i << ": " << got[i] << " vs " << want[i];
   }
   EXPECT_EQ(bad, 0u) << what << ": of " << want.size() << " elements, rank " << test_world().rank();
+  char margin[32];
+  std::snprintf(margin, sizeof margin, "%.3g", worst);
+  ::testing::Test::RecordProperty(what, margin);  // the worst relative error, in the XML report
 }
 
 DeviceContext cpu_context(int threads) { return DeviceContext(DeviceOptions{Device::cpu(), 0, threads}); }
