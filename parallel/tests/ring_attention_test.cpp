@@ -2,7 +2,8 @@
 // causal attention of both chunks). Every rank builds the whole sequence's qkv and output gradient
 // (the same values everywhere) and runs the full causal Reference attention (runtime/attention.h)
 // on its copy; then ring attention over the load-balanced split, each rank holding its two chunks.
-// Checked, for gpt2-like multi-head and llama-like grouped-query heads, fp32 and bf16, B = 2:
+// Checked, for gpt2-like multi-head and llama-like grouped-query heads (also a tensor-parallel slice
+// of them), fp32 and bf16, B = 2:
 //  - the output and dqkv rows against the Reference's rows at the rank's global positions;
 //  - the same bits on a second call, from a second object and at 1 and 2 OpenMP threads;
 //  - one object (the explicit form, lse kept by the caller) serving two interleaved calls (two
@@ -57,6 +58,9 @@ const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       {"gpt2_like", 2, 40, 16, {3, 3, 0, 1, 0}},
       {"llama_like", 2, 56, 8, {6, 2, 0, 3, 0}},
+      // A tensor-parallel slice: q heads 2-5 of 8 (groups of 2) over all 4 kv heads, reading kv heads
+      // 1 and 2 only; the others get zero gradients, as from the Reference.
+      {"llama_tp_slice", 2, 32, 8, {4, 4, 2, 2, 0}},
   };
   return all;
 }
