@@ -103,7 +103,8 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
                                  std::move(options));
   reads_data_ = partition.embedding || partition.head;
   if (reads_data_)
-    batch_.emplace(ctx_, plan_.micro_batches(), plan_.micro_batch(), settings_.seq_len, config.vocab_size);
+    batch_.emplace(ctx_, plan_.micro_batches(), plan_.micro_batch(), settings_.seq_len, config.vocab_size,
+                   StepBatch::Reads{partition.embedding, partition.head});
   step_sums_ = Tensor::empty({3}, DType::F32, ctx_);
   eval_sum_ = Tensor::empty({1}, DType::F32, ctx_);
   Communicator* tied_stages = plan_.tied_across_stages() ? groups_.embedding.get() : nullptr;

@@ -1,8 +1,10 @@
 // The token ids of one step's micro-batches on their way to the device. The data loader reads them
 // into page-locked host memory (checking every id against the vocabulary: the one check), and one
 // asynchronous copy on the compute stream takes them all to the device before the step's first
-// forward. Nothing in a step waits for the host; the step's one read (its loss and norm) comes after
-// the copy in stream order, so the next step finds the host memory free again.
+// forward: the inputs where the rank holds the embedding, the targets where it holds the head (a
+// pipeline's first stage uploads no targets, its last no inputs). Nothing in a step waits for the
+// host; the step's one read (its loss and norm) comes after the copy in stream order, so the next
+// step finds the host memory free again.
 // defines: StepBatch
 #pragma once
 
@@ -17,8 +19,12 @@ namespace mt {
 
 class StepBatch {
  public:
+  // What the rank's chunks read: the embedding the inputs, the head the targets.
+  struct Reads {
+    bool inputs = true, targets = true;
+  };
   // micro_batches x micro_batch sequences of seq_len tokens, ids below vocab_size.
-  StepBatch(DeviceContext& ctx, int micro_batches, int micro_batch, int seq_len, int vocab_size);
+  StepBatch(DeviceContext& ctx, int micro_batches, int micro_batch, int seq_len, int vocab_size, Reads reads);
 
   // Sequences first_sequence .. of `loader` into the host buffer, then queues their upload. A loader
   // that does not check ids against this vocabulary (LoaderOptions::vocab_size 0 or larger) has them
@@ -26,7 +32,8 @@ class StepBatch {
   // another with no read in between).
   void load(const data::DataLoader& loader, std::int64_t first_sequence);
 
-  // Micro-batch m's ids on the device, [micro_batch * seq_len] each: views valid until the next load.
+  // Micro-batch m's ids on the device, [micro_batch * seq_len] each (undefined where not read):
+  // views valid until the next load.
   Gpt::DeviceTokens micro(int m) const;
 
  private:
@@ -34,6 +41,7 @@ class StepBatch {
   int micro_batches_, micro_batch_, seq_len_;
   std::int64_t tokens_per_micro_;
   int vocab_size_;
+  Reads reads_;
   PinnedHostBuffer host_;  // [inputs of every micro-batch | targets of every micro-batch], int32
   Tensor device_;          // the same on the device
   Event uploaded_;

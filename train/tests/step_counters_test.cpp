@@ -120,6 +120,11 @@ void expect_steady(const Layout& layout) {
     EXPECT_LE(counts[i].host_syncs, 1u) << "step " << step << ": one read of the loss and norm";
     EXPECT_EQ(counts[i].launches, counts[0].launches) << "step " << step;
     EXPECT_EQ(counts[i].copy_bytes, counts[0].copy_bytes) << "step " << step;
+    // The upload of the ids the rank reads (a pipeline's first stage its inputs, its last the
+    // targets, a single stage both) and the 8-byte read of the loss and norm.
+    const TrainSettings s = tiny_settings();
+    const std::uint64_t ids = std::uint64_t{kGlobalBatch} / layout.dp * s.seq_len * sizeof(std::int32_t);
+    EXPECT_EQ(counts[i].copy_bytes, (layout.pp > 1 ? 1 : 2) * ids + 8) << "step " << step;
   }
   EXPECT_GT(counts[0].launches, 0u) << "a step that launches nothing counted nothing";
 }
