@@ -2,7 +2,8 @@
 // as a context-parallel rank runs them on rows at non-contiguous global positions: positions
 // 0..T-1 give the bits of no positions; the rows of a load-balanced causal split (cp 2) give the
 // full sequence's rows at those positions bit for bit, forward and backward (dwpe summed over the
-// ranks: each element gets one rank's term, so the sum is exact). fp32 and bf16 at 1 and 2 threads.
+// ranks: each element gets one rank's term, so the sum is exact). fp32 and bf16 at 1 and 2 threads,
+// and on a GPU where one is usable (skipped without).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "runtime/nn_kernels.h"  // defines: nn::embedding_forward, nn::embedding_backward, nn::rope_forward,
 //          nn::rope_backward
 #include "runtime/tensor.h"      // defines: Tensor
+#include "tests/gpu_skip.h"       // defines: MT_SKIP_WITHOUT_GPU
 
 namespace mt {
 namespace {
@@ -206,6 +208,19 @@ void rope_positions(DeviceContext& ctx, std::mt19937& rng) {
 }
 
 TEST_P(PositionKernels, RopeAtPositionsIsTheFullSequenceAtThosePositions) {
+  rope_positions<float>(ctx, rng);
+  rope_positions<bf16>(ctx, rng);
+}
+
+// The same on a GPU: the position and full runs take the same kernels there, so the same bits.
+TEST(PositionKernelsGpu, CausalSplitRowsAreTheFullSequenceAtTheirPositions) {
+  MT_SKIP_WITHOUT_GPU();
+  DeviceContext ctx(DeviceOptions{Device::cuda(0), 0, 1});
+  std::mt19937 rng(37);
+  embedding_identity_positions_change_nothing<float>(ctx, rng);
+  embedding_identity_positions_change_nothing<bf16>(ctx, rng);
+  embedding_split_matches_full<float>(ctx, rng);
+  embedding_split_matches_full<bf16>(ctx, rng);
   rope_positions<float>(ctx, rng);
   rope_positions<bf16>(ctx, rng);
 }
