@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <type_traits>
+#include <vector>
 
 #include "runtime/backend.h"
 #include "runtime/nn_run.h"
@@ -16,10 +17,34 @@ namespace mt::nn {
 using nn_math::kColumnBlock;
 
 namespace {
+// The optional positions of the position ops (wpe, RoPE): null when undefined (row t at position
+// t), else an int32 [T] on the context's device. On the CPU the values are checked here, in
+// [0, limit) and, where `distinct` (the wpe gradient: one unit per row owns its dwpe row), all
+// different; on a GPU that would cost a copy and a sync, so there they are the caller's promise.
+const std::int32_t* positions_ptr(DeviceContext& ctx, const Tensor& positions, std::int64_t T, std::int64_t limit,
+                                  bool distinct, const char* what) {
+  if (!positions.defined()) return nullptr;
+  expect_on(ctx, positions, what);
+  MT_CHECK(positions.dtype() == DType::I32 && positions.numel() == T, what, ": positions must be int32 [", T,
+           "], got ", positions.describe());
+  const std::int32_t* p = ptr<const std::int32_t>(positions);
+  if (ctx.device().is_cpu()) {
+    for (std::int64_t t = 0; t < T; ++t)
+      MT_CHECK(p[t] >= 0 && p[t] < limit, what, ": position ", p[t], " of row ", t, " is outside [0, ", limit, ")");
+    if (distinct) {
+      std::vector<std::int32_t> sorted(p, p + T);
+      std::sort(sorted.begin(), sorted.end());
+      MT_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), what,
+               ": positions repeat (each dwpe row is summed by one row's unit)");
+    }
+  }
+  return p;
+}
+
 // The embedding ops over the vocabulary rows [vocab_begin, vocab_begin + wte.dim(0)) (all of them
 // with vocab_begin 0); wpe / dwpe may be null. Ids are checked by the callers that need it.
 void embedding_forward_rows(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, std::int64_t vocab_begin,
-                            const Tensor* wpe, Tensor& out) {
+                            const Tensor* wpe, Tensor& out, const Tensor& positions) {
   expect_on(ctx, tokens, "tokens");
   expect_f32(ctx, wte, "wte");
   expect_on(ctx, out, "embedding output");
@@ -27,22 +52,24 @@ void embedding_forward_rows(DeviceContext& ctx, const Tensor& tokens, const Tens
   MT_CHECK(tokens.rank() == 2 && wte.rank() == 2, "embedding: tokens [B, T], wte [V, C]");
   MT_CHECK(vocab_begin >= 0, "embedding: vocab_begin ", vocab_begin, " is negative");
   const std::int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
+  const std::int32_t* pos = nullptr;
   if (wpe != nullptr) {
     expect_f32(ctx, *wpe, "wpe");
     MT_CHECK(wpe->rank() == 2, "embedding: wpe must be [maxT, C], got ", wpe->describe());
-    MT_CHECK(wpe->dim(1) == C && T <= wpe->dim(0), "embedding: sequence length ", T, " needs wpe with at least ", T,
-             " rows of ", C, ", got ", wpe->describe());
+    MT_CHECK(wpe->dim(1) == C && (positions.defined() || T <= wpe->dim(0)), "embedding: sequence length ", T,
+             " needs wpe with at least ", T, " rows of ", C, ", got ", wpe->describe());
+    pos = positions_ptr(ctx, positions, T, wpe->dim(0), false, "embedding");
   }
   expect_numel(out, B * T * C, "embedding output");
   run<nn_math::EmbeddingForward>(ctx, out.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.out)>;
     op = {ptr<const std::int32_t>(tokens), ptr<const float>(wte), wpe != nullptr ? ptr<const float>(*wpe) : nullptr,
-          ptr<T_>(out), B * T, T, C, vocab_begin, wte.dim(0)};
+          ptr<T_>(out), B * T, T, C, vocab_begin, wte.dim(0), pos};
   });
 }
 
 void embedding_backward_rows(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, std::int64_t vocab_begin,
-                             Tensor& dwte, Tensor* dwpe) {
+                             Tensor& dwte, Tensor* dwpe, const Tensor& positions) {
   expect_on(ctx, tokens, "tokens");
   expect_on(ctx, dout, "embedding output gradient");
   expect_f32(ctx, dwte, "dwte");
@@ -51,10 +78,12 @@ void embedding_backward_rows(DeviceContext& ctx, const Tensor& tokens, const Ten
   MT_CHECK(vocab_begin >= 0, "embedding backward: vocab_begin ", vocab_begin, " is negative");
   const std::int64_t B = tokens.dim(0), T = tokens.dim(1), C = dwte.dim(1);
   expect_numel(dout, B * T * C, "embedding output gradient");
+  const std::int32_t* pos = nullptr;
   if (dwpe != nullptr) {
     expect_f32(ctx, *dwpe, "dwpe");
-    MT_CHECK(dwpe->rank() == 2 && dwpe->dim(1) == C && T <= dwpe->dim(0), "embedding backward: dwpe ",
-             dwpe->describe(), " for T=", T);
+    MT_CHECK(dwpe->rank() == 2 && dwpe->dim(1) == C && (positions.defined() || T <= dwpe->dim(0)),
+             "embedding backward: dwpe ", dwpe->describe(), " for T=", T);
+    pos = positions_ptr(ctx, positions, T, dwpe->dim(0), true, "embedding backward");
   }
   const std::int64_t N = B * T, V = dwte.dim(0), width = unit_width(ctx);
   // Positions and keys are int32 in the index.
@@ -85,35 +114,37 @@ void embedding_backward_rows(DeviceContext& ctx, const Tensor& tokens, const Ten
   if (dwpe == nullptr) return;
   run<nn_math::EmbeddingBackwardPositions>(ctx, dout.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.dout)>>;
-    op = {ptr<const T_>(dout), ptr<float>(*dwpe), B, T, C, width};
+    op = {ptr<const T_>(dout), ptr<float>(*dwpe), B, T, C, width, pos};
   });
 }
 }  // namespace
 
-void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out) {
+void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out,
+                       const Tensor& positions) {
   expect_on(ctx, tokens, "tokens");
   expect_f32(ctx, wte, "wte");
   MT_CHECK(tokens.rank() == 2 && wte.rank() == 2 && wpe.rank() == 2, "embedding: tokens [B, T], wte [V, C], wpe [maxT, C]");
   check_ids(tokens, "tokens");
-  embedding_forward_rows(ctx, tokens, wte, 0, &wpe, out);
+  embedding_forward_rows(ctx, tokens, wte, 0, &wpe, out, positions);
 }
 
-void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe) {
+void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe,
+                        const Tensor& positions) {
   expect_on(ctx, tokens, "tokens");
   expect_f32(ctx, dwte, "dwte");
   MT_CHECK(tokens.rank() == 2 && dwte.rank() == 2, "embedding backward: tokens [B, T], dwte [V, C]");
   check_ids(tokens, "tokens");
-  embedding_backward_rows(ctx, tokens, dout, 0, dwte, &dwpe);
+  embedding_backward_rows(ctx, tokens, dout, 0, dwte, &dwpe, positions);
 }
 
 void embedding_forward_slice(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte_slice,
-                             std::int64_t vocab_begin, const Tensor* wpe, Tensor& out) {
-  embedding_forward_rows(ctx, tokens, wte_slice, vocab_begin, wpe, out);
+                             std::int64_t vocab_begin, const Tensor* wpe, Tensor& out, const Tensor& positions) {
+  embedding_forward_rows(ctx, tokens, wte_slice, vocab_begin, wpe, out, positions);
 }
 
 void embedding_backward_slice(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, std::int64_t vocab_begin,
-                              Tensor& dwte_slice, Tensor* dwpe) {
-  embedding_backward_rows(ctx, tokens, dout, vocab_begin, dwte_slice, dwpe);
+                              Tensor& dwte_slice, Tensor* dwpe, const Tensor& positions) {
+  embedding_backward_rows(ctx, tokens, dout, vocab_begin, dwte_slice, dwpe, positions);
 }
 
 namespace {
@@ -364,7 +395,8 @@ void gelu_backward(DeviceContext& ctx, const Tensor& x, const Tensor& dout, Tens
 }
 
 namespace {
-void rope(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta, bool inverse, const char* what) {
+void rope(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta, const Tensor& positions,
+          bool inverse, const char* what) {
   expect_on(ctx, qkv, what);
   MT_CHECK(q_heads > 0 && kv_heads > 0, what, ": ", q_heads, " q heads and ", kv_heads, " kv heads");
   MT_CHECK(theta > 0.0f, what, ": theta ", theta, " must be positive");
@@ -373,10 +405,12 @@ void rope(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float thet
            ") heads x head size], got ", qkv.describe());
   const std::int64_t hs = qkv.dim(2) / blocks;
   MT_CHECK(hs % 2 == 0, what, ": head size ", hs, " is odd (channels pair within a head)");
+  const std::int32_t* pos =
+      positions_ptr(ctx, positions, qkv.dim(1), std::numeric_limits<std::int32_t>::max(), false, what);
   run<nn_math::Rope>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_pointer_t<decltype(op.x)>;
     op = {ptr<T_>(qkv), qkv.dim(0) * qkv.dim(1), qkv.dim(1), qkv.dim(2), q_heads + std::int64_t{kv_heads}, hs,
-          theta, inverse};
+          theta, inverse, pos};
   });
 }
 
@@ -387,12 +421,13 @@ std::int64_t swiglu_hidden(const Tensor& gate_up, const char* what) {
 }
 }  // namespace
 
-void rope_forward(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta) {
-  rope(ctx, qkv, q_heads, kv_heads, theta, false, "rope");
+void rope_forward(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta, const Tensor& positions) {
+  rope(ctx, qkv, q_heads, kv_heads, theta, positions, false, "rope");
 }
 
-void rope_backward(DeviceContext& ctx, Tensor& dqkv, int q_heads, int kv_heads, float theta) {
-  rope(ctx, dqkv, q_heads, kv_heads, theta, true, "rope backward");
+void rope_backward(DeviceContext& ctx, Tensor& dqkv, int q_heads, int kv_heads, float theta,
+                   const Tensor& positions) {
+  rope(ctx, dqkv, q_heads, kv_heads, theta, positions, true, "rope backward");
 }
 
 void swiglu_forward(DeviceContext& ctx, const Tensor& gate_up, Tensor& out) {

@@ -26,16 +26,22 @@
 
 namespace mt::nn {
 
-// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]. tokens int32 [B, T], ids in [0, wte rows).
-void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out);
-// dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += sum over b of dout[b, t, :]. Each row of
+// out[b, t, :] = wte[tokens[b, t], :] + wpe[p(t), :]. tokens int32 [B, T], ids in [0, wte rows).
+// p(t) = t, or positions[t] when `positions` (int32 [T] on the context's device, in [0, wpe rows))
+// is given: the global positions of a context-parallel rank's rows (parallel/causal_split.h).
+// Positions 0..T-1 give the bits of none.
+void embedding_forward(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Tensor& out,
+                       const Tensor& positions = {});
+// dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[p(t), :] += sum over b of dout[b, t, :]. Each row of
 // dwte is summed over the positions holding its token in position order (b, then t), rows no
-// token hits are left as they are; dwpe sums over b in order.
-void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe);
+// token hits are left as they are; dwpe sums over b in order. Given positions must be distinct
+// (one unit owns each dwpe row, no atomics): checked on the CPU, the caller's promise on a GPU.
+void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, Tensor& dwte, Tensor& dwpe,
+                        const Tensor& positions = {});
 
 // The same over a slice of the vocabulary, for tensor parallelism: wte_slice [rows, C] holds the
 // rows [vocab_begin, vocab_begin + rows) of the table. out[b, t, :] = (wte_slice[tokens[b, t] -
-// vocab_begin, :] if the slice holds the token, else 0) + (wpe[t, :] if wpe, else 0), added in
+// vocab_begin, :] if the slice holds the token, else 0) + (wpe[p(t), :] if wpe, else 0), added in
 // fp32 and rounded once into out's dtype (fp32 or bf16). Ids outside the slice are not errors
 // here (another slice holds them) and are not checked.
 // With wpe given on one rank only and an allreduce-sum of fp32 outputs over the group, the result
@@ -45,12 +51,13 @@ void embedding_backward(DeviceContext& ctx, const Tensor& tokens, const Tensor& 
 // -0 + +0 = +0 where the full embedding gives -0, compares equal). bf16 outputs would be rounded
 // before the sum: allreduce fp32 when bit equality matters.
 void embedding_forward_slice(DeviceContext& ctx, const Tensor& tokens, const Tensor& wte_slice,
-                             std::int64_t vocab_begin, const Tensor* wpe, Tensor& out);
+                             std::int64_t vocab_begin, const Tensor* wpe, Tensor& out, const Tensor& positions = {});
 // dwte_slice[tokens[b, t] - vocab_begin, :] += dout[b, t, :] for the tokens the slice holds
 // (others contribute nothing), in the order of embedding_backward: the rows come out exactly as
-// the corresponding rows of the full embedding_backward. dwpe (when given) as embedding_backward.
+// the corresponding rows of the full embedding_backward. dwpe (when given) and positions as
+// embedding_backward.
 void embedding_backward_slice(DeviceContext& ctx, const Tensor& tokens, const Tensor& dout, std::int64_t vocab_begin,
-                              Tensor& dwte_slice, Tensor* dwpe);
+                              Tensor& dwte_slice, Tensor* dwpe, const Tensor& positions = {});
 
 // out = (x - mean) * rstd * weight + bias per row of x [N, C]; mean, rstd [N] fp32 saved for backward.
 void layernorm_forward(DeviceContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
@@ -100,14 +107,18 @@ void gelu_backward(DeviceContext& ctx, const Tensor& x, const Tensor& dout, Tens
 
 // Rotary position embedding in Hugging Face's half-split convention (rotate_half), the layout its
 // Llama checkpoints expect (their q and k weights are permuted for it): in each head of hs
-// channels, channel i < hs/2 pairs with i + hs/2; at position t (the index in the sequence),
+// channels, channel i < hs/2 pairs with i + hs/2; at position t (the index in the sequence, or
+// positions[t] when `positions`, int32 [T] on the context's device, non-negative, is given: a
+// context-parallel rank's global positions; 0..T-1 give the bits of none),
 // angle = t * inv_freq[i], inv_freq[i] = 1 / theta^(2i/hs) (computed in fp32 as HF does);
 // (a, b) -> (a cos - b sin, b cos + a sin). Applied in place to the q block (q_heads heads) and the
 // k block (kv_heads heads) of qkv [B, T, (q_heads + 2*kv_heads) * hs] laid out [q | k | v]; v untouched.
 // cos and sin are fp32 library calls: CUDA's agree with the CPU's within a few ulp, not bit for bit.
-void rope_forward(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta);
-// The adjoint (the inverse rotation) applied in place to dqkv's q and k blocks.
-void rope_backward(DeviceContext& ctx, Tensor& dqkv, int q_heads, int kv_heads, float theta);
+void rope_forward(DeviceContext& ctx, Tensor& qkv, int q_heads, int kv_heads, float theta,
+                  const Tensor& positions = {});
+// The adjoint (the inverse rotation) applied in place to dqkv's q and k blocks, at the same positions.
+void rope_backward(DeviceContext& ctx, Tensor& dqkv, int q_heads, int kv_heads, float theta,
+                   const Tensor& positions = {});
 
 // SwiGLU: gate_up [N, 2F] = [gate | up] per row; out [N, F] = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
 void swiglu_forward(DeviceContext& ctx, const Tensor& gate_up, Tensor& out);

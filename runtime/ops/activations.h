@@ -43,7 +43,8 @@ struct GeluBackward {
 
 // Rotary position embedding, Hugging Face's half-split convention: in each head of hs channels,
 // channel i < hs/2 pairs with i + hs/2 and turns by angle t * inv_freq[i], inv_freq[i] =
-// 1 / theta^(2i/hs) in fp32 (as transformers computes it), t = the position in the sequence:
+// 1 / theta^(2i/hs) in fp32 (as transformers computes it), t = the position in the sequence
+// (positions[row % seq_len] when positions is given, a context-parallel rank's global positions):
 // (a, b) -> (a cos - b sin, b cos + a sin), or by the inverse rotation (the adjoint, for the
 // gradient) when `inverse`. In place on the first `heads` heads of each row of [rows, row channels]
 // (the q and k blocks of a fused qkv); one unit per (row, head, pair), which reads its two
@@ -58,11 +59,12 @@ struct Rope {
   std::int64_t rows, seq_len, row_channels, heads, head_size;
   float theta;
   bool inverse;
+  const std::int32_t* positions = nullptr;  // [seq_len] or null: position t
   MT_HD std::int64_t count() const { return rows * heads * (head_size / 2); }
   MT_HD void operator()(std::int64_t unit) const {
     const std::int64_t half = head_size / 2;
     const std::int64_t i = unit % half, h = (unit / half) % heads, n = unit / (half * heads);
-    const float angle = static_cast<float>(n % seq_len) * rope_inv_freq(i, head_size, theta);
+    const float angle = static_cast<float>(position_of(positions, n % seq_len)) * rope_inv_freq(i, head_size, theta);
     const float c = ::cosf(angle), s = inverse ? -::sinf(angle) : ::sinf(angle);
     T* p = x + n * row_channels + h * head_size + i;
     const float a = widen(p[0]), b = widen(p[half]);

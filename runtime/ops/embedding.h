@@ -9,11 +9,12 @@
 
 namespace mt::nn_math {
 
-// out[n, :] = wte[tokens[n] - vocab_begin, :] + wpe[n % T, :]; one unit per row. wte holds the
+// out[n, :] = wte[tokens[n] - vocab_begin, :] + wpe[pos(n % T), :]; one unit per row. wte holds the
 // vocabulary rows [vocab_begin, vocab_begin + vocab_rows) (all of them with vocab_begin 0): a token
 // outside them contributes 0, and wpe may be null (no position term). Each term is added in fp32
 // and rounded once into T; a missing term is left out rather than added as 0, so the full-table
-// case computes exactly e + p.
+// case computes exactly e + p. pos(t) = positions[t] (the global positions of the rows of a
+// context-parallel rank), or t when positions is null.
 template <class T>
 struct EmbeddingForward {
   const std::int32_t* tokens;
@@ -21,11 +22,12 @@ struct EmbeddingForward {
   const float* wpe;  // may be null
   T* out;
   std::int64_t rows, seq_len, channels, vocab_begin, vocab_rows;
+  const std::int32_t* positions = nullptr;  // [seq_len] or null: position t
   MT_HD std::int64_t count() const { return rows; }
   MT_HD void operator()(std::int64_t n) const {
     const std::int64_t local = static_cast<std::int64_t>(tokens[n]) - vocab_begin;
     const float* e = local >= 0 && local < vocab_rows ? wte + local * channels : nullptr;
-    const float* p = wpe != nullptr ? wpe + (n % seq_len) * channels : nullptr;
+    const float* p = wpe != nullptr ? wpe + position_of(positions, n % seq_len) * channels : nullptr;
     T* o = out + n * channels;
     if (e != nullptr && p != nullptr) {
       for (std::int64_t c = 0; c < channels; ++c) o[c] = narrow_to<T>(e[c] + p[c]);
@@ -97,18 +99,20 @@ struct EmbeddingBackwardTokens {
   }
 };
 
-// dwpe[t, cols] += sum over b of dout[b, t, cols], b increasing; one unit per (position, block of
-// `width` columns).
+// dwpe[pos(t), cols] += sum over b of dout[b, t, cols], b increasing, pos as EmbeddingForward's;
+// one unit per (local row t, block of `width` columns). The positions must be distinct (a rank's
+// rows of one sequence are): then each dwpe element is written by one unit, without atomics.
 template <class T>
 struct EmbeddingBackwardPositions {
   const T* dout;
   float* dwpe;
   std::int64_t batch, seq_len, channels, width;
+  const std::int32_t* positions = nullptr;  // [seq_len] or null: position t
   MT_HD std::int64_t count() const { return seq_len * blocks_of(channels, width); }
   MT_HD void operator()(std::int64_t unit) const {
     const std::int64_t blocks = blocks_of(channels, width);
     const std::int64_t t = unit / blocks, c0 = (unit % blocks) * width, c1 = min64(c0 + width, channels);
-    float* dst = dwpe + t * channels;
+    float* dst = dwpe + position_of(positions, t) * channels;
     for (std::int64_t b = 0; b < batch; ++b) {
       const T* src = dout + (b * seq_len + t) * channels;
       for (std::int64_t c = c0; c < c1; ++c) dst[c] += widen(src[c]);

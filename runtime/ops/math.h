@@ -10,7 +10,7 @@
 // T is the activation type (float, or bf16: meant for CUDA, run on the CPU in tests); arithmetic is
 // in float. Parameters, their gradients, norm statistics, attention probabilities and losses are
 // float.
-// defines: widen, narrow_to, kColumnBlock, min64, blocks_of, float_from_bits, bits_from_float, exp_f,
+// defines: widen, narrow_to, kColumnBlock, min64, blocks_of, position_of, float_from_bits, bits_from_float, exp_f,
 //          tanh_f, kLanes, lane_reduce, lane_sum, lane_max, AddF, MaxF
 #pragma once
 
@@ -63,6 +63,12 @@ MT_HD std::int64_t min64(std::int64_t a, std::int64_t b) { return a < b ? a : b;
 // addresses. Each element is the same sum in the same order either way, so the results agree bit
 // for bit: the width decides who computes, not how.
 MT_HD std::int64_t blocks_of(std::int64_t n, std::int64_t width) { return (n + width - 1) / width; }
+
+// The position of a sequence's row t for the position ops (wpe, RoPE): positions[t] where a
+// context-parallel rank holds rows at other global positions, t itself when positions is null.
+MT_HD std::int64_t position_of(const std::int32_t* positions, std::int64_t t) {
+  return positions != nullptr ? static_cast<std::int64_t>(positions[t]) : t;
+}
 
 MT_HD float float_from_bits(std::int32_t bits) {
 #if defined(__CUDA_ARCH__)
