@@ -37,9 +37,12 @@
 #include "tests/float_bits.h"
 #include "tests/random_values.h"
 #include "tests/test_env.h"
+#include "tests/test_helpers.h"
 
 namespace mt {
 namespace {
+
+using testing::expect_near;
 
 using i64 = std::int64_t;
 using nn::AttentionHeads;
@@ -159,25 +162,6 @@ class Ring {
   Local t_;
 };
 
-void expect_near(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (float w : want) scale = std::max(scale, static_cast<double>(std::abs(w)));
-  EXPECT_GT(scale, 0.0) << what;
-  std::size_t bad = 0;
-  double worst = 0.0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-    worst = std::max(worst, err / (scale + std::abs(want[i])));
-    if (!(err <= tol * (scale + std::abs(want[i]))) && bad++ == 0)
-      ADD_FAILURE() << what << ": first difference at " << i << ": " << got[i] << " vs " << want[i];
-  }
-  EXPECT_EQ(bad, 0u) << what << ": of " << want.size() << " elements, rank " << test_world().rank();
-  char margin[32];
-  std::snprintf(margin, sizeof margin, "%.3g", worst);
-  ::testing::Test::RecordProperty(what, margin);  // the worst relative error, in the XML report
-}
-
 DeviceContext cpu_context(int threads) { return DeviceContext(DeviceOptions{Device::cpu(), 0, threads}); }
 
 class RingAttentionTest : public ::testing::TestWithParam<DType> {};
@@ -191,8 +175,9 @@ TEST_P(RingAttentionTest, AgreesWithFullCausalAttentionAtTheRanksPositions) {
     const Rows full = reference(ctx, c, dtype);
     const std::vector<i64> pos = CausalSplit(c.T, test_world().size()).positions(test_world().rank());
     const Rows got = Ring(ctx, c, dtype).run();
-    expect_near(got.out, rows_at(full.out, c.B, c.T, c.out_row(), pos), tolerance(dtype), c.name + " output");
-    expect_near(got.dqkv, rows_at(full.dqkv, c.B, c.T, c.row(), pos), tolerance(dtype), c.name + " dqkv");
+    const std::string where = ", rank " + std::to_string(test_world().rank());
+    expect_near(got.out, rows_at(full.out, c.B, c.T, c.out_row(), pos), tolerance(dtype), c.name + " output" + where);
+    expect_near(got.dqkv, rows_at(full.dqkv, c.B, c.T, c.row(), pos), tolerance(dtype), c.name + " dqkv" + where);
   }
 }
 

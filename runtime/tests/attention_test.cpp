@@ -27,9 +27,12 @@
 #include "runtime/ops/attention.h"  // defines: nn_math::kBatchedGemmTolerance
 #include "runtime/tensor.h"     // defines: Tensor
 #include "tests/gpu_skip.h"     // defines: MT_SKIP_WITHOUT_GPU
+#include "tests/test_helpers.h"  // defines: expect_near
 
 namespace mt {
 namespace {
+
+using testing::expect_near;
 
 using i64 = std::int64_t;
 using nn::AttentionHeads;
@@ -95,19 +98,6 @@ Result run_attention(const DeviceOptions& options, AttentionKernel kernel, const
   kernels::fill(ctx, dqkv, 777.0);  // overwritten, never accumulated into
   nn::attention_backward(ctx, kernel, dout, qkv, saved, c.heads, dqkv);
   return {widened(out), widened(saved), widened(dqkv)};
-}
-
-void expect_near(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (float w : want) scale = std::max(scale, static_cast<double>(std::abs(w)));
-  EXPECT_GT(scale, 0.0) << what;
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < want.size(); ++i)
-    if (!(std::abs(got[i] - want[i]) <= tol * (scale + std::abs(want[i])))) {
-      if (bad++ == 0) ADD_FAILURE() << what << ": first difference at " << i << ": " << got[i] << " vs " << want[i];
-    }
-  EXPECT_EQ(bad, 0u) << what << ": of " << want.size() << " elements";
 }
 
 // The implementation's tolerance, stated with its reasons beside the math (runtime/ops/attention.h).

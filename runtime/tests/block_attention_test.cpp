@@ -40,10 +40,13 @@
 #include "runtime/tensor.h"           // defines: Tensor
 #include "tests/float_bits.h"         // defines: same_bits
 #include "tests/gpu_skip.h"           // defines: MT_SKIP_WITHOUT_GPU
+#include "tests/test_helpers.h"       // defines: expect_near
 #include "tests/random_values.h"      // defines: random_values
 
 namespace mt {
 namespace {
+
+using testing::expect_near;
 
 using i64 = std::int64_t;
 using nn::AttentionHeads;
@@ -251,26 +254,6 @@ Result context_parallel(const DeviceOptions& options, const Case& c, DType dtype
     }
   }
   return res;
-}
-
-void expect_near(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (float w : want) scale = std::max(scale, static_cast<double>(std::abs(w)));
-  EXPECT_GT(scale, 0.0) << what;
-  std::size_t bad = 0;
-  double worst = 0.0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-    worst = std::max(worst, err / (scale + std::abs(want[i])));
-    if (!(err <= tol * (scale + std::abs(want[i])))) {
-      if (bad++ == 0) ADD_FAILURE() << what << ": first difference at " << i << ": " << got[i] << " vs " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what << ": of " << want.size() << " elements";
-  char margin[32];
-  std::snprintf(margin, sizeof margin, "%.3g", worst);
-  ::testing::Test::RecordProperty(what, margin);  // the worst relative error, in the XML report
 }
 
 class BlockAttention : public ::testing::TestWithParam<DType> {};
