@@ -38,9 +38,14 @@
 #include "tests/random_values.h"
 #include "tests/test_env.h"
 #include "tests/test_helpers.h"
+#include "tests/dtype_values.h"
 
 namespace mt {
 namespace {
+
+using testing::rounded_random_values;
+using testing::tensor_of;
+using testing::widened;
 
 using testing::expect_near;
 
@@ -70,34 +75,12 @@ const std::vector<Case>& cases() {
 
 double tolerance(DType dtype) { return 2e-6 + (dtype == DType::BF16 ? nn_math::kBf16Step : 0.0); }
 
-// Values as the activation dtype holds them (bf16 rounded once), the same on every rank.
-std::vector<float> activations(i64 n, unsigned seed, float range, DType dtype) {
-  std::vector<float> v = testing::random_values(static_cast<std::size_t>(n), seed, -range, range);
-  if (dtype == DType::BF16)
-    for (float& x : v) x = bf16::from_float(x).to_float();
-  return v;
-}
-
-Tensor device_tensor(DeviceContext& ctx, const std::vector<float>& v, Shape shape, DType dtype) {
-  if (dtype == DType::F32) return Tensor::from_host(v, std::move(shape), ctx);
-  std::vector<bf16> b;
-  for (float x : v) b.push_back(bf16::from_float(x));
-  return Tensor::from_host(b, std::move(shape), ctx);
-}
-
-std::vector<float> widened(const Tensor& t) {
-  if (t.dtype() == DType::F32) return t.to_host<float>();
-  std::vector<float> v;
-  for (bf16 x : t.to_host<bf16>()) v.push_back(x.to_float());
-  return v;
-}
-
 struct Inputs {
   std::vector<float> qkv, dout;  // the whole sequence's [B, T, row], [B, T, out_row]
 };
 Inputs inputs(const Case& c, DType dtype, unsigned seed = 11) {
-  return {activations(c.B * c.T * c.row(), seed, 1.5f, dtype),
-          activations(c.B * c.T * c.out_row(), seed + 1, 1.0f, dtype)};
+  return {rounded_random_values(static_cast<std::size_t>(c.B * c.T * c.row()), seed, 1.5f, dtype),
+          rounded_random_values(static_cast<std::size_t>(c.B * c.T * c.out_row()), seed + 1, 1.0f, dtype)};
 }
 
 struct Rows {
@@ -106,8 +89,8 @@ struct Rows {
 
 Rows reference(DeviceContext& ctx, const Case& c, DType dtype) {
   const Inputs in = inputs(c, dtype);
-  const Tensor qkv = device_tensor(ctx, in.qkv, {c.B, c.T, c.row()}, dtype);
-  const Tensor dout = device_tensor(ctx, in.dout, {c.B, c.T, c.out_row()}, dtype);
+  const Tensor qkv = tensor_of(ctx, in.qkv, {c.B, c.T, c.row()}, dtype);
+  const Tensor dout = tensor_of(ctx, in.dout, {c.B, c.T, c.out_row()}, dtype);
   Tensor out = Tensor::empty({c.B, c.T, c.out_row()}, dtype, ctx);
   Tensor att = Tensor::empty({c.B, c.heads.q_heads, c.T, c.T}, DType::F32, ctx);
   nn::attention_forward(ctx, qkv, c.heads, out, att);
@@ -136,8 +119,8 @@ Local local(DeviceContext& ctx, const Case& c, DType dtype, unsigned seed = 11) 
   const CausalSplit split(c.T, test_world().size());
   const std::vector<i64> pos = split.positions(test_world().rank());
   const i64 L = split.local_rows();
-  return {device_tensor(ctx, rows_at(in.qkv, c.B, c.T, c.row(), pos), {c.B, L, c.row()}, dtype),
-          device_tensor(ctx, rows_at(in.dout, c.B, c.T, c.out_row(), pos), {c.B, L, c.out_row()}, dtype),
+  return {tensor_of(ctx, rows_at(in.qkv, c.B, c.T, c.row(), pos), {c.B, L, c.row()}, dtype),
+          tensor_of(ctx, rows_at(in.dout, c.B, c.T, c.out_row(), pos), {c.B, L, c.out_row()}, dtype),
           Tensor::empty({c.B, L, c.out_row()}, dtype, ctx), Tensor::empty({c.B, L, c.row()}, dtype, ctx)};
 }
 

@@ -28,9 +28,12 @@
 #include "runtime/tensor.h"     // defines: Tensor
 #include "tests/gpu_skip.h"     // defines: MT_SKIP_WITHOUT_GPU
 #include "tests/test_helpers.h"  // defines: expect_near
+#include "tests/dtype_values.h"
 
 namespace mt {
 namespace {
+
+using testing::widened;
 
 using testing::expect_near;
 
@@ -67,13 +70,6 @@ const std::vector<Case>& cases() {
 struct Result {
   std::vector<float> out, saved, dqkv;
 };
-
-std::vector<float> widened(const Tensor& t) {
-  if (t.dtype() == DType::F32) return t.to_host<float>();
-  std::vector<float> v;
-  for (bf16 x : t.to_host<bf16>()) v.push_back(x.to_float());
-  return v;
-}
 
 Tensor input(DeviceContext& ctx, std::mt19937& rng, Shape shape, DType dtype, float range) {
   std::uniform_real_distribution<float> dist(-range, range);

@@ -42,9 +42,14 @@
 #include "tests/gpu_skip.h"           // defines: MT_SKIP_WITHOUT_GPU
 #include "tests/test_helpers.h"       // defines: expect_near
 #include "tests/random_values.h"      // defines: random_values
+#include "tests/dtype_values.h"
 
 namespace mt {
 namespace {
+
+using testing::rounded_random_values;
+using testing::tensor_of;
+using testing::widened;
 
 using testing::expect_near;
 
@@ -81,34 +86,12 @@ const std::vector<Case>& cases() {
 
 double tolerance(DType dtype) { return 2e-6 + (dtype == DType::BF16 ? nn_math::kBf16Step : 0.0); }
 
-// Inputs as the activation dtype holds them: bf16 values rounded once, so both paths read the same.
-std::vector<float> activations(std::size_t n, unsigned seed, float range, DType dtype) {
-  std::vector<float> v = random_values(n, seed, -range, range);
-  if (dtype == DType::BF16)
-    for (float& x : v) x = bf16::from_float(x).to_float();
-  return v;
-}
-
-Tensor device_tensor(DeviceContext& ctx, const std::vector<float>& v, Shape shape, DType dtype) {
-  if (dtype == DType::F32) return Tensor::from_host(v, shape, ctx);
-  std::vector<bf16> b;
-  for (float x : v) b.push_back(bf16::from_float(x));
-  return Tensor::from_host(b, shape, ctx);
-}
-
-std::vector<float> widened(const Tensor& t) {
-  if (t.dtype() == DType::F32) return t.to_host<float>();
-  std::vector<float> v;
-  for (bf16 x : t.to_host<bf16>()) v.push_back(x.to_float());
-  return v;
-}
-
 struct Inputs {
   std::vector<float> qkv, dout;  // [B, T, row], [B, T, out_row]
 };
 Inputs inputs(const Case& c, DType dtype) {
-  return {activations(static_cast<std::size_t>(c.B * c.T * c.row()), 11, 1.5f, dtype),
-          activations(static_cast<std::size_t>(c.B * c.T * c.out_row()), 12, 1.0f, dtype)};
+  return {rounded_random_values(static_cast<std::size_t>(c.B * c.T * c.row()), 11, 1.5f, dtype),
+          rounded_random_values(static_cast<std::size_t>(c.B * c.T * c.out_row()), 12, 1.0f, dtype)};
 }
 
 struct Result {
@@ -118,8 +101,8 @@ struct Result {
 Result reference(const DeviceOptions& options, const Case& c, DType dtype) {
   DeviceContext ctx(options);
   const Inputs in = inputs(c, dtype);
-  const Tensor qkv = device_tensor(ctx, in.qkv, {c.B, c.T, c.row()}, dtype);
-  const Tensor dout = device_tensor(ctx, in.dout, {c.B, c.T, c.out_row()}, dtype);
+  const Tensor qkv = tensor_of(ctx, in.qkv, {c.B, c.T, c.row()}, dtype);
+  const Tensor dout = tensor_of(ctx, in.dout, {c.B, c.T, c.out_row()}, dtype);
   Tensor out = Tensor::empty({c.B, c.T, c.out_row()}, dtype, ctx);
   Tensor att = Tensor::empty({c.B, c.heads.q_heads, c.T, c.T}, DType::F32, ctx);
   nn::attention_forward(ctx, qkv, c.heads, out, att);
@@ -159,13 +142,13 @@ Result context_parallel(const DeviceOptions& options, const Case& c, DType dtype
       copy_rows(in.qkv, c.T, g0, q, local, j * Tc, Tc, B, c.row());
       copy_rows(in.dout, c.T, g0, g, local, j * Tc, Tc, B, q_cols);
     }
-    qkv.push_back(device_tensor(ctx, q, {B, local, c.row()}, dtype));
+    qkv.push_back(tensor_of(ctx, q, {B, local, c.row()}, dtype));
     for (i64 j = 0; j < 2; ++j) {
       Tensor& kv = packed[static_cast<std::size_t>(chunk_of(r, j))];
       kv = Tensor::empty({B, Tc, kv_cols}, dtype, ctx);
       nn::block_attention_pack_kv(ctx, qkv.back(), c.heads, j * Tc, kv);
     }
-    dout.push_back(device_tensor(ctx, g, {B, local, q_cols}, dtype));
+    dout.push_back(tensor_of(ctx, g, {B, local, q_cols}, dtype));
     out.push_back(Tensor::empty({B, local, q_cols}, dtype, ctx));
     dqkv.push_back(Tensor::empty({B, local, c.row()}, dtype, ctx));
   }

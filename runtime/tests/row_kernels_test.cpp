@@ -49,9 +49,12 @@
 #include "runtime/nn_run.h"              // defines: nn::run
 #include "runtime/tensor.h"              // defines: Tensor
 #include "tests/gpu_skip.h"              // defines: MT_SKIP_WITHOUT_GPU
+#include "tests/dtype_values.h"
 
 namespace mt {
 namespace {
+
+using testing::widened;
 
 using i64 = std::int64_t;
 using backend::kClassifierMaxBlocks;
@@ -99,13 +102,6 @@ std::vector<float> random_values(std::mt19937& rng, i64 n, float lo, float hi) {
   if constexpr (!std::is_same_v<T, float>) {
     for (float& x : v) x = bf16::from_float(x).to_float();
   }
-  return v;
-}
-
-std::vector<float> widened(const Tensor& t) {
-  if (t.dtype() == DType::F32) return t.to_host<float>();
-  std::vector<float> v;
-  for (bf16 x : t.to_host<bf16>()) v.push_back(x.to_float());
   return v;
 }
 
