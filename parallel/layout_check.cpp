@@ -110,7 +110,8 @@ std::string upper(std::string name) {
 void check_layout(const LayoutRequest& request, const LayoutLimits& limits) {
   const Mesh mesh(request.mesh());  // sizes and order
   const MeshShape& s = request.mesh();
-  MT_REQUIRE(s.world_size() == limits.world_size, "--dp ", s.dp, " x --tp ", s.tp, " x --pp ", s.pp, " = ",
+  MT_REQUIRE(s.world_size() == limits.world_size, "--dp ", s.dp, " x --tp ", s.tp,
+             s.cp > 1 ? " x --cp " + std::to_string(s.cp) : std::string(), " x --pp ", s.pp, " = ",
              s.world_size(), " ranks, but the job has ", limits.world_size, " (launch with -np ", s.world_size(),
              " or change the layout)");
   check_tensor_parallel(s.tp, limits);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <sstream>
+#include <string>
 
 #include "parallel/layout_check.h"
 #include "runtime/error.h"
@@ -21,15 +22,16 @@ int default_micro_batch(int global_batch, const LayoutRequest& r) {
   return 1;
 }
 
-// dp 0 takes the ranks tp x pp leaves.
+// dp 0 takes the ranks tp x cp x pp leaves.
 void resolve_data_parallel(LayoutRequest& r, int world_size) {
-  MT_REQUIRE(r.dp >= 0, "--dp must be at least 1 (or 0 for ranks / (tp x pp)), got ", r.dp);
-  MT_REQUIRE(r.tp >= 1 && r.pp >= 1, "--tp and --pp must be at least 1");
+  MT_REQUIRE(r.dp >= 0, "--dp must be at least 1 (or 0 for ranks / (tp x cp x pp)), got ", r.dp);
+  MT_REQUIRE(r.tp >= 1 && r.pp >= 1 && r.cp >= 1, "--tp, --cp and --pp must be at least 1");
   if (r.dp != 0) return;
-  const std::int64_t tp_pp = std::int64_t{r.tp} * r.pp;
-  MT_REQUIRE(world_size % tp_pp == 0, "--tp ", r.tp, " x --pp ", r.pp, " = ", tp_pp, " does not divide the job's ",
-             world_size, " ranks (launch a multiple of it, or give --dp)");
-  r.dp = static_cast<int>(world_size / tp_pp);
+  const std::int64_t others = std::int64_t{r.tp} * r.cp * r.pp;
+  MT_REQUIRE(world_size % others == 0, "--tp ", r.tp, r.cp > 1 ? " x --cp " + std::to_string(r.cp) : std::string(),
+             " x --pp ", r.pp, " = ", others, " does not divide the job's ", world_size,
+             " ranks (launch a multiple of it, or give --dp)");
+  r.dp = static_cast<int>(world_size / others);
 }
 
 void check_optimizer_options(const LayoutRequest& r) {
@@ -48,7 +50,9 @@ void check_memory_options(const LayoutRequest& r) {
 
 std::string LayoutRequest::describe() const {
   std::ostringstream os;
-  os << "dp=" << dp << " tp=" << tp << " pp=" << pp << " v=" << virtual_stages << " zero=" << zero
+  os << "dp=" << dp << " tp=" << tp;
+  if (cp > 1) os << " cp=" << cp;
+  os << " pp=" << pp << " v=" << virtual_stages << " zero=" << zero
      << " micro=" << micro_batch << " schedule=" << schedule_kind_name(schedule);
   if (recompute != Recompute::None) os << " recompute=" << recompute_name(recompute);
   if (sequence_parallel) os << " sp";

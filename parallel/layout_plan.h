@@ -45,7 +45,8 @@ struct LayoutRequest : MeshShape {   // dp 0: the ranks tp x pp leaves
   bool overlap = true;         // buckets and pipeline transfers overlap compute
 
   const MeshShape& mesh() const { return *this; }
-  // "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b", then " recompute=full" and " sp" when set
+  // "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b" (" cp=2" after tp when cp > 1), then
+  // " recompute=full" and " sp" when set
   std::string describe() const;
 };
 

@@ -42,6 +42,26 @@ TEST(LayoutPlan, DataParallelTakesTheRanksLeft) {
   EXPECT_EQ(plan.mesh().world_size(), 8);
 }
 
+// Context parallelism is a fourth dimension: dp takes what tp x cp x pp leave, the micro-batches
+// count sequences per dp rank (cp ranks share theirs), and a mesh that misses the job names --cp.
+TEST(LayoutPlan, ContextParallelIsAMeshDimension) {
+  LayoutRequest r = request(0, 2, 2);
+  r.cp = 2;
+  const LayoutPlan plan(r, dims(), 16, 16);
+  EXPECT_EQ(plan.mesh().dp, 2);
+  EXPECT_EQ(plan.mesh().cp, 2);
+  EXPECT_EQ(plan.mesh().world_size(), 16);
+  EXPECT_EQ(plan.micro_batches() * plan.micro_batch() * plan.mesh().dp, 16);
+  EXPECT_NE(plan.layout().describe().find("tp=2 cp=2 pp=2"), std::string::npos) << plan.layout().describe();
+  EXPECT_EQ(LayoutPlan(request(0, 2, 2), dims(), 16, 16).layout().describe().find("cp="), std::string::npos);
+
+  EXPECT_NE(usage_error(r, 12, 16).find("--tp 2 x --cp 2 x --pp 2 = 8 does not divide the job's 12 ranks"),
+            std::string::npos) << usage_error(r, 12, 16);
+  r.dp = 1;
+  EXPECT_NE(usage_error(r, 16, 16).find("--dp 1 x --tp 2 x --cp 2 x --pp 2 = 8 ranks, but the job has 16"),
+            std::string::npos) << usage_error(r, 16, 16);
+}
+
 TEST(LayoutPlan, ChoosesTheMicroBatchOnceWhenAskedTo) {
   for (const auto& [ranks, micro] : std::vector<std::pair<int, int>>{{1, 4}, {2, 4}, {4, 2}, {8, 1}}) {
     LayoutRequest r = request(0, 1, 1);
