@@ -141,21 +141,23 @@ enum LayerField : unsigned {
   kLn2 = 1u << 6, kLn2Stats = 1u << 7, kFch = 1u << 8, kFchGelu = 1u << 9, kAllFields = (1u << 10) - 1,
 };
 
-// What each place holds per layer under each recompute mode:
-// the slot from forward to backward; the scratch (one layer, shared); the W inputs (B to W).
-unsigned slot_fields(Recompute r) {
-  switch (r) {
+}  // namespace
+
+// What each place holds per layer under each recompute mode: the slot from forward to backward; the
+// scratch (one layer, shared); the W inputs (B to W). Selective recomputation drops the attention's
+// saved tensor where it is the [T, T] probabilities (ring attention's log-sum-exp stays).
+unsigned Gpt::slot_fields() const {
+  switch (options_.recompute) {
     case Recompute::None: return kAllFields;
-    case Recompute::Selective: return kAllFields & ~(kAtt | kFchGelu);
+    case Recompute::Selective:
+      return kAllFields & ~(attention_->recomputed_when_selective() ? kAtt | kFchGelu : kFchGelu);
     case Recompute::Full: return 0;
   }
   return kAllFields;
 }
-unsigned scratch_fields(Recompute r) { return kAllFields & ~slot_fields(r); }
+unsigned Gpt::scratch_fields() const { return kAllFields & ~slot_fields(); }
 // W reads every field but qkv and att (B's alone): those of them the slot lacks.
-unsigned weight_input_fields(Recompute r) { return scratch_fields(r) & ~(kQkv | kAtt); }
-
-}  // namespace
+unsigned Gpt::weight_input_fields() const { return scratch_fields() & ~(kQkv | kAtt); }
 
 // One layer's activations of a B x T micro-batch, the `fields` allocated (the others undefined);
 // adds their size to `bytes`.
@@ -177,7 +179,7 @@ Gpt::LayerActs Gpt::new_layer(unsigned fields, int B, int T, std::int64_t& bytes
   a.ln1_rstd = make(kLn1Stats, {R}, f32);
   a.qkv = make(kQkv, {B, T, qkv_local_width()}, act);
   a.atty = make(kAtty, {N, C / tp}, act);
-  a.att = make(kAtt, nn::attention_saved_shape(B, T, attention_heads_), nn::attention_saved_dtype(attention_kernel_, act));
+  a.att = make(kAtt, attention_->saved_shape(B, T), attention_->saved_dtype(act));
   a.res2 = make(kRes2, {R, C}, act);
   a.ln2 = make(kLn2, {R, C}, act);
   a.ln2_mean = make(config_.rms_norm() ? 0u : unsigned{kLn2Stats}, {R}, f32);
@@ -242,7 +244,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
                       .q_begin = config_.heads / tp_size * tp_.rank(),
                       .group = config_.heads / kv_heads,
                       .kv_begin = split_kv ? kv_heads / tp_size * tp_.rank() : 0};
-  attention_kernel_ = nn::attention_kernel_for(ctx.device().is_cpu());
+  attention_ = std::make_unique<LayerAttention>(ctx, attention_heads_, config_.head_size(), options_.context_parallel);
   for (std::size_t c = 0; c < partition_.chunks.size(); ++c) {
     const LayerRange r = partition_.chunks[c];
     chunks_.push_back({r, static_cast<int>(blocks_.size()), partition_.embedding && c == 0,
@@ -315,7 +317,7 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
   w->dact = config_.mlp_hidden() == config_.mlp_up_rows() ? w->dfch : make({N, config_.mlp_hidden() / tp}, act);
   if (const Linear* replicated = blocks_.empty() ? nullptr : blocks_[0]->qkv.replicated_part())
     w->replicated_dweight = make(replicated->weight.shape(), DType::F32);
-  w->layer = new_layer(scratch_fields(options_.recompute), B, T, w->bytes);
+  w->layer = new_layer(scratch_fields(), B, T, w->bytes);
   if (options_.sequence_parallel) {
     const std::int64_t rows = local_rows(B, T);
     w->full = make({N, C}, act);
@@ -340,7 +342,8 @@ Gpt::Scratch& Gpt::scratch(int B, int T) {
 Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
   MT_CHECK(chunk >= 0 && chunk < num_chunks(), "chunk ", chunk, " of ", num_chunks());
   MT_CHECK(B >= 1 && T >= 1, "batch must be at least 1 x 1, got ", B, " x ", T);
-  MT_CHECK(T <= config_.max_seq_len, "sequence length ", T, " exceeds the model's context of ", config_.max_seq_len);
+  MT_CHECK(attention_->sequence_length(T) <= config_.max_seq_len, "sequence length ", attention_->sequence_length(T),
+           " exceeds the model's context of ", config_.max_seq_len);
   const auto key = std::make_pair(chunk, micro);
   if (auto it = live_.find(key); it != live_.end()) {
     MT_CHECK(it->second->B == B && it->second->T == T, "micro-batch ", micro, " changed shape while in flight");
@@ -377,7 +380,7 @@ Gpt::Slot& Gpt::acquire(int chunk, int micro, int B, int T) {
     auto f32 = [&](Shape shape) { return make(std::move(shape), DType::F32); };
     for (int l = 0; l <= info.layers.size(); ++l) a.residual.push_back(act({R, C}));
     for (int l = 0; l < info.layers.size(); ++l)
-      a.blocks.push_back(new_layer(slot_fields(options_.recompute), B, T, a.bytes));
+      a.blocks.push_back(new_layer(slot_fields(), B, T, a.bytes));
     if (info.head) {
       if (!config_.rms_norm()) a.lnf_mean = f32({R});  // RMSNorm keeps no mean
       a.lnf_rstd = f32({R});
@@ -476,8 +479,9 @@ void Gpt::embed(Slot& s, const Tensor& tokens) {
   s.tokens = tokens.reshape({s.B, s.T});
   // llama has no position embedding (RoPE rotates q and k instead): the lookup alone.
   const Tensor* wpe = wpe_ >= 0 ? &store_.param(static_cast<std::size_t>(wpe_)) : nullptr;
+  const Tensor& positions = attention_->positions(s.T);
   if (!tp_.active()) {
-    lookup(s.tokens, wpe, s.residual[0]);
+    lookup(s.tokens, wpe, s.residual[0], positions);
     return;
   }
   // Each rank looks up the tokens of its vocabulary slice (zero elsewhere), rank 0 adds the
@@ -486,7 +490,7 @@ void Gpt::embed(Slot& s, const Tensor& tokens) {
   // position's partial sum, then this rank's rows of the sum).
   const Tensor* wpe_here = tp_.rank() == 0 ? wpe : nullptr;
   Tensor& partial = region_.partials(s.residual[0], scratch(s.B, s.T).full);
-  lookup(s.tokens, wpe_here, partial);
+  lookup(s.tokens, wpe_here, partial, positions);
   region_.leave(ctx_, partial, s.residual[0]);
 }
 
@@ -500,15 +504,15 @@ std::int64_t Gpt::vocab_piece_begin(int k) const {
 // piece (a unit) at a time, the last (with wpe) first: each piece adds its tokens' rows in fp32,
 // and the sum is rounded once into out's dtype. Every element is e + p plus exact zeros, so it has
 // the bits of the single lookup (see embedding_forward_slice).
-void Gpt::lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out) {
+void Gpt::lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out, const Tensor& positions) {
   const int pieces = options_.vocab_pieces;
   if (pieces == 1) {
     const UnitUse use(hooks_, embedding_unit_, ParamUse::Forward);
     const Tensor& wte = store_.param(static_cast<std::size_t>(wte_));
     if (!tp_.active() && wpe) {
-      nn::embedding_forward(ctx_, tokens, wte, *wpe, out);
+      nn::embedding_forward(ctx_, tokens, wte, *wpe, out, positions);
     } else {
-      nn::embedding_forward_slice(ctx_, tokens, wte, vocab_piece_begin(0), wpe, out);
+      nn::embedding_forward_slice(ctx_, tokens, wte, vocab_piece_begin(0), wpe, out, positions);
     }
     return;
   }
@@ -518,7 +522,8 @@ void Gpt::lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out) {
     const UnitUse use(hooks_, wte_units_[static_cast<std::size_t>(k)], ParamUse::Forward);
     const Tensor& piece = store_.param(static_cast<std::size_t>(wte_ + k));
     const bool last = k == pieces - 1;
-    nn::embedding_forward_slice(ctx_, tokens, piece, vocab_piece_begin(k), last ? wpe : nullptr, last ? sum : part);
+    nn::embedding_forward_slice(ctx_, tokens, piece, vocab_piece_begin(k), last ? wpe : nullptr, last ? sum : part,
+                                positions);
     if (!last) kernels::binary(ctx_, BinaryOp::Add, sum, part, sum);
   }
   if (out.dtype() != DType::F32) kernels::cast(ctx_, sum, out);
@@ -567,8 +572,8 @@ Gpt::Residual Gpt::layer_forward(Block& blk, const Residual& in, LayerActs& a, S
   {
     const UnitUse use(hooks, blk.attn_unit, ParamUse::Forward);
     norm_forward(blk.ln1, in, a.ln1, a.ln1_mean, a.ln1_rstd);
-    blk.qkv_forward(ctx_, a.ln1, w.full, a.qkv);  // column-parallel: this rank's heads
-    nn::attention_forward(ctx_, attention_kernel_, a.qkv, attention_heads_, a.atty, a.att);
+    blk.qkv_forward(ctx_, a.ln1, w.full, a.qkv, attention_->positions(a.qkv.dim(1)));  // column-parallel: this rank's heads
+    attention_->forward(a.qkv, a.atty, a.att);
     // Row-parallel: the sum of the ranks' partial outputs (this rank's rows with sequence parallelism).
     attn_out = &blk.attn_proj.forward(ctx_, a.atty, w.branch, w.branch_local);
   }
@@ -590,7 +595,7 @@ Gpt::LayerActs Gpt::layer_buffers(Slot& s, Scratch& w, int i, const WeightInputs
       return in_slot;
     case Recompute::Selective: {
       LayerActs a = in_slot;
-      a.att = w.layer.att;
+      if (attention_->recomputed_when_selective()) a.att = w.layer.att;
       a.fch_gelu = for_w ? for_w->fch_gelu : w.layer.fch_gelu;
       return a;
     }
@@ -613,7 +618,7 @@ void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) 
     case Recompute::Selective:
       // The probabilities from the kept qkv; the attention output they give again goes to datty,
       // which the attention's backward overwrites before it reads it.
-      nn::attention_forward(ctx_, attention_kernel_, a.qkv, attention_heads_, w.datty, a.att);
+      if (attention_->recomputed_when_selective()) attention_->forward(a.qkv, w.datty, a.att);
       blk.mlp_activation(ctx_, a.fch, a.fch_gelu);
       return;
     case Recompute::Full:
@@ -623,8 +628,8 @@ void Gpt::recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a) 
 }
 
 void Gpt::attention_backward(const Block& blk, const Tensor& datty, const LayerActs& a, Tensor& dqkv) {
-  nn::attention_backward(ctx_, attention_kernel_, datty, a.qkv, a.att, attention_heads_, dqkv);
-  blk.qkv_output_backward(ctx_, dqkv);
+  attention_->backward(datty, a.qkv, a.atty, a.att, dqkv);
+  blk.qkv_output_backward(ctx_, dqkv, attention_->positions(a.qkv.dim(1)));
 }
 
 std::int64_t Gpt::head_rows_per_chunk(std::int64_t rows) const {
@@ -844,21 +849,22 @@ void Gpt::embedding_backward(Slot& s, bool gathered_by_b) {
   const Tensor& dout = !tp_.active() ? s.dres
                        : options_.sequence_parallel && gathered_by_b ? s.demb
                                                                      : region_.leave_backward(ctx_, s.dres, scratch(s.B, s.T).dfull);
+  const Tensor& positions = attention_->positions(s.T);
   if (options_.vocab_pieces > 1) {
     // Piece by piece in the forward's order, dwpe with the last: each row of a piece has the bits of
     // the whole table's (embedding_backward_slice).
     for (int k = options_.vocab_pieces - 1; k >= 0; --k) {
       const UnitUse use(hooks_, wte_units_[static_cast<std::size_t>(k)], ParamUse::BackwardWeights);
       nn::embedding_backward_slice(ctx_, s.tokens, dout, vocab_piece_begin(k), store_.grad(static_cast<std::size_t>(wte_ + k)),
-                                   k == options_.vocab_pieces - 1 ? dwpe : nullptr);
+                                   k == options_.vocab_pieces - 1 ? dwpe : nullptr, positions);
     }
   } else {
     const UnitUse use(hooks_, embedding_unit_, ParamUse::BackwardWeights);
     Tensor& dwte = store_.grad(static_cast<std::size_t>(wte_));
     if (!tp_.active() && dwpe) {
-      nn::embedding_backward(ctx_, s.tokens, dout, dwte, *dwpe);
+      nn::embedding_backward(ctx_, s.tokens, dout, dwte, *dwpe, positions);
     } else {
-      nn::embedding_backward_slice(ctx_, s.tokens, dout, vocab_piece_begin(0), dwte, dwpe);
+      nn::embedding_backward_slice(ctx_, s.tokens, dout, vocab_piece_begin(0), dwte, dwpe, positions);
     }
   }
   if (wpe_ >= 0) ready(static_cast<std::size_t>(wpe_), 1);
@@ -1021,7 +1027,7 @@ void Gpt::take_weight_inputs(Slot& s) {
   kept->T = s.T;
   const int layers = chunks_[static_cast<std::size_t>(s.chunk)].layers.size();
   for (int l = 0; l < layers; ++l)
-    kept->blocks.push_back(new_layer(weight_input_fields(options_.recompute), s.B, s.T, kept->bytes));
+    kept->blocks.push_back(new_layer(weight_input_fields(), s.B, s.T, kept->bytes));
   kept->grads = new_layer_grads(layers, s.B, s.T, kept->bytes);
   s.recomputed = std::move(kept);
 }

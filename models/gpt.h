@@ -59,6 +59,7 @@
 
 #include "models/gpt_config.h"
 #include "models/gpt_sharding.h"
+#include "models/layer_attention.h"
 #include "models/layers.h"
 #include "models/param_use.h"
 #include "models/tp_linear.h"
@@ -92,6 +93,12 @@ struct GptOptions {
   // parameter and unit, so ZeRO-3 gathers one piece at a time. Above 1 the LM head makes each row
   // chunk's logits piece by piece into their columns, and its gradients the same way.
   int vocab_pieces = 1;
+  // Context parallelism: the group each sequence is split over (null: none). A micro-batch's T is
+  // then this rank's rows of each sequence (seq_len / cp: chunks r and 2cp-1-r of the causal split,
+  // parallel/causal_split.h), the position embedding and RoPE read their global positions, attention
+  // runs as ring attention over the group (models/layer_attention.h), and the loss is the mean over
+  // this rank's rows: the mean of the cp ranks' losses is the sequence's.
+  Communicator* context_parallel = nullptr;
 };
 
 class Gpt {
@@ -218,6 +225,8 @@ class Gpt {
   void release(int chunk, int micro);
 
   std::int64_t activation_bytes() const;  // held by live slots and scratch
+  // What ring attention's transfers cost so far (zero without context parallelism).
+  RingAttentionStats context_parallel_stats() const { return attention_->stats(); }
 
  private:
   class UnitUse;
@@ -236,7 +245,7 @@ class Gpt {
   Slot& live(int chunk, int micro) const;
   Scratch& scratch(int B, int T);
   void embed(Slot& s, const Tensor& tokens);  // [B*T] ids on the device
-  void lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out);
+  void lookup(const Tensor& tokens, const Tensor* wpe, Tensor& out, const Tensor& positions);
   std::int64_t vocab_piece_begin(int k) const;
   void head_logits(const Tensor& x, Tensor& logits, bool piece_uses);
   // The head's forward: lnf of the last layer's output into the scratch (gathered with sequence
@@ -259,6 +268,10 @@ class Gpt {
   LayerActs layer_buffers(Slot& s, Scratch& w, int i, const WeightInputs* kept) const;
   void recompute_layer(Block& blk, Slot& s, Scratch& w, int i, LayerActs& a);
   LayerActs new_layer(unsigned fields, int B, int T, std::int64_t& bytes);
+  // Which LayerActs fields the slot keeps, the scratch layer holds, and a split backward's W keeps.
+  unsigned slot_fields() const;
+  unsigned scratch_fields() const;
+  unsigned weight_input_fields() const;
   std::vector<LayerGrads> new_layer_grads(int layers, int B, int T, std::int64_t& bytes);
   void take_weight_inputs(Slot& s);
   void give_back_weight_inputs(Slot& s);
@@ -302,7 +315,7 @@ class Gpt {
   std::int64_t wte_ = -1, wpe_ = -1, lnf_first_ = -1, lm_head_ = -1, head_weight_ = -1;
   std::vector<Linear> head_pieces_;  // the LM head's weight, by vocabulary piece, as bias-free linears
   nn::AttentionHeads attention_heads_;  // this rank's q and kv heads (models/gpt_sharding.h)
-  nn::AttentionKernel attention_kernel_ = nn::AttentionKernel::Reference;  // chosen once for the device (runtime/attention.h)
+  std::unique_ptr<LayerAttention> attention_;  // every layer's: the kernel chosen once, or the ring
   std::vector<ParamUnit> units_;
   bool compute_copy_kept_ = false;
   // Indices into units_ (-1: not held). embedding_unit_: the unit with wpe and (uncut) wte; with

@@ -7,6 +7,7 @@
 #include <span>
 #include <sstream>
 
+#include "parallel/causal_split.h"
 #include "parallel/layout_check.h"
 #include "parallel/stage_partition.h"
 #include "runtime/kernels.h"
@@ -81,7 +82,8 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
       val_(val) {
   settings_.validate();
   const MeshShape& mesh = groups_.mesh.shape();
-  MT_CHECK(mesh.dp == plan_.mesh().dp && mesh.tp == plan_.mesh().tp && mesh.pp == plan_.mesh().pp,
+  MT_CHECK(mesh.dp == plan_.mesh().dp && mesh.tp == plan_.mesh().tp && mesh.pp == plan_.mesh().pp &&
+               mesh.cp == plan_.mesh().cp,
            "the groups' mesh ", mesh.describe(), " is not the plan's ", plan_.mesh().describe());
   // The one check that the backend runs this layout's pipeline, before anything is built.
   check_pipeline_backend(mesh.pp, groups_.pp->capabilities(), groups_.pp->backend_name());
@@ -89,26 +91,33 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   const int zero = plan_.layout().zero;
   GptOptions options{plan_.layout().recompute, plan_.layout().sequence_parallel};
   options.vocab_pieces = gpt_vocab_pieces(config, mesh.tp, zero);
+  options.context_parallel = groups_.cp.get();
+  // The ranks that hold the same weights: the gradients are reduced, and ZeRO shards, over them.
+  const int replicas = groups_.gradient_group().size();
   // ZeRO 2/3: the store is built in the units' shard blocks from the start (no buffer of the whole
   // stage), cut here once for the model and the engine.
   std::vector<ParamSpec> specs;
   for (const ParamShard& shard : gpt_param_shards(config, partition, options.vocab_pieces)) specs.push_back(shard.local);
-  std::optional<UnitCut> cut = zero_unit_cut(zero, specs, mesh.dp);
+  std::optional<UnitCut> cut = zero_unit_cut(zero, specs, replicas);
   if (cut) {
     options.store_blocks = cut->store_blocks();
     options.param_units = cut->units;
   }
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
-                                 TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), mesh.dp,
+                                 TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), replicas,
                                  std::move(options));
   reads_data_ = partition.embedding || partition.head;
+  // With context parallelism a rank reads its chunks of each sequence, in the causal split's order.
+  std::vector<std::int64_t> positions;
+  if (mesh.cp > 1) positions = CausalSplit(settings_.seq_len, mesh.cp).positions(groups_.coord.cp);
+  rows_ = settings_.seq_len / mesh.cp;
   if (reads_data_)
     batch_.emplace(ctx_, plan_.micro_batches(), plan_.micro_batch(), settings_.seq_len, config.vocab_size,
-                   StepBatch::Reads{partition.embedding, partition.head});
+                   StepBatch::Reads{partition.embedding, partition.head}, std::move(positions));
   step_sums_ = Tensor::empty({3}, DType::F32, ctx_);
   eval_sum_ = Tensor::empty({1}, DType::F32, ctx_);
   Communicator* tied_stages = plan_.tied_across_stages() ? groups_.embedding.get() : nullptr;
-  zero_ = make_zero_engine(ctx_, *groups_.dp, tied_stages, *model_, std::move(cut),
+  zero_ = make_zero_engine(ctx_, groups_.gradient_group(), tied_stages, *model_, std::move(cut),
                            ZeroOptions{zero, plan_.layout().overlap, plan_.layout().bucket_mb, settings_.adamw});
   model_->set_compute_copy_kept(zero_->keeps_compute_copy());
   executor_ = std::make_unique<PipelineExecutor>(*groups_.pp, ctx_.stream(), ExecutorOptions{plan_.layout().overlap});
@@ -182,14 +191,17 @@ StepRecord ParallelTrainer::step() {
   const std::int64_t first = sequences_done_ + groups_.coord.dp * local;
   if (reads_data_) batch_->load(train_, first);
   const double tp_wait_before = tp_stats_.wait_seconds;
+  const double ring_wait_before = model_->context_parallel_stats().wait_seconds;
 
   // [owned sum of squares, reported loss, unreported loss]: the first two are summed over the world.
   kernels::fill(ctx_, step_sums_, 0.0);
   Tensor sums = step_sums_.flat_slice(0, 2), norm_sq = step_sums_.flat_slice(0, 1);
-  // The gradient of the mean loss over the step's micro-batches on every dp rank. The schedule says
-  // which backward completes a chunk's gradients: that one tells the engine.
-  const float loss_weight = 1.0f / static_cast<float>(plan_.micro_batches() * mesh.dp);
-  StageRunner runner(*model_, plan_.micro_batch(), settings_.seq_len, batch_ ? &*batch_ : nullptr, loss_weight,
+  // The gradient of the mean loss over the step's micro-batches on every dp rank, and over the cp
+  // ranks' rows of each sequence (each head's loss is the mean over its rows): the gradient sum over
+  // dp x cp is then the mean's. The schedule says which backward completes a chunk's gradients: that
+  // one tells the engine.
+  const float loss_weight = 1.0f / static_cast<float>(plan_.micro_batches() * mesh.dp * mesh.cp);
+  StageRunner runner(*model_, plan_.micro_batch(), rows_, batch_ ? &*batch_ : nullptr, loss_weight,
                      step_sums_.flat_slice(reports_loss() ? 1 : 2, 1), zero_->begin_step());
   pipeline_stats_ = executor_->run(train_schedule_, runner);
   const auto reduce_start = clock::now();
@@ -203,7 +215,7 @@ StepRecord ParallelTrainer::step() {
   double comm_s = since(reduce_start);  // the buckets still running, the tied embedding, the norm
   StepRecord r;
   r.step = steps_done_ + 1;
-  r.loss = static_cast<double>(total[1]) / static_cast<double>(mesh.dp * plan_.micro_batches());
+  r.loss = static_cast<double>(total[1]) / static_cast<double>(mesh.dp * mesh.cp * plan_.micro_batches());
   r.grad_norm = std::sqrt(static_cast<double>(total[0]));
   require_finite(r);
   r.lr = settings_.schedule.at(steps_done_);
@@ -215,7 +227,8 @@ StepRecord ParallelTrainer::step() {
   sequences_done_ += plan_.global_batch();
   const double seconds = since(start);
   r.time.bubble_s = pipeline_stats_.receive_wait_s;
-  r.time.comm_s = comm_s + (tp_stats_.wait_seconds - tp_wait_before);
+  r.time.comm_s = comm_s + (tp_stats_.wait_seconds - tp_wait_before) +
+                  (model_->context_parallel_stats().wait_seconds - ring_wait_before);
   r.time.compute_s = std::max(0.0, seconds - r.time.bubble_s - r.time.comm_s);
   // MFU against the peak of every rank of the job together.
   settings_.record_throughput(r, seconds, model_->config(), std::int64_t{plan_.global_batch()} * settings_.seq_len,
@@ -232,7 +245,7 @@ double ParallelTrainer::evaluate() {
   const std::int64_t local = plan_.global_batch() / mesh.dp;
   kernels::fill(ctx_, eval_sum_, 0.0);
   kernels::fill(ctx_, step_sums_, 0.0);  // its last slot takes the loss of a head that reports none
-  StageRunner runner(*model_, plan_.micro_batch(), settings_.seq_len, batch_ ? &*batch_ : nullptr, Gpt::kEvaluation,
+  StageRunner runner(*model_, plan_.micro_batch(), rows_, batch_ ? &*batch_ : nullptr, Gpt::kEvaluation,
                      reports_loss() ? eval_sum_ : step_sums_.flat_slice(2, 1), {});
   zero_->begin_evaluation();
   for (int k = 0; k < settings_.eval_batches; ++k) {
@@ -244,11 +257,11 @@ double ParallelTrainer::evaluate() {
   float sum = 0.0f;
   eval_sum_.copy_to_host(&sum, sizeof sum, ctx_.stream());
   return static_cast<double>(sum) /
-         static_cast<double>(mesh.dp * plan_.micro_batches() * settings_.eval_batches);
+         static_cast<double>(mesh.dp * mesh.cp * plan_.micro_batches() * settings_.eval_batches);
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {
-  // Every element of the full model is written by exactly one rank (dp rank 0, tp rank 0 for a
+  // Every element of the full model is written by exactly one rank (dp and cp rank 0, tp rank 0 for a
   // replicated tensor, the first stage for the tied embedding) into a zeroed full-size host buffer;
   // an allreduce sum per tensor then assembles it everywhere (on the device: one full tensor at a
   // time, and with ZeRO-3 one unit's parameters while local_parameters gathers them).
@@ -259,7 +272,7 @@ std::vector<float> ParallelTrainer::gather_parameters() {
   std::vector<float> host(static_cast<std::size_t>(total), 0.0f);
   const ParameterStore& store = model_->parameters();
   const std::vector<float> mine = local_parameters();
-  if (groups_.coord.dp == 0) {
+  if (groups_.coord.dp == 0 && groups_.coord.cp == 0) {
     for (std::size_t i = 0; i < store.size(); ++i) {
       const ParamShard& shard = model_->shards()[i];
       if (!is_primary_copy(i)) continue;
@@ -285,7 +298,9 @@ std::vector<float> ParallelTrainer::gather_parameters() {
 std::string ParallelTrainer::describe_rank() const {
   std::ostringstream out;
   const ParameterStore& store = model_->parameters();
-  out << "rank " << groups_.world_rank << ": dp " << groups_.coord.dp << " tp " << groups_.coord.tp << " stage "
+  out << "rank " << groups_.world_rank << ": dp " << groups_.coord.dp << " tp " << groups_.coord.tp;
+  if (groups_.mesh.shape().cp > 1) out << " cp " << groups_.coord.cp;
+  out << " stage "
       << groups_.coord.pp << ", " << model_->partition().describe() << ", " << store.param_numel()
       << " parameters, optimizer state " << zero_->state_bytes() / 1024 << " KiB";
   return out.str();

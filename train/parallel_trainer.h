@@ -1,7 +1,8 @@
-// The training loop for any dp x tp x pp layout (one rank included): each pipeline of tp x pp
-// ranks runs its share of the global batch through the schedule; a ZeroEngine (zero/zero_engine.h,
-// whatever the ZeRO stage) reduces the gradients over the data-parallel group overlapped with the
-// backward, sums the tied embedding's two copies between first and last stage, gives the sum of
+// The training loop for any dp x tp x cp x pp layout (one rank included): each pipeline of tp x pp
+// ranks runs its share of the global batch through the schedule, the cp ranks of a dp rank each
+// holding their chunks of every sequence (parallel/causal_split.h; ring attention between them); a
+// ZeroEngine (zero/zero_engine.h, whatever the ZeRO stage) reduces the gradients over the ranks that
+// hold the same weights (dp x cp) overlapped with the backward, sums the tied embedding's two copies between first and last stage, gives the sum of
 // squares of what this rank owns for the global norm (each parameter counted once over the world)
 // and steps AdamW. The same options give the same model on every layout: the batch sizes are
 // global (the plan's), each dp rank reads global_batch/dp sequences per step.
@@ -91,6 +92,7 @@ class ParallelTrainer {
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<ZeroEngine> zero_;  // after the model: it unhooks itself from the model first
   std::unique_ptr<PipelineExecutor> executor_;
+  int rows_ = 1;  // positions of each sequence this rank holds: seq_len / cp
   bool reads_data_ = false;  // holds the embedding (inputs) or the head (targets): middle stages read none
   std::optional<StepBatch> batch_;  // the step's token ids (a rank that reads data)
   // On the device, read once per step: [the owned gradients' sum of squares, the loss sum this rank

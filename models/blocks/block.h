@@ -36,11 +36,13 @@ class Block {
   int attn_unit = -1, mlp_unit = -1;  // its two halves' parameter units (the model's indices)
 
   // [q | k | v] as attention reads it, from the first norm's output x (entering the tensor-parallel
-  // region through `full`).
-  virtual void qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& qkv) const = 0;
+  // region through `full`). positions: int32 [T], the global position of each row of a sequence
+  // (context parallelism: models/layer_attention.h), or undefined for 0..T-1.
+  virtual void qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& qkv,
+                           const Tensor& positions) const = 0;
   // From the gradient at attention's input to the gradient at the projections' outputs, in place:
   // what their input and weight gradients read.
-  virtual void qkv_output_backward(DeviceContext& ctx, Tensor& dqkv) const = 0;
+  virtual void qkv_output_backward(DeviceContext& ctx, Tensor& dqkv, const Tensor& positions) const = 0;
   // The MLP's up projection from the second norm's output x into fch, and its activation into act.
   virtual void mlp_up_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& fch, Tensor& act) const = 0;
   // The activation alone from the fch mlp_up_forward made: its bits again (recomputation).

@@ -10,7 +10,7 @@ Gpt2Block::Gpt2Block(ParameterStore& store, const std::string& prefix, const Gpt
   params = 12;  // weight and bias of ln1, qkv, attn.proj, ln2, fc, mlp.proj
 }
 
-void Gpt2Block::qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& out) const {
+void Gpt2Block::qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& out, const Tensor&) const {
   qkv.forward(ctx, x, full, out);
 }
 

@@ -11,8 +11,9 @@ class Gpt2Block final : public Block {
  public:
   Gpt2Block(ParameterStore& store, const std::string& prefix, const GptConfig& config, const TpRegion& region);
 
-  void qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& qkv) const override;
-  void qkv_output_backward(DeviceContext&, Tensor&) const override {}  // attention reads the projection as it is
+  // Positions enter through wpe: attention reads the projection as it is.
+  void qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& qkv, const Tensor&) const override;
+  void qkv_output_backward(DeviceContext&, Tensor&, const Tensor&) const override {}
   // fch is the pre-activation, act the GELU of it as stored.
   void mlp_up_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& fch, Tensor& act) const override;
   void mlp_activation(DeviceContext& ctx, const Tensor& fch, Tensor& act) const override;

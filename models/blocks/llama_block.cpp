@@ -16,13 +16,14 @@ LlamaBlock::LlamaBlock(ParameterStore& store, const std::string& prefix, const G
   params = 7;  // ln1, q, kv, attn.proj, ln2, fc, mlp.proj: weights alone
 }
 
-void LlamaBlock::qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& out) const {
+void LlamaBlock::qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& out,
+                             const Tensor& positions) const {
   qkv.forward(ctx, x, full, out);
-  nn::rope_forward(ctx, out, q_heads_, kv_heads_, rope_theta_);
+  nn::rope_forward(ctx, out, q_heads_, kv_heads_, rope_theta_, positions);
 }
 
-void LlamaBlock::qkv_output_backward(DeviceContext& ctx, Tensor& dqkv) const {
-  nn::rope_backward(ctx, dqkv, q_heads_, kv_heads_, rope_theta_);
+void LlamaBlock::qkv_output_backward(DeviceContext& ctx, Tensor& dqkv, const Tensor& positions) const {
+  nn::rope_backward(ctx, dqkv, q_heads_, kv_heads_, rope_theta_, positions);
 }
 
 void LlamaBlock::mlp_up_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& fch, Tensor& act) const {

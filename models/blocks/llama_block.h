@@ -15,8 +15,9 @@ class LlamaBlock final : public Block {
              const nn::AttentionHeads& heads, bool kv_replicated);
 
   // The projections, then RoPE on q and k in place.
-  void qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& qkv) const override;
-  void qkv_output_backward(DeviceContext& ctx, Tensor& dqkv) const override;  // RoPE's adjoint
+  void qkv_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& qkv,
+                   const Tensor& positions) const override;
+  void qkv_output_backward(DeviceContext& ctx, Tensor& dqkv, const Tensor& positions) const override;  // RoPE's adjoint
   void mlp_up_forward(DeviceContext& ctx, const Tensor& x, Tensor& full, Tensor& fch, Tensor& act) const override;
   void mlp_activation(DeviceContext& ctx, const Tensor& fch, Tensor& act) const override;
   // Through dact (SwiGLU's output gradient, half fch's width).

@@ -105,9 +105,12 @@ struct Layout {
   int virtual_stages = 1;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;
-  int world_size() const { return dp * tp * pp; }
+  int cp = 1;
+  int world_size() const { return dp * tp * pp * cp; }
+  MeshShape mesh() const { return {dp, tp, pp, cp}; }
   std::string name() const {
-    return "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " " +
+    return "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + (cp > 1 ? " cp" + std::to_string(cp) : "") +
+           " pp" + std::to_string(pp) + " " +
            schedule_kind_name(schedule) + (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "") +
            (sequence_parallel ? " sp" : "") +
            (recompute != Recompute::None ? std::string(" recompute ") + recompute_name(recompute) : "");
@@ -122,6 +125,7 @@ LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, int micro_batch
   request.dp = layout.dp;
   request.tp = layout.tp;
   request.pp = layout.pp;
+  request.cp = layout.cp;
   request.schedule = layout.schedule;
   request.virtual_stages = layout.virtual_stages;
   request.sequence_parallel = layout.sequence_parallel;
@@ -144,7 +148,7 @@ double check_layout(const Layout& layout, int zero, int micro_batch, ModelFamily
                            (vocab != 256 ? " vocab " + std::to_string(vocab) : "");
   SCOPED_TRACE(what);
   const Reference& ref = reference(micro_batch, family, vocab);
-  ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
+  ParallelGroups groups = build_groups(world, Mesh(layout.mesh()));
   const TrainSettings s = settings();
   const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, micro_batch, config);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
@@ -347,10 +351,48 @@ TEST(ParallelEquivalence, LlamaTrainsTheSameModelOnEveryLayoutKind) {
   for (const Case& c : cases) check_layout(c.layout, c.zero, 2, ModelFamily::Llama);
 }
 
+// Context parallelism: each sequence cut into 2 x cp chunks, rank r holding chunks r and 2cp-1-r
+// (their global positions into wpe and RoPE), attention as ring attention over the cp group, each
+// head's loss the mean over its rows and the gradients summed over dp x cp. The single rank's model
+// within the same tolerances on both families: cp alone, with dp, with tp and sequence parallelism,
+// with a zero-bubble pipeline, with ZeRO-3 and full recomputation (the ring runs again inside the
+// layer's backward use), with selective recomputation (ring attention keeps its log-sum-exp).
+TEST(ParallelEquivalence, ContextParallelTrainsTheSameModel) {
+  const int n = test_world().size();
+  constexpr ScheduleKind ZBH1 = ScheduleKind::ZeroBubbleH1;
+  struct Case {
+    Layout layout;
+    int zero = 0;
+  };
+  const auto with_cp = [](Layout l, int cp) {
+    l.cp = cp;
+    return l;
+  };
+  Layout sp{1, 2, 1}, full{1, 1, 1}, selective{1, 1, 1}, sp_pp{1, 2, 2};
+  sp.sequence_parallel = sp_pp.sequence_parallel = true;
+  full.recompute = Recompute::Full;
+  selective.recompute = Recompute::Selective;
+  std::vector<Case> cases;
+  switch (n) {
+    case 2: cases = {{with_cp({1, 1, 1}, 2), 0}, {with_cp({1, 1, 1}, 2), 1}, {with_cp(full, 2), 3},
+                     {with_cp(selective, 2), 2}}; break;
+    case 4:
+      cases = {{with_cp({1, 1, 1}, 4), 1}, {with_cp({2, 1, 1}, 2), 1}, {with_cp(sp, 2), 0},
+               {with_cp({1, 1, 2, ZBH1}, 2), 0}, {with_cp({2, 1, 1}, 2), 3}};
+      break;
+    case 8:
+      cases = {{with_cp({2, 1, 2}, 2), 1}, {with_cp(sp_pp, 2), 3}, {with_cp({1, 1, 1}, 8), 0}};
+      break;
+    default: GTEST_SKIP() << "context parallelism runs on 2, 4 and 8 ranks";
+  }
+  for (const ModelFamily family : {ModelFamily::Gpt2, ModelFamily::Llama})
+    for (const Case& c : cases) check_layout(c.layout, c.zero, 2, family);
+}
+
 // Trains `layout` for kSteps steps: every step's loss and norm, then the gathered parameters.
 std::vector<double> train_bits(const Layout& layout, int micro_batch, int zero = 1) {
   Communicator& world = test_world();
-  ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
+  ParallelGroups groups = build_groups(world, Mesh(layout.mesh()));
   const TrainSettings s = settings();
   const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, micro_batch);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
@@ -548,7 +590,7 @@ TEST(ParallelTrainer, OverlapsReductionAndTransfersWithBackwardAndShardsTheState
   for (const bool overlap : {true, false}) {
     for (const Layout layout : {Layout{n, 1, 1}, Layout{n / 2, 1, 2}}) {
       SCOPED_TRACE(layout.name() + (overlap ? " overlap" : " no overlap"));
-      ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
+      ParallelGroups groups = build_groups(world, Mesh(layout.mesh()));
       // Micro-batches of one: enough of them for 1F1B on every layout.
       const LayoutPlan plan = plan_of(layout, /*zero=*/1, overlap, /*micro_batch=*/1);
       data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
