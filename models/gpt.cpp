@@ -1095,7 +1095,7 @@ const Tensor& Gpt::losses() const {
 }
 
 std::int64_t Gpt::activation_bytes() const {
-  std::int64_t bytes = scratch_ ? scratch_->bytes : 0;
+  std::int64_t bytes = (scratch_ ? scratch_->bytes : 0) + attention_->workspace_bytes();
   for (const auto& [key, slot] : live_) bytes += slot->bytes + (slot->recomputed ? slot->recomputed->bytes : 0);
   return bytes;
 }

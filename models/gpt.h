@@ -224,7 +224,7 @@ class Gpt {
   // The slot's buffers go back to a pool for later micro-batches. Not between B and W.
   void release(int chunk, int micro);
 
-  std::int64_t activation_bytes() const;  // held by live slots and scratch
+  std::int64_t activation_bytes() const;  // held by live slots, scratch and ring attention's buffers
   // What ring attention's transfers cost so far (zero without context parallelism).
   RingAttentionStats context_parallel_stats() const { return attention_->stats(); }
 

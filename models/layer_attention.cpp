@@ -71,6 +71,12 @@ const Tensor& LayerAttention::positions(std::int64_t T) {
   return p;
 }
 
+std::int64_t LayerAttention::workspace_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& [shape, r] : rings_) bytes += r->workspace_bytes();
+  return bytes;
+}
+
 RingAttentionStats LayerAttention::stats() const {
   RingAttentionStats sum;
   for (const auto& [shape, r] : rings_) {

@@ -54,6 +54,7 @@ class LayerAttention {
 
   // Summed over every ring this object made (zero when not split).
   RingAttentionStats stats() const;
+  std::int64_t workspace_bytes() const;  // the rings' buffers
 
  private:
   RingAttention& ring(const Tensor& qkv);

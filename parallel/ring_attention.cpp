@@ -38,6 +38,14 @@ RingAttention::RingAttention(Communicator* cp, DeviceContext& ctx, RingAttention
   block_lse_ = fp32({B, H, c});
 }
 
+std::int64_t RingAttention::workspace_bytes() const {
+  std::int64_t bytes = static_cast<std::int64_t>(lse_.nbytes() + block_out_.nbytes() + block_lse_.nbytes());
+  for (const Tensor& t : kv_) bytes += static_cast<std::int64_t>(t.nbytes());
+  for (const Slots* slots : {&out_acc_, &delta_, &dq_, &dkv_block_, &dkv_travel_[0], &dkv_travel_[1]})
+    for (const Tensor& t : *slots) bytes += static_cast<std::int64_t>(t.nbytes());
+  return bytes;
+}
+
 void RingAttention::check(const Tensor& t, std::int64_t width, const char* what) const {
   MT_CHECK(t.rank() == 3 && t.dim(0) == shape_.batch && t.dim(1) == 2 * shape_.chunk && t.dim(2) == width &&
                t.dtype() == shape_.dtype,
