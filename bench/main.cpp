@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/coll_bench.h"
+#include "bench/context_bench.h"
 #include "bench/overlap_bench.h"
 #include "bench/pipeline_bench.h"
 #include "bench/scaling_bench.h"
@@ -26,6 +27,9 @@ struct BenchCommand {
 const BenchCommand kCommands[] = {
     {"coll", "collectives over a size sweep: time, algorithm and bus bandwidth, ours next to raw MPI/NCCL",
      mt::coll_bench, nullptr},
+    {"context", "context parallelism at one long sequence: tokens/s, exposed communication and peak memory per "
+                "rank for each --cp",
+     mt::context_bench, nullptr},
     {"overlap", "a data-parallel backward with bucketed gradient reduction: compute, communication, serial, "
                 "overlapped; --zero 3: the ZeRO-3 gather wait with and without prefetch",
      mt::overlap_bench, nullptr},
