@@ -46,6 +46,13 @@ constexpr std::uint64_t kSeed = 1234;
 constexpr int kGlobalBatch = 8;
 constexpr double kLossTolerance = 1e-5;
 constexpr double kParamTolerance = 1e-5;
+// bf16 compute against the fp32 reference: the activations and GEMM operands rounded to 8 bits of
+// mantissa. One rank measured (gpt2, llama): losses within 1.0e-4 relative, gradient norms 2.2e-3,
+// parameters after five AdamW steps 4.2e-2 (AdamW's normalized steps turn rounding into steps of
+// about lr).
+constexpr double kBf16LossTolerance = 5e-4;
+constexpr double kBf16NormTolerance = 1e-2;
+constexpr double kBf16ParamTolerance = 6e-2;
 
 // gpt2: 4 layers, 4 heads, 64 channels. llama: the same with 2 kv heads (tp 2 splits them, tp 4
 // replicates them) and a SwiGLU of 160.
@@ -138,14 +145,20 @@ LayoutPlan plan_of(const Layout& layout, int zero, bool overlap, int micro_batch
 }
 
 // Trains `layout` and checks it against the reference; returns the worst relative parameter error.
+// bf16 compute (`compute`) is held to the bf16 tolerances against the fp32 reference.
 double check_layout(const Layout& layout, int zero, int micro_batch, ModelFamily family = ModelFamily::Gpt2,
-                    int vocab = 256, double param_tolerance = kParamTolerance) {
+                    int vocab = 256, double param_tolerance = kParamTolerance, DType compute = DType::F32) {
+  const bool bf16 = compute == DType::BF16;
+  const double loss_tolerance = bf16 ? kBf16LossTolerance : kLossTolerance;
+  const double norm_tolerance = bf16 ? kBf16NormTolerance : kLossTolerance;
+  if (bf16) param_tolerance = kBf16ParamTolerance;
   Communicator& world = test_world();
   DeviceContext& ctx = test_context();
   const GptConfig config = tiny_config(family, vocab);
   const std::string what = std::string(model_family_name(family)) + " " + layout.name() + " zero " +
                            std::to_string(zero) + " micro-batch " + std::to_string(micro_batch) +
-                           (vocab != 256 ? " vocab " + std::to_string(vocab) : "");
+                           (vocab != 256 ? " vocab " + std::to_string(vocab) : "") +
+                           (compute != DType::F32 ? std::string(" ") + dtype_name(compute) : "");
   SCOPED_TRACE(what);
   const Reference& ref = reference(micro_batch, family, vocab);
   ParallelGroups groups = build_groups(world, Mesh(layout.mesh()));
@@ -153,20 +166,22 @@ double check_layout(const Layout& layout, int zero, int micro_batch, ModelFamily
   const LayoutPlan plan = plan_of(layout, zero, /*overlap=*/true, micro_batch, config);
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   data::DataLoader val = data::DataLoader::for_split(corpus().path(), "val", s.seq_len, kSeed, 256);
-  ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, &val, s, plan);
+  ParallelTrainer trainer(ctx, world, groups, config, compute, train, &val, s, plan);
   trainer.init(kSeed);
   double val_loss = 0;
+  double worst_loss = 0;
   for (int i = 0; i < kSteps; ++i) {
     const StepRecord rec = trainer.step();
-    EXPECT_NEAR(rec.loss, ref.losses[static_cast<std::size_t>(i)], kLossTolerance * ref.losses[static_cast<std::size_t>(i)])
-        << "step " << i + 1;
+    const double ref_loss = ref.losses[static_cast<std::size_t>(i)];
+    EXPECT_NEAR(rec.loss, ref_loss, loss_tolerance * ref_loss) << "step " << i + 1;
+    worst_loss = std::max(worst_loss, std::abs(rec.loss - ref_loss) / ref_loss);
     // The global norm counts every parameter once: replicas (tp-replicated layernorms and biases,
     // the tied embedding's second copy, dp copies) are left out of all but one rank's sum.
     const double norm = ref.grad_norms[static_cast<std::size_t>(i)];
-    EXPECT_NEAR(rec.grad_norm, norm, kLossTolerance * norm) << "gradient norm, step " << i + 1;
+    EXPECT_NEAR(rec.grad_norm, norm, norm_tolerance * norm) << "gradient norm, step " << i + 1;
     if (rec.val_loss) val_loss = *rec.val_loss;
   }
-  EXPECT_NEAR(val_loss, ref.val_loss, kLossTolerance * ref.val_loss) << "validation loss";
+  EXPECT_NEAR(val_loss, ref.val_loss, loss_tolerance * ref.val_loss) << "validation loss";
 
   const std::vector<float> full = trainer.gather_parameters();
   EXPECT_EQ(full.size(), ref.params.size());
@@ -217,7 +232,8 @@ double check_layout(const Layout& layout, int zero, int micro_batch, ModelFamily
     }
     EXPECT_EQ(mismatches, 0) << "rank " << world.rank() << "'s copy of " << shard.full.name << " drifted";
   }
-  if (world.rank() == 0) std::printf("[ equivalence ] %-34s worst parameter error %.2e\n", what.c_str(), worst);
+  if (world.rank() == 0)
+    std::printf("[ equivalence ] %-34s worst parameter error %.2e, loss error %.2e\n", what.c_str(), worst, worst_loss);
   return worst;
 }
 
@@ -377,8 +393,10 @@ TEST(ParallelEquivalence, ContextParallelTrainsTheSameModel) {
     case 2: cases = {{with_cp({1, 1, 1}, 2), 0}, {with_cp({1, 1, 1}, 2), 1}, {with_cp(full, 2), 3},
                      {with_cp(selective, 2), 2}}; break;
     case 4:
-      cases = {{with_cp({1, 1, 1}, 4), 1}, {with_cp({2, 1, 1}, 2), 1}, {with_cp(sp, 2), 0},
-               {with_cp({1, 1, 2, ZBH1}, 2), 0}, {with_cp({2, 1, 1}, 2), 3}};
+      cases = {{with_cp({1, 1, 1}, 4), 1}, {with_cp({2, 1, 1}, 2), 1}, {with_cp(sp, 2), 0}, {with_cp({1, 2, 1}, 2), 2},
+               {with_cp({1, 1, 2, ZBH1}, 2), 0}, {with_cp({1, 1, 2, ScheduleKind::ZeroBubbleV, 2}, 2), 1},
+               {with_cp({1, 1, 2, ScheduleKind::Interleaved, 2}, 2), 0}, {with_cp({1, 1, 2, ScheduleKind::GPipe}, 2), 3},
+               {with_cp({2, 1, 1}, 2), 3}};
       break;
     case 8:
       cases = {{with_cp({2, 1, 2}, 2), 1}, {with_cp(sp_pp, 2), 3}, {with_cp({1, 1, 1}, 8), 0}};
@@ -387,6 +405,18 @@ TEST(ParallelEquivalence, ContextParallelTrainsTheSameModel) {
   }
   for (const ModelFamily family : {ModelFamily::Gpt2, ModelFamily::Llama})
     for (const Case& c : cases) check_layout(c.layout, c.zero, 2, family);
+  // bf16: ring attention on bf16 qkv (fp32 accumulators and log-sum-exps), held to what bf16 costs
+  // one rank (Bf16TrainsTheFp32ModelWithinItsRounding).
+  if (n == 2)
+    for (const ModelFamily family : {ModelFamily::Gpt2, ModelFamily::Llama})
+      check_layout(with_cp({1, 1, 1}, 2), 1, 2, family, 256, kParamTolerance, DType::BF16);
+}
+
+// The bf16 noise floor the cp case is held to: one rank in bf16 against the fp32 reference.
+TEST(ParallelEquivalence, Bf16TrainsTheFp32ModelWithinItsRounding) {
+  if (test_world().size() != 1) GTEST_SKIP() << "one rank";
+  for (const ModelFamily family : {ModelFamily::Gpt2, ModelFamily::Llama})
+    check_layout({1, 1, 1}, 1, 2, family, 256, kParamTolerance, DType::BF16);
 }
 
 // Trains `layout` for kSteps steps: every step's loss and norm, then the gathered parameters.
