@@ -1,7 +1,8 @@
 // What a training step asks of the device layer once warm (runtime/device_counters.h).
 // - The single-rank Trainer (no communicator): the steps after the first two allocate nothing (every
 //   tensor a step makes comes from the allocator's cached blocks).
-// - ParallelTrainer on one rank (dp 1) and on dp 2 x pp 2, with and without ZeRO-1: no allocation
+// - ParallelTrainer on one rank (dp 1), on dp 2 x pp 2, with and without ZeRO-1, and with context
+//   parallelism (cp 2 x pp 2, dp 2 x cp 2: ring attention's buffers made once): no allocation
 //   and at most one host wait per step (the read of the loss and the norm; train/step_batch.h), and
 //   the counts of launches and host copies repeat from step to step (no step does extra work). A
 //   finished collective's Work drops its tensors before its waiter wakes (comm/communicator.h), so
@@ -33,8 +34,8 @@ constexpr int kWarmSteps = 2, kCountedSteps = 3;
 constexpr std::uint64_t kSeed = 99;
 
 struct Layout {
-  int dp, tp, pp, zero;
-  int world_size() const { return dp * tp * pp; }
+  int dp, tp, pp, zero, cp = 1;
+  int world_size() const { return dp * tp * pp * cp; }
 };
 
 GptConfig tiny_config() {
@@ -91,12 +92,13 @@ std::vector<DeviceCounters> counts_per_step(const Layout& layout) {
   request.dp = layout.dp;
   request.tp = layout.tp;
   request.pp = layout.pp;
+  request.cp = layout.cp;
   request.zero = layout.zero;
   request.micro_batch = kMicroBatch;
   request.bucket_mb = 0.05;
   request.overlap = true;
   const LayoutPlan plan(request, layout_dims(config, s.seq_len), request.world_size(), kGlobalBatch);
-  ParallelGroups groups = build_groups(world, Mesh({layout.dp, layout.tp, layout.pp}));
+  ParallelGroups groups = build_groups(world, Mesh(plan.mesh()));
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
   ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, nullptr, s, plan);
   trainer.init(kSeed);
@@ -104,8 +106,8 @@ std::vector<DeviceCounters> counts_per_step(const Layout& layout) {
 }
 
 void expect_steady(const Layout& layout) {
-  const std::string what = "dp" + std::to_string(layout.dp) + " pp" + std::to_string(layout.pp) + " zero " +
-                           std::to_string(layout.zero);
+  const std::string what = "dp" + std::to_string(layout.dp) + (layout.cp > 1 ? " cp" + std::to_string(layout.cp) : "") +
+                           " pp" + std::to_string(layout.pp) + " zero " + std::to_string(layout.zero);
   SCOPED_TRACE(what);
   const std::vector<DeviceCounters> counts = counts_per_step(layout);
   ASSERT_EQ(counts.size(), static_cast<std::size_t>(kCountedSteps));
@@ -121,9 +123,11 @@ void expect_steady(const Layout& layout) {
     EXPECT_EQ(counts[i].launches, counts[0].launches) << "step " << step;
     EXPECT_EQ(counts[i].copy_bytes, counts[0].copy_bytes) << "step " << step;
     // The upload of the ids the rank reads (a pipeline's first stage its inputs, its last the
-    // targets, a single stage both) and the 8-byte read of the loss and norm.
+    // targets, a single stage both; its own rows of each sequence under cp) and the 8-byte read of
+    // the loss and norm.
     const TrainSettings s = tiny_settings();
-    const std::uint64_t ids = std::uint64_t{kGlobalBatch} / layout.dp * s.seq_len * sizeof(std::int32_t);
+    const std::uint64_t ids =
+        std::uint64_t{kGlobalBatch} / layout.dp * (s.seq_len / layout.cp) * sizeof(std::int32_t);
     EXPECT_EQ(counts[i].copy_bytes, (layout.pp > 1 ? 1 : 2) * ids + 8) << "step " << step;
   }
   EXPECT_GT(counts[0].launches, 0u) << "a step that launches nothing counted nothing";
@@ -137,6 +141,8 @@ TEST(StepCounters, AWarmParallelStepRepeatsItsWork) {
   } else if (ranks == 4) {
     expect_steady({2, 1, 2, 0});
     expect_steady({2, 1, 2, 1});
+    expect_steady({1, 1, 2, 0, 2});
+    expect_steady({2, 1, 1, 1, 2});
   } else {
     GTEST_SKIP() << "runs on 1 and 4 ranks";
   }
