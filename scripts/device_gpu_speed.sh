@@ -32,7 +32,8 @@ stamp "compute-sanitizer memcheck"
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for t in runtime/tests/gemm_epilogue_test runtime/tests/attention_test runtime/tests/layernorm_backward_test \
          runtime/tests/gemm_bf16_test runtime/tests/nn_backward_units_test runtime/tests/cuda_backend_test \
-         runtime/tests/row_kernels_test runtime/tests/block_attention_test optim/tests/optim_cuda_test; do
+         runtime/tests/row_kernels_test runtime/tests/block_attention_test optim/tests/optim_cuda_test \
+         parallel/tests/ring_attention_test; do
   echo "=== $t"
   timeout 90 $R exec "$SAN" --tool memcheck --error-exitcode 9 "$B/$t" --gtest_filter='*Cuda*:*Gpu*:*GPU*' 2>&1 |
     grep -E "ERROR SUMMARY|PASSED|FAILED|SKIPPED|Invalid|Failure" | head -12

@@ -11,7 +11,9 @@
 //  - no device allocation in a call after the first, and the transfers the ring makes;
 //  - the overlap, on rank 1 of a recorded ring of 4 (no peers): each batch goes to r+1 and comes
 //    from r-1, and attention runs between its start and its wait, except for the backward's last
-//    (the accumulators' return to their owners).
+//    (the accumulators' return to their owners);
+//  - where a GPU is usable, the ring on device tensors (the world's backend moving them) against
+//    the CPU's ring, and the same bits twice on the GPU.
 //
 // Tolerances against the Reference, relative to the largest magnitude of its result (plus the same
 // of each element), as runtime/tests/block_attention_test.cpp's (which derives them):
@@ -19,6 +21,8 @@
 //         dk, dv summed block by block, delta from the output);
 //   bf16  2e-6 + one bf16 step: results rounded to bf16 once from fp32 values a few roundings
 //         apart, and delta read from the rounded output.
+// GPU against CPU: twice those (CUDA's expf and logf are within 2 ulp of the host's, and each result
+// folds a few of them), as block_attention_test holds its GPU case.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,6 +39,7 @@
 #include "runtime/attention.h"
 #include "runtime/device_counters.h"
 #include "tests/float_bits.h"
+#include "tests/gpu_skip.h"  // defines: MT_SKIP_WITHOUT_GPU
 #include "tests/random_values.h"
 #include "tests/test_env.h"
 #include "tests/test_helpers.h"
@@ -191,6 +196,23 @@ TEST_P(RingAttentionTest, OneObjectServesInterleavedCalls) {
     ring.backward(a.qkv, a.out, lse_a, a.dout, a.dqkv);
     EXPECT_TRUE(same_bits(widened(a.out), want_a.out) && same_bits(widened(a.dqkv), want_a.dqkv)) << c.name;
     EXPECT_TRUE(same_bits(widened(b.out), want_b.out) && same_bits(widened(b.dqkv), want_b.dqkv)) << c.name;
+  }
+}
+
+// The ring with CUDA tensors: block attention's unit ops on the GPU and the transfers through the
+// world's backend (MPI stages device tensors through the host), against the CPU ring's rows.
+TEST_P(RingAttentionTest, GpuAgreesWithTheCpuAndRepeatsItsBits) {
+  MT_SKIP_WITHOUT_GPU();
+  const DType dtype = GetParam();
+  DeviceContext gpu(DeviceOptions{Device::cuda(0), 0, 1});
+  for (const Case& c : cases()) {
+    const Rows cpu = Ring(testing::test_context(), c, dtype).run();
+    const Rows got = Ring(gpu, c, dtype).run();
+    const Rows again = Ring(gpu, c, dtype).run();
+    const std::string where = ", rank " + std::to_string(test_world().rank());
+    expect_near(got.out, cpu.out, 2 * tolerance(dtype), c.name + " GPU vs CPU output" + where);
+    expect_near(got.dqkv, cpu.dqkv, 2 * tolerance(dtype), c.name + " GPU vs CPU dqkv" + where);
+    EXPECT_TRUE(same_bits(again.out, got.out) && same_bits(again.dqkv, got.dqkv)) << c.name << ": a second GPU run";
   }
 }
 
