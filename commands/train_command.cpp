@@ -136,7 +136,7 @@ std::unique_ptr<MetricsWriter> open_metrics(const TrainJob& job, const ParallelT
                    {"seed", job.seed},
                    {"device", ctx.device().str()},
                    {"compute_dtype", dtype_name(job.compute)},
-                   {"layout", {{"dp", layout.dp}, {"tp", layout.tp}, {"pp", layout.pp},
+                   {"layout", {{"dp", layout.dp}, {"tp", layout.tp}, {"cp", layout.cp}, {"pp", layout.pp},
                                {"schedule", schedule_kind_name(layout.schedule)},
                                {"virtual_stages", layout.virtual_stages}, {"zero", layout.zero},
                                {"bucket_mb", layout.bucket_mb}, {"overlap", layout.overlap}}},
