@@ -25,6 +25,7 @@
 #include "launch/stop_signals.h"
 #include "models/gpt_weights.h"
 #include "parallel/groups.h"
+#include "parallel/mesh.h"
 #include "perf/memory_model.h"
 #include "runtime/gemm_rate.h"
 #include "train/checkpointing.h"
@@ -202,6 +203,16 @@ void print_start(const TrainJob& job, const ParallelTrainer& trainer, const Trai
   print_layout(job, trainer);
   std::printf("  %s\n", memory_split(job, ctx, data.val != nullptr).c_str());
   for (const std::string& place : places) std::printf("  %s\n", place.c_str());
+  if (job.plan.mesh().cp > 1) {
+    // The ranks that split one sequence and pass key/value blocks around their ring.
+    std::string groups;
+    for (const std::vector<int>& group : Mesh(job.plan.mesh()).all_cp_groups()) {
+      groups += groups.empty() ? "{" : " {";
+      for (std::size_t i = 0; i < group.size(); ++i) groups += (i ? "," : "") + std::to_string(group[i]);
+      groups += "}";
+    }
+    std::printf("  cp groups (one sequence each, cut into %d chunks): %s\n", 2 * job.plan.mesh().cp, groups.c_str());
+  }
   if (resumed) {
     std::printf("  resumed from %s: step %d, %s sequences consumed (saved on %s)%s\n", resumed->dir.c_str(),
                 resumed->step, format_count(static_cast<double>(resumed->sequences)).c_str(),
