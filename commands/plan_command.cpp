@@ -326,6 +326,11 @@ void predict_layout(const std::string& text, const ModelShape& model, const Plan
   Layout layout = parse_layout(text, cluster.devices(), s.micro_batch, s.search.recompute, s.search.sequence_parallel);
   layout.bucket_mb = s.search.bucket_mb;
   layout.overlap = s.search.overlap;
+  const int seq_len = s.training.seq_len;
+  if (seq_len % (2 * layout.cp) != 0)
+    throw UsageError("--layout " + text + ": cp=" + std::to_string(layout.cp) + " cuts each sequence into " +
+                     std::to_string(2 * layout.cp) + " chunks: --seq-len " + std::to_string(seq_len) +
+                     " must be a multiple of " + std::to_string(2 * layout.cp));
   Prediction p;
   try {
     p = predict_step(model, s.training, layout, cluster);

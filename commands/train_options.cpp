@@ -327,7 +327,8 @@ void check_memory_cap(const TrainJob& job, bool on_cpu) {
                    ", AdamW moments " + bytes(m.optimizer) + ", activations " + bytes(m.activations) + " in " +
                    std::to_string(m.in_flight) + " micro-batch slot(s), workspace " +
                    bytes(m.workspace + m.transient + m.logits) +
-                   "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp");
+                   "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp (or "
+                   "a long sequence with --cp)");
 }
 
 namespace {

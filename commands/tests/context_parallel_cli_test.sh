@@ -36,6 +36,8 @@ if expect_ok "plan --layout with cp" "$meshtrain" plan --model gpt2 --cluster dg
 fi
 expect_error "plan --layout cp not using the devices" "--layout cp=3: dp x tp x cp x pp = 6, but the cluster has 8 devices" \
   "$meshtrain" plan --model gpt2 --cluster dgx-a100 --global-batch 8 --layout cp=3
+expect_error "plan --layout cp not cutting the sequence" "--layout cp=4: cp=4 cuts each sequence into 8 chunks: --seq-len 1020 must be a multiple of 8" \
+  "$meshtrain" plan --model gpt2 --cluster dgx-a100 --global-batch 8 --seq-len 1020 --layout cp=4
 if expect_ok "plan llama3-8b at 128K on 64 H100s" "$meshtrain" plan --model llama3-8b --max-seq-len 131072 \
      --seq-len 131072 --cluster dgx-h100 --nodes 8 --global-batch 8 --memory-options --top 3; then
   grep -q -E '^# +dpxtpxcpxpp ' "$out" || { fail "plan 128K: no cp in the table's mesh column"; show; }
