@@ -230,7 +230,9 @@ TEST(LlamaPlans, Llama3_8BAt128KOn64H100sSplitsTheSequence) {
   EXPECT_LT(best.mfu, 0.8);
   // Without cp a layout fits only by paying for it (or none fits).
   const auto without = std::find_if(r.plans.begin(), r.plans.end(), [](const Prediction& p) { return p.layout.cp == 1; });
-  if (without != r.plans.end()) EXPECT_GT(without->step_s, best.step_s);
+  if (without != r.plans.end()) {
+    EXPECT_GT(without->step_s, best.step_s);
+  }
 }
 
 }  // namespace

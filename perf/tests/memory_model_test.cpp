@@ -9,6 +9,7 @@
 
 #include "models/head_chunks.h"
 #include "perf/cluster.h"
+#include "perf/cost_model.h"
 
 namespace mt::perf {
 namespace {
@@ -201,7 +202,8 @@ namespace {
 // of the shorter sequence (ring attention keeps only its log-sum-exp, not [T, T] probabilities),
 // while the parameters, gradients and AdamW moments stay replicated over cp.
 TEST(Memory, ContextParallelHalvesTheActivationsAtTheSameSequence) {
-  const ModelShape m = gpt_preset("gpt2");
+  ModelShape m = gpt_preset("gpt2");
+  m.max_seq_len = 2048;
   TrainingShape t;
   t.seq_len = 2048;
   t.global_batch = 4;

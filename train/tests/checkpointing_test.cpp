@@ -90,6 +90,7 @@ TEST(GptConfigJson, RoundTripsAndNamesWhatIsMissing) {
 TEST(LayoutJson, RecordsContextParallelismAndOlderManifestsMeanOne) {
   const GptConfig config = small_config();
   LayoutRequest request;
+  request.dp = 0;  // the ranks tp x cp leave: 2
   request.tp = 2;
   request.cp = 2;
   const LayoutPlan plan(request, layout_dims(config, config.max_seq_len), /*world_size=*/8, /*global_batch=*/8);
