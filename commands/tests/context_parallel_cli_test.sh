@@ -21,7 +21,7 @@ train=(train --device cpu --cpu-threads 1 --tokenizer bytes --model tiny --data 
 expect_error "--seq-len not a multiple of 2 x cp (2 ranks)" \
   "--cp 2 cuts each sequence into 4 chunks: --seq-len 30 must be a multiple of 4" \
   np 2 "$meshtrain" "${train[@]}" --cp 2 --seq-len 30
-expect_error "--seq-len not a multiple of 2 x cp (4 ranks, dp 2)" \
+expect_error "--seq-len not a multiple of 2 x cp (4 ranks)" \
   "--cp 4 cuts each sequence into 8 chunks: --seq-len 20 must be a multiple of 8" \
   np 4 "$meshtrain" "${train[@]}" --cp 4 --seq-len 20
 expect_error "--cp that does not fit the ranks" "--dp 0 x --tp 1 x --cp 4 x --pp 1|--tp 1 x --cp 4 x --pp 1 = 4 does not divide" \
