@@ -84,7 +84,8 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
     throw UsageError("--layout: " + e.message());
   }
   if (l.world_size() != devices)
-    throw UsageError("--layout " + text + ": dp x tp x cp x pp = " + std::to_string(l.world_size()) +
+    throw UsageError("--layout " + text + (l.cp > 1 ? ": dp x tp x cp x pp = " : ": dp x tp x pp = ") +
+                     std::to_string(l.world_size()) +
                      ", but the cluster has " + std::to_string(devices) + " devices (see --nodes, --gpus-per-node)");
   // A plan takes micro-batch 0 for a default, and names ZeRO's problems as the option --zero's:
   // here they are --layout's fields, refused as before.
