@@ -45,6 +45,18 @@ if expect_ok "plan llama3-8b at 128K on 64 H100s" "$meshtrain" plan --model llam
   grep -q '^why cp [0-9]*: it splits each sequence' "$out" || { fail "plan 128K: no line saying why cp"; show; }
 fi
 
+# --- convert: a checkpoint cut for a cp layout (one copy of each shard over dp x cp), its manifest's cp.
+prepare_corpus 3
+if expect_ok "train 1 step: weights to convert" "$meshtrain" train --device cpu --cpu-threads 1 --tokenizer bytes \
+     --model tiny --data "$dir/data" --seq-len 32 --global-batch 2 --micro-batch 2 --steps 1 --save-weights "$dir/w.bin"; then
+  if expect_ok "convert --cp 2" "$meshtrain" convert --from "$dir/w.bin" --to "$dir/cp2" --dp 2 --cp 2 --seq-len 32; then
+    grep -q "for dp 2 x tp 1 x cp 2 x pp 1" "$out" || { fail "convert --cp 2: the layout line lacks cp"; show; }
+    grep -q '"cp": 2' "$dir/cp2/step_00000000/manifest.json" || { fail "convert --cp 2: the manifest lacks cp 2"; show; }
+  fi
+  expect_error "convert --cp not cutting --seq-len" "--cp 2 cuts each sequence into 4 chunks: --seq-len 30 must be a multiple of 4" \
+    "$meshtrain" convert --from "$dir/w.bin" --to "$dir/cp2-bad" --cp 2 --seq-len 30
+fi
+
 # --- devices: each rank's coordinates, and the cp groups.
 if expect_ok "devices --cp 2 on 4 ranks" np 4 "$meshtrain" devices --device cpu --cp 2; then
   grep -q -E '^.* 1 +.* dp 0 tp 0 cp 1 pp 0 *$' "$out" || { fail "devices --cp: rank 1 is not cp 1 of dp 0"; show; }
