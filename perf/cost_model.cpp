@@ -331,7 +331,7 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     // Gpt::forward_chunk casts the whole fp32 master to bf16 (read 4, write 2 bytes each).
     if (training.precision == Precision::BF16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
   }
-  if (layout.zero == 3 && layout.dp > 1)
+  if (layout.zero == 3 && gradient_ranks(layout) > 1)
     zero3_exposed_gathers(model, training, plan, rate, dp_link, head_chunks_on_cuda(cluster), s, st);
   const double kv_rows = replicated_kv_rows(model, layout.tp);
   // Summed in every micro-batch's backward (models/gpt.cpp qkv_backward_weights).

@@ -373,7 +373,9 @@ TEST(ContextParallel, ChargesTheRingBeyondTheBlockAttention) {
   const Prediction on_slow = predict_step(m, t, cp, slow);
   EXPECT_GT(on_slow.time.cp_comm, 32 * p2p_s(kv * 4, slow.intra) * 1.5);
   EXPECT_GT(on_slow.step_s, by_cp.step_s);
-  // The breakdown says so.
+  // The parts add up to the step; the breakdown says so.
+  EXPECT_NEAR(by_cp.time.sum(), by_cp.step_s, 1e-9 * by_cp.step_s);
+  EXPECT_NEAR(on_slow.time.sum(), on_slow.step_s, 1e-9 * on_slow.step_s);
   EXPECT_NE(describe(by_cp).find("cp comm"), std::string::npos) << describe(by_cp);
   EXPECT_EQ(describe(by_dp).find("cp comm"), std::string::npos);
 }
@@ -394,6 +396,14 @@ TEST(ContextParallel, GradientsReduceOverDpTimesCp) {
   // The same bytes reduced over 4 ranks, and ZeRO-1's moments sharded over 4.
   EXPECT_EQ(a.time.dp_total, b.time.dp_total);
   EXPECT_EQ(a.memory.optimizer, b.memory.optimizer);
+  // ZeRO-3 gathers over dp x cp too, even where dp is 1.
+  Layout only_cp;
+  only_cp.cp = 2;
+  only_cp.zero = 3;
+  Layout no_split = only_cp;
+  no_split.cp = 1;
+  EXPECT_GT(predict_step(m, t, only_cp, c).time.dp_total, 0.0);
+  EXPECT_EQ(predict_step(m, t, no_split, c).time.dp_total, 0.0);
 }
 
 }  // namespace
