@@ -65,17 +65,6 @@ std::string coordinates(const Mesh& mesh, int rank) {
          (mesh.shape().cp > 1 ? " cp " + std::to_string(c.cp) : std::string()) + " pp " + std::to_string(c.pp);
 }
 
-// "{0,1} {2,3}"
-std::string groups_text(const std::vector<std::vector<int>>& groups) {
-  std::string out;
-  for (const auto& g : groups) {
-    out += out.empty() ? "{" : " {";
-    for (std::size_t i = 0; i < g.size(); ++i) out += (i ? "," : "") + std::to_string(g[i]);
-    out += "}";
-  }
-  return out;
-}
-
 }  // namespace
 
 int devices_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
@@ -132,7 +121,7 @@ int devices_command(const std::vector<std::string>& args, const MpiRuntime& mpi)
   std::printf("launched by %s\n", s.launch.describe().c_str());
   if (mesh) {
     std::printf("layout %s\n", mesh->shape().describe().c_str());
-    if (mesh->shape().cp > 1) std::printf("cp groups (one sequence each): %s\n", groups_text(mesh->all_cp_groups()).c_str());
+    if (mesh->shape().cp > 1) std::printf("cp groups (one sequence each): %s\n", format_groups(mesh->all_cp_groups()).c_str());
   }
   for (const std::string& lines : all_warnings) {
     std::istringstream in(lines);

@@ -23,6 +23,7 @@
 #include "launch/command_line.h"
 #include "launch/session.h"
 #include "launch/stop_signals.h"
+#include "launch/table.h"
 #include "models/gpt_weights.h"
 #include "parallel/groups.h"
 #include "parallel/mesh.h"
@@ -205,13 +206,8 @@ void print_start(const TrainJob& job, const ParallelTrainer& trainer, const Trai
   for (const std::string& place : places) std::printf("  %s\n", place.c_str());
   if (job.plan.mesh().cp > 1) {
     // The ranks that split one sequence and pass key/value blocks around their ring.
-    std::string groups;
-    for (const std::vector<int>& group : Mesh(job.plan.mesh()).all_cp_groups()) {
-      groups += groups.empty() ? "{" : " {";
-      for (std::size_t i = 0; i < group.size(); ++i) groups += (i ? "," : "") + std::to_string(group[i]);
-      groups += "}";
-    }
-    std::printf("  cp groups (one sequence each, cut into %d chunks): %s\n", 2 * job.plan.mesh().cp, groups.c_str());
+    std::printf("  cp groups (one sequence each, cut into %d chunks): %s\n", 2 * job.plan.mesh().cp,
+                format_groups(Mesh(job.plan.mesh()).all_cp_groups()).c_str());
   }
   if (resumed) {
     std::printf("  resumed from %s: step %d, %s sequences consumed (saved on %s)%s\n", resumed->dir.c_str(),
