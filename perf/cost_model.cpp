@@ -181,7 +181,7 @@ double recompute_flops(const Layout& layout, const ChunkWork& w) {
 // kv_sum: llama's kv heads replicated over tp (tp not dividing them): their gradients summed over
 // the tensor-parallel group once per step, before the optimizer.
 // cp_f and cp_b: ring attention's transfers per micro-batch that the block attention they overlap
-// does not hide (ring_exposed).
+// does not hide (add_ring); they lie on the input-gradient path (B of the zero-bubble split).
 struct StageTimes {
   double compute_f = 0, compute_b = 0, compute_w = 0, tp_f = 0, tp_b = 0, gather_f = 0, gather_b = 0, kv_sum = 0;
   double cp_f = 0, cp_b = 0;
