@@ -45,6 +45,9 @@ po::options_description convert_options() {
        "checkpoint output: leave AdamW's moments out (a resume then starts the optimizer afresh)")
       ("dp", po::value<int>()->default_value(1), "checkpoint output: the layout to cut the shards for (data parallel)")
       ("tp", po::value<int>()->default_value(1), "checkpoint output: tensor-parallel ranks")
+      ("cp", po::value<int>()->default_value(1),
+       "checkpoint output: context-parallel ranks per sequence (as `train --cp`: they hold the same weights, so "
+       "the shards are cut over dp x cp; --seq-len must be a multiple of 2 x cp)")
       ("pp", po::value<int>()->default_value(1), "checkpoint output: pipeline stages")
       ("mesh-order", po::value<std::string>()->default_value("tp-dp-pp"), "checkpoint output: rank order of the mesh")
       ("virtual-stages", po::value<int>()->default_value(1), "checkpoint output: chunks per pipeline stage")
@@ -149,6 +152,7 @@ void write_checkpoint_target(const ConvertSource& src, const ConvertTarget& targ
   LayoutRequest request;
   request.dp = vm["dp"].as<int>();
   request.tp = vm["tp"].as<int>();
+  request.cp = vm["cp"].as<int>();
   request.pp = vm["pp"].as<int>();
   request.order = vm["mesh-order"].as<std::string>();
   request.virtual_stages = vm["virtual-stages"].as<int>();
@@ -169,9 +173,15 @@ void write_checkpoint_target(const ConvertSource& src, const ConvertTarget& targ
   // Batches do not matter offline: any that the schedule takes.
   const LayoutPlan plan(request, layout_dims(src.state.config, seq_len), request.world_size(), request.dp * request.pp);
   const MeshShape& mesh = plan.mesh();
+  // Context parallelism cuts each sequence into 2 x cp chunks (parallel/causal_split.h), as train checks it.
+  if (seq_len % (2 * mesh.cp) != 0)
+    throw UsageError("--cp " + std::to_string(mesh.cp) + " cuts each sequence into " + std::to_string(2 * mesh.cp) +
+                     " chunks: --seq-len " + std::to_string(seq_len) + " must be a multiple of " +
+                     std::to_string(2 * mesh.cp));
   const std::filesystem::path dir = write_checkpoint_for_layout(target.to, src.state, plan, src.base);
-  std::printf("converted %s to checkpoint %s for dp %d x tp %d x pp %d%s\n", src.what.c_str(), dir.c_str(), mesh.dp,
-              mesh.tp, mesh.pp, src.state.adam_m.empty() ? " (weights only)" : "");
+  std::printf("converted %s to checkpoint %s for dp %d x tp %d%s x pp %d%s\n", src.what.c_str(), dir.c_str(), mesh.dp,
+              mesh.tp, mesh.cp > 1 ? (" x cp " + std::to_string(mesh.cp)).c_str() : "", mesh.pp,
+              src.state.adam_m.empty() ? " (weights only)" : "");
 }
 
 }  // namespace

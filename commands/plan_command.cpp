@@ -34,8 +34,8 @@ int parse_int(const std::string& what, const std::string& text) {
   return *v;
 }
 
-// "dp=2,tp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b,recompute=full,sp=1"; dp defaults to what the
-// cluster's devices leave, recompute and sp to --recompute and --sequence-parallel.
+// "dp=2,tp=2,cp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b,recompute=full,sp=1"; dp defaults to what
+// the cluster's devices leave, cp to 1, recompute and sp to --recompute and --sequence-parallel.
 Layout parse_layout(const std::string& text, int devices, std::optional<int> micro_batch, Recompute recompute,
                     bool sequence_parallel) {
   std::map<std::string, std::string> fields;
@@ -45,9 +45,10 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw UsageError("--layout: expected key=value, got '" + item + "' in '" + text + "'");
     const std::string key = item.substr(0, eq);
-    if (key != "dp" && key != "tp" && key != "pp" && key != "v" && key != "zero" && key != "micro" && key != "schedule" &&
-        key != "recompute" && key != "sp")
-      throw UsageError("--layout: unknown key '" + key + "' (known: dp, tp, pp, v, zero, micro, schedule, recompute, sp)");
+    if (key != "dp" && key != "tp" && key != "cp" && key != "pp" && key != "v" && key != "zero" && key != "micro" &&
+        key != "schedule" && key != "recompute" && key != "sp")
+      throw UsageError("--layout: unknown key '" + key +
+                       "' (known: dp, tp, cp, pp, v, zero, micro, schedule, recompute, sp)");
     fields[key] = item.substr(eq + 1);
   }
   Layout l;
@@ -55,9 +56,10 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
     return fields.count(key) ? parse_int(std::string("--layout ") + key, fields[key]) : fallback;
   };
   l.tp = get("tp", 1);
+  l.cp = get("cp", 1);
   l.pp = get("pp", 1);
-  if (l.tp < 1 || l.pp < 1) throw UsageError("--layout: tp and pp must be at least 1");
-  l.dp = get("dp", devices / (l.tp * l.pp));
+  if (l.tp < 1 || l.cp < 1 || l.pp < 1) throw UsageError("--layout: tp, cp and pp must be at least 1");
+  l.dp = get("dp", devices / (l.tp * l.cp * l.pp));
   l.virtual_stages = get("v", 1);
   l.zero = get("zero", 0);
   l.micro_batch = get("micro", micro_batch.value_or(1));
@@ -81,8 +83,9 @@ Layout parse_layout(const std::string& text, int devices, std::optional<int> mic
   } catch (const Error& e) {
     throw UsageError("--layout: " + e.message());
   }
-  if (l.dp * l.tp * l.pp != devices)
-    throw UsageError("--layout " + text + ": dp x tp x pp = " + std::to_string(l.dp * l.tp * l.pp) +
+  if (l.world_size() != devices)
+    throw UsageError("--layout " + text + (l.cp > 1 ? ": dp x tp x cp x pp = " : ": dp x tp x pp = ") +
+                     std::to_string(l.world_size()) +
                      ", but the cluster has " + std::to_string(devices) + " devices (see --nodes, --gpus-per-node)");
   // A plan takes micro-batch 0 for a default, and names ZeRO's problems as the option --zero's:
   // here they are --layout's fields, refused as before.
@@ -149,12 +152,18 @@ std::string memory_options_cell(const Layout& l) {
   return out.empty() ? "-" : out;
 }
 
-std::vector<std::string> plan_row(int rank, const Prediction& p) {
+// The mesh's cell: "2x4x1" (dp x tp x pp), "2x4x2x1" (dp x tp x cp x pp) in a table that shows cp.
+std::string mesh_cell(const Layout& l, bool with_cp) {
+  return std::to_string(l.dp) + "x" + std::to_string(l.tp) + "x" + (with_cp ? std::to_string(l.cp) + "x" : "") +
+         std::to_string(l.pp);
+}
+
+std::vector<std::string> plan_row(int rank, const Prediction& p, bool with_cp) {
   const TimeBreakdown& t = p.time;
   const Layout& l = p.layout;
   const auto share = [&](double s) { return format_cell("%.3g", s); };
-  return {std::to_string(rank),
-          std::to_string(l.dp) + "x" + std::to_string(l.tp) + "x" + std::to_string(l.pp),
+  std::vector<std::string> row{std::to_string(rank),
+          mesh_cell(l, with_cp),
           // interleaved/v; zb-v always runs 2 chunks per stage, its name says so
           std::string(schedule_kind_name(l.schedule)) +
               (l.schedule == ScheduleKind::Interleaved ? std::string("/").append(std::to_string(l.virtual_stages)) : ""),
@@ -171,6 +180,8 @@ std::vector<std::string> plan_row(int rank, const Prediction& p) {
           share(t.bubble),
           share(t.dp_exposed + t.zero_gather),
           share(t.optimizer + t.embedding_sync + t.norm + t.core_wait)};
+  if (with_cp) row.insert(row.begin() + 12, share(t.cp_comm));  // after tp
+  return row;
 }
 
 // "a, b, c"
@@ -211,9 +222,10 @@ po::options_description plan_options() {
        "JSON-lines files of `meshbench --json`: fit link latency and bandwidth from allreduce rows "
        "(hosts 1: intra-node, more: inter-node) and the GEMM rate and achieved fraction from train rows")
       ("layout", po::value<std::string>(),
-       "predict this one layout in full, e.g. dp=2,tp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b "
-       "(dp defaults to the devices left, micro to --micro-batch or 1, schedule to 1f1b or interleaved for v > 1; "
-       "schedule is gpipe, 1f1b, interleaved, zb-h1 or zb-v, whose v is always 2)")
+       "predict this one layout in full, e.g. dp=2,tp=2,cp=2,pp=2,v=1,zero=1,micro=4,schedule=1f1b "
+       "(dp defaults to the devices left, cp to 1, micro to --micro-batch or 1, schedule to 1f1b or interleaved "
+       "for v > 1; schedule is gpipe, 1f1b, interleaved, zb-h1 or zb-v, whose v is always 2; cp splits each "
+       "sequence over cp ranks, as `train --cp`)")
       ("top", po::value<int>()->default_value(10), "how many of the best layouts to list")
       ("bucket-mb", po::value<double>()->default_value(25.0), "data-parallel gradient bucket size (as `train`)")
       ("no-overlap", po::bool_switch(), "predict `train --no-overlap`: no communication hidden under compute")
@@ -241,11 +253,13 @@ po::options_description plan_options() {
 constexpr const char* kSummary =
     "meshtrain plan --model M --global-batch B [--cluster C] [--layout ...]\n\n"
     "Predicts, without running anything, the memory per device and the time of a training step for\n"
-    "every dp x tp x pp layout (schedule, virtual stages, micro-batch, ZeRO) meshtrain could train the\n"
-    "model with on the cluster, and lists the fastest that fit. The model of a step: GEMM FLOPs at an\n"
-    "achieved fraction of the peak, tensor-parallel allreduces exposed, the pipeline schedule simulated,\n"
-    "data-parallel buckets overlapped with backward, the optimizer bound by memory bandwidth; links per\n"
-    "group inside or across nodes (mesh order tp, dp, pp). Memory as meshtrain allocates it: fp32 master\n"
+    "every dp x tp x cp x pp layout (schedule, virtual stages, micro-batch, ZeRO) meshtrain could train\n"
+    "the model with on the cluster, and lists the fastest that fit (cp, context parallelism, is tried\n"
+    "where each rank keeps at least 8192 rows of a sequence). The model of a step: GEMM FLOPs at an\n"
+    "achieved fraction of the peak, tensor-parallel allreduces exposed, ring attention's kv blocks beyond\n"
+    "the block attention they overlap, the pipeline schedule simulated, data-parallel (dp x cp) buckets\n"
+    "overlapped with backward, the optimizer bound by memory bandwidth; links per group inside or\n"
+    "across nodes (mesh order tp, cp, dp, pp). Memory as meshtrain allocates it: fp32 master\n"
     "weights, gradients and AdamW moments, activations of every micro-batch in flight, as the memory\n"
     "options (recomputation, sequence parallelism, ZeRO 0-3) leave them. --largest FAMILY instead finds\n"
     "the largest model of a family that fits.\n"
@@ -313,6 +327,11 @@ void predict_layout(const std::string& text, const ModelShape& model, const Plan
   Layout layout = parse_layout(text, cluster.devices(), s.micro_batch, s.search.recompute, s.search.sequence_parallel);
   layout.bucket_mb = s.search.bucket_mb;
   layout.overlap = s.search.overlap;
+  const int seq_len = s.training.seq_len;
+  if (seq_len % (2 * layout.cp) != 0)
+    throw UsageError("--layout " + text + ": cp=" + std::to_string(layout.cp) + " cuts each sequence into " +
+                     std::to_string(2 * layout.cp) + " chunks: --seq-len " + std::to_string(seq_len) +
+                     " must be a multiple of " + std::to_string(2 * layout.cp));
   Prediction p;
   try {
     p = predict_step(model, s.training, layout, cluster);
@@ -339,16 +358,42 @@ void require_plans(const SearchResult& result, const PlanSettings& s, const Clus
 
 // The table of the fastest layouts that fit, what was rejected, and the best one in full. With
 // memory options a column says each row's recomputation and sequence parallelism.
-void report_search(const SearchResult& result, int top, const SearchOptions& search) {
+// Why the best layout splits sequences (cp > 1): against the fastest layout without context
+// parallelism that fits, or, where none fits, the least hungry of them.
+std::string why_context_parallel(const SearchResult& result, int seq_len) {
+  const Prediction& best = result.plans.front();
+  const int cp = best.layout.cp;
+  const auto gib = [](double bytes) { return format_cell("%.1f", bytes / GiB); };
+  std::string why = "why cp " + std::to_string(cp) + ": it splits each sequence's " + std::to_string(seq_len) +
+                    " tokens over " + std::to_string(cp) + " ranks (" + std::to_string(seq_len / cp) +
+                    " rows each), activations " + gib(best.memory.activations) + " GiB per device; ";
+  const auto without = std::find_if(result.plans.begin(), result.plans.end(),
+                                    [](const Prediction& p) { return p.layout.cp == 1; });
+  if (without != result.plans.end())
+    return why + "the fastest layout without it, " + describe(without->layout) + ", fits but takes " +
+           format_cell("%.4g", without->step_s) + " s per step (" + format_cell("%.2f", without->step_s / best.step_s) +
+           "x as long)";
+  if (!result.smallest_rejected_without_cp) return why + "no layout without it is valid for this model and batch";
+  const Prediction& least = *result.smallest_rejected_without_cp;
+  return why + "no layout without it fits: the least hungry, " + describe(least.layout) + ", needs " +
+         gib(least.memory.total()) + " GiB per device of " + gib(least.memory_capacity) + " (activations " +
+         gib(least.memory.activations) + " GiB)";
+}
+
+void report_search(const SearchResult& result, int top, const SearchOptions& search, int seq_len) {
   const bool options_column = search.memory_options || search.recompute != Recompute::None || search.sequence_parallel;
-  std::vector<std::string> header{"#", "dpxtpxpp", "schedule", "zero", "micro", "M", "GiB/dev", "step s", "tokens/s", "MFU",
-                                  "compute", "tp", "pp", "bubble", "dp", "opt+other"};
+  const int shown = std::min<int>(top, static_cast<int>(result.plans.size()));
+  // cp's factor and its ring's time where a listed layout splits sequences.
+  const bool with_cp = std::any_of(result.plans.begin(), result.plans.begin() + shown,
+                                   [](const Prediction& p) { return p.layout.cp > 1; });
+  std::vector<std::string> header{"#", with_cp ? "dpxtpxcpxpp" : "dpxtpxpp", "schedule", "zero", "micro", "M", "GiB/dev",
+                                  "step s", "tokens/s", "MFU", "compute", "tp", "pp", "bubble", "dp", "opt+other"};
+  if (with_cp) header.insert(header.begin() + 12, "cp");
   if (options_column) header.insert(header.begin() + 4, "memory");
   TextTable table(header);
-  const int shown = std::min<int>(top, static_cast<int>(result.plans.size()));
   for (int i = 0; i < shown; ++i) {
     const Prediction& p = result.plans[static_cast<std::size_t>(i)];
-    std::vector<std::string> row = plan_row(i + 1, p);
+    std::vector<std::string> row = plan_row(i + 1, p, with_cp);
     if (options_column) row.insert(row.begin() + 4, memory_options_cell(p.layout));
     table.add_row(row);
   }
@@ -362,6 +407,7 @@ void report_search(const SearchResult& result, int top, const SearchOptions& sea
     std::printf("no layout was rejected for memory\n");
   }
   std::printf("\nbest plan:\n%s\n", describe(result.plans.front()).c_str());
+  if (result.plans.front().layout.cp > 1) std::printf("%s\n", why_context_parallel(result, seq_len).c_str());
 }
 
 // --largest FAMILY: each preset of the family, smallest first, searched with every memory option;
@@ -383,8 +429,8 @@ std::vector<std::string> family_presets(const std::string& family) {
 void report_largest(const std::string& family, const po::variables_map& vm, const Cluster& cluster) {
   const std::vector<std::string> names = family_presets(family);
   std::printf("the largest %s model that fits, every memory option tried\n%s\n", family.c_str(), describe(cluster).c_str());
-  TextTable table({"model", "parameters", "seq", "fits", "dpxtpxpp", "schedule", "zero", "memory", "micro", "GiB/dev",
-                   "step s", "MFU"});
+  TextTable table({"model", "parameters", "seq", "fits", "dpxtpxcpxpp", "schedule", "zero", "memory", "micro",
+                   "GiB/dev", "step s", "MFU"});
   std::optional<std::pair<std::string, Prediction>> largest;
   for (const std::string& name : names) {
     const ModelShape model = gpt_preset(name);
@@ -406,7 +452,7 @@ void report_largest(const std::string& family, const po::variables_map& vm, cons
     }
     const Prediction& p = result.plans.front();
     const Layout& l = p.layout;
-    table.add_row({name, params, seq, "yes", std::to_string(l.dp) + "x" + std::to_string(l.tp) + "x" + std::to_string(l.pp),
+    table.add_row({name, params, seq, "yes", mesh_cell(l, /*with_cp=*/true),
                    std::string(schedule_kind_name(l.schedule)) +
                        (l.schedule == ScheduleKind::Interleaved ? "/" + std::to_string(l.virtual_stages) : ""),
                    std::to_string(l.zero), memory_options_cell(l), std::to_string(l.micro_batch),
@@ -448,7 +494,7 @@ int plan_command(const std::vector<std::string>& args, const MpiRuntime& mpi) {
   } else {
     const SearchResult result = search_layouts(model, settings.training, cluster, settings.search);
     require_plans(result, settings, cluster);
-    report_search(result, settings.top, settings.search);
+    report_search(result, settings.top, settings.search, settings.training.seq_len);
   }
   std::fflush(stdout);
   return 0;

@@ -23,8 +23,10 @@
 #include "launch/command_line.h"
 #include "launch/session.h"
 #include "launch/stop_signals.h"
+#include "launch/table.h"
 #include "models/gpt_weights.h"
 #include "parallel/groups.h"
+#include "parallel/mesh.h"
 #include "perf/memory_model.h"
 #include "runtime/gemm_rate.h"
 #include "train/checkpointing.h"
@@ -136,7 +138,7 @@ std::unique_ptr<MetricsWriter> open_metrics(const TrainJob& job, const ParallelT
                    {"seed", job.seed},
                    {"device", ctx.device().str()},
                    {"compute_dtype", dtype_name(job.compute)},
-                   {"layout", {{"dp", layout.dp}, {"tp", layout.tp}, {"pp", layout.pp},
+                   {"layout", {{"dp", layout.dp}, {"tp", layout.tp}, {"cp", layout.cp}, {"pp", layout.pp},
                                {"schedule", schedule_kind_name(layout.schedule)},
                                {"virtual_stages", layout.virtual_stages}, {"zero", layout.zero},
                                {"bucket_mb", layout.bucket_mb}, {"overlap", layout.overlap}}},
@@ -202,6 +204,11 @@ void print_start(const TrainJob& job, const ParallelTrainer& trainer, const Trai
   print_layout(job, trainer);
   std::printf("  %s\n", memory_split(job, ctx, data.val != nullptr).c_str());
   for (const std::string& place : places) std::printf("  %s\n", place.c_str());
+  if (job.plan.mesh().cp > 1) {
+    // The ranks that split one sequence and pass key/value blocks around their ring.
+    std::printf("  cp groups (one sequence each, cut into %d chunks): %s\n", 2 * job.plan.mesh().cp,
+                format_groups(Mesh(job.plan.mesh()).all_cp_groups()).c_str());
+  }
   if (resumed) {
     std::printf("  resumed from %s: step %d, %s sequences consumed (saved on %s)%s\n", resumed->dir.c_str(),
                 resumed->step, format_count(static_cast<double>(resumed->sequences)).c_str(),

@@ -94,16 +94,27 @@ void add_run_options(po::options_description& desc) {
 }
 
 po::options_description layout_options() {
-  po::options_description layout("parallel layout (dp x tp x pp must equal the number of ranks)");
+  po::options_description layout("parallel layout (dp x tp x cp x pp must equal the number of ranks)");
   layout.add_options()
       ("dp", po::value<int>()->default_value(0),
-       "data-parallel replicas: each takes global-batch/dp sequences per step (0: ranks / (tp x pp))")
+       "data-parallel replicas: each takes global-batch/dp sequences per step (0: ranks / (tp x cp x pp))")
       ("tp", po::value<int>()->default_value(1),
        "tensor-parallel ranks per layer: split heads, MLP and vocabulary (must divide each); keep them on one node")
+      ("cp", po::value<int>()->default_value(1),
+       "context-parallel ranks per sequence: each sequence is cut into 2 x cp chunks and cp rank r holds "
+       "chunks r and 2cp-1-r (a causal split that gives every rank the same attention work), so per-rank "
+       "activations and attention work fall by about cp. Costs: every layer passes the key/value heads of a "
+       "rank's rows around the cp ring (2 x kv_heads x head_size x rows x bytes per layer per step forward, "
+       "twice that backward, for the dK/dV sums), overlapped with the block attention. Pays at long "
+       "sequences, where activations or the T^2 attention dominate; at short ones the ring's messages cost "
+       "more than they save. cp ranks hold the same weights: gradients (and ZeRO's shards) reduce over "
+       "dp x cp. --seq-len must be a multiple of 2 x cp")
       ("pp", po::value<int>()->default_value(1), "pipeline stages: the layers cut into pp consecutive parts")
       ("mesh-order", po::value<std::string>()->default_value("tp-dp-pp"),
-       "how ranks map to coordinates, fastest-varying first: the default puts tensor-parallel groups on "
-       "neighbouring ranks (one node), then data parallel, then pipeline stages")
+       "how ranks map to coordinates, fastest-varying first, naming tp, dp, pp and optionally cp (e.g. "
+       "tp-cp-dp-pp): the default puts tensor-parallel groups on neighbouring ranks (one node), then data "
+       "parallel, then pipeline stages; an order without cp puts cp right after tp (its ring passes "
+       "key/value blocks every layer: keep it close)")
       ("schedule", po::value<std::string>()->default_value("1f1b"),
        "pipeline schedule (pp > 1; interleaved where --virtual-stages is 2 or more and no schedule is "
        "named), with m micro-batches per step and p stages: gpipe (all forwards, then all "
@@ -151,7 +162,7 @@ po::options_description layout_options() {
 }
 
 po::options_description checkpoint_options() {
-  po::options_description checkpoints("checkpoints (resuming works on any layout: dp, tp, pp, v, zero and the rank count may change)");
+  po::options_description checkpoints("checkpoints (resuming works on any layout: dp, tp, cp, pp, v, zero and the rank count may change)");
   checkpoints.add_options()
       ("checkpoint-dir", path_value(PathKind::WriteDir),
        "save checkpoints here as step_NNNNNNNN/ (every rank writes its shards, rank 0 a manifest.json with "
@@ -245,6 +256,7 @@ LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptCon
   LayoutRequest request;
   request.tp = get<int>(vm, "tp");
   request.pp = get<int>(vm, "pp");
+  request.cp = get<int>(vm, "cp");
   request.order = get<std::string>(vm, "mesh-order");
   request.dp = get<int>(vm, "dp");
   request.virtual_stages = get<int>(vm, "virtual-stages");
@@ -262,10 +274,16 @@ LayoutPlan read_layout(const po::variables_map& vm, int world_size, const GptCon
   request.bucket_mb = get<double>(vm, "bucket-mb");
   request.overlap = !get<bool>(vm, "no-overlap");
   LayoutPlan plan(std::move(request), layout_dims(config, seq_len), world_size, get<int>(vm, "global-batch"));
-  const std::int64_t positions = std::int64_t{plan.micro_batch()} * seq_len;
+  // Context parallelism cuts each sequence into 2 x cp chunks (parallel/causal_split.h).
+  const int cp = plan.mesh().cp;
+  MT_REQUIRE(seq_len % (2 * cp) == 0, "--cp ", cp, " cuts each sequence into ", 2 * cp, " chunks: --seq-len ",
+             seq_len, " must be a multiple of ", 2 * cp);
+  // Sequence parallelism splits a cp rank's rows of the micro-batch over tp.
+  const std::int64_t positions = std::int64_t{plan.micro_batch()} * (seq_len / cp);
   MT_REQUIRE(!plan.layout().sequence_parallel || positions % plan.mesh().tp == 0, "--sequence-parallel splits a "
-             "micro-batch's --micro-batch ", plan.micro_batch(), " x --seq-len ", seq_len, " = ", positions,
-             " positions over --tp ", plan.mesh().tp, ": they must divide evenly");
+             "micro-batch's --micro-batch ", plan.micro_batch(), " x --seq-len ", seq_len,
+             cp > 1 ? " / --cp " + std::to_string(cp) : std::string(), " = ", positions, " positions over --tp ",
+             plan.mesh().tp, ": they must divide evenly");
   return plan;
 }
 
@@ -309,7 +327,8 @@ void check_memory_cap(const TrainJob& job, bool on_cpu) {
                    ", AdamW moments " + bytes(m.optimizer) + ", activations " + bytes(m.activations) + " in " +
                    std::to_string(m.in_flight) + " micro-batch slot(s), workspace " +
                    bytes(m.workspace + m.transient + m.logits) +
-                   "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp");
+                   "); raise the cap, or lower --micro-batch or --seq-len, or spread the model with --tp or --pp (or "
+                   "a long sequence with --cp)");
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <string>
 
 namespace mt {
 
@@ -10,6 +11,16 @@ std::string format_cell(const char* format, double value) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, value);
   return buf;
+}
+
+std::string format_groups(const std::vector<std::vector<int>>& groups) {
+  std::string out;
+  for (const std::vector<int>& group : groups) {
+    out += out.empty() ? "{" : " {";
+    for (std::size_t i = 0; i < group.size(); ++i) out += (i ? "," : "") + std::to_string(group[i]);
+    out += "}";
+  }
+  return out;
 }
 
 std::string TextTable::render() const {

@@ -1,5 +1,5 @@
 // Plain-text tables with aligned columns, for what rank 0 prints.
-// defines: TextTable, format_cell
+// defines: TextTable, format_cell, format_groups
 #pragma once
 
 #include <string>
@@ -9,6 +9,9 @@ namespace mt {
 
 // One number printed with a printf format ("%.2f"), for a table cell.
 std::string format_cell(const char* format, double value);
+
+// Rank groups as "{0,1} {2,3}" (the cp groups `devices` and `train` print).
+std::string format_groups(const std::vector<std::vector<int>>& groups);
 
 class TextTable {
  public:

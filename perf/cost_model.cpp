@@ -115,23 +115,24 @@ void check_job(const ModelShape& model, const TrainingShape& training, const Lay
              " devices, the cluster has ", cluster.devices());
 }
 
-// Which groups leave a node, in the plan's mesh order: tp, dp, pp, the embedding group. Kept per
-// mesh shape and node size (the search predicts many layouts of one mesh).
+// Which groups leave a node, in the plan's mesh order: tp, the gradient group (dp x cp), pp, cp, the
+// embedding group. Kept per mesh shape and node size (the search predicts many layouts of one mesh).
 struct Crossings {
-  bool tp = false, dp = false, pp = false, embedding = false;
+  bool tp = false, dp = false, pp = false, cp = false, embedding = false;
 };
 
 const Crossings& node_crossings(const Mesh& mesh, int devices_per_node) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, std::string, int>, Crossings> cache;
+  static std::map<std::tuple<int, int, int, int, std::string, int>, Crossings> cache;
   const MeshShape& shape = mesh.shape();
-  const auto key = std::make_tuple(shape.dp, shape.tp, shape.pp, shape.order, devices_per_node);
+  const auto key = std::make_tuple(shape.dp, shape.tp, shape.pp, shape.cp, shape.order, devices_per_node);
   std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   Crossings c;
   c.tp = any_group_crosses(mesh.all_tp_groups(), devices_per_node);
-  c.dp = any_group_crosses(mesh.all_dp_groups(), devices_per_node);
+  c.dp = any_group_crosses(mesh.all_dp_cp_groups(), devices_per_node);
   c.pp = any_group_crosses(mesh.all_pp_groups(), devices_per_node);
+  c.cp = any_group_crosses(mesh.all_cp_groups(), devices_per_node);
   c.embedding = any_group_crosses(mesh.all_embedding_groups(), devices_per_node);
   return cache.emplace(key, c).first->second;
 }
@@ -141,6 +142,7 @@ void mark_node_crossings(const Mesh& mesh, int devices_per_node, Prediction& p) 
   p.tp_crosses_nodes = c.tp;
   p.dp_crosses_nodes = c.dp;
   p.pp_crosses_nodes = c.pp;
+  p.cp_crosses_nodes = c.cp;
 }
 
 // The achieved GEMM rate in the compute dtype. fp32 on a GPU rated for bf16 runs on the CUDA
@@ -178,12 +180,40 @@ double recompute_flops(const Layout& layout, const ChunkWork& w) {
 // compute does not hide (zero3_exposed_gathers).
 // kv_sum: llama's kv heads replicated over tp (tp not dividing them): their gradients summed over
 // the tensor-parallel group once per step, before the optimizer.
+// cp_f and cp_b: ring attention's transfers per micro-batch that the block attention they overlap
+// does not hide (add_ring); they lie on the input-gradient path (B of the zero-bubble split).
 struct StageTimes {
   double compute_f = 0, compute_b = 0, compute_w = 0, tp_f = 0, tp_b = 0, gather_f = 0, gather_b = 0, kv_sum = 0;
+  double cp_f = 0, cp_b = 0;
   double params = 0;
   double gather_total = 0;  // ZeRO-3: all of one micro-batch's gathers, forward and backward
-  double cost() const { return compute_f + compute_b + tp_f + tp_b + gather_f + gather_b; }
+  double cp_total = 0;      // all of one micro-batch's ring transfers, hidden or not
+  double cost() const { return compute_f + compute_b + tp_f + tp_b + gather_f + gather_b + cp_f + cp_b; }
 };
+
+// Ring attention over cp ranks (parallel/ring_attention.h), per micro-batch through a chunk's
+// layers. Per layer the forward takes cp steps: at each of the first cp-1 it sends its kv block
+// [B, T/cp, kv columns] on while it attends to the one it holds, a cp-th of the layer's attention;
+// a transfer longer than that attention is exposed. The backward goes round again, each block
+// travelling with its [dk | dv] accumulator (fp32) under the block's attention backward (twice the
+// forward's); the last accumulator's trip home has no attention left to hide under. Full
+// recomputation runs the forward's ring again in backward.
+void add_ring(const ModelShape& model, const TrainingShape& training, const Layout& layout, const ChunkWork& w,
+              double rate, const Link& cp_link, StageTimes& st) {
+  if (layout.cp <= 1 || w.layers == 0) return;
+  const double rows = layout.micro_batch * rank_seq_len(training, layout);
+  const double kv = rows * kv_columns(model, layout.tp);
+  const double block_f = p2p_s(kv * training.act_bytes(), cp_link);
+  const double block_b = p2p_s(kv * (training.act_bytes() + 4.0), cp_link), accumulator = p2p_s(kv * 4.0, cp_link);
+  const double step_attention = w.attention_flops / w.layers / layout.cp / rate;
+  const double steps = layout.cp - 1.0;
+  const double forward = steps * std::max(0.0, block_f - step_attention);
+  const double backward = steps * std::max(0.0, block_b - 2.0 * step_attention) + accumulator;
+  st.cp_f += w.layers * forward;
+  st.cp_b += w.layers * (backward + (layout.recompute == Recompute::Full ? forward : 0.0));
+  st.cp_total += w.layers * (steps * (block_f + block_b) + accumulator +
+                             (layout.recompute == Recompute::Full ? steps * block_f : 0.0));
+}
 
 // ZeRO-3 gathers each parameter unit before its use, kPrefetchUnits ahead in the order of use
 // (zero/unit_shards.h): unit i's gather is launched when unit i - kPrefetchUnits begins (those
@@ -216,7 +246,9 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   const ChunkWork head = chunk_work(model, training, layout, 0, false, true);
   const double layer_f = layer.forward_flops / rate, head_f = 3.0 * head.head_flops / rate;
   const double layer_b = (2.0 * layer.forward_flops + recompute_flops(layout, layer)) / rate;
-  const auto gather = [&](std::int64_t numel) { return allgather_s(layout.dp, static_cast<double>(numel) * 4.0, dp_link); };
+  const auto gather = [&](std::int64_t numel) {
+    return allgather_s(gradient_ranks(layout), static_cast<double>(numel) * 4.0, dp_link);  // over dp x cp
+  };
   const auto named = [](const StageUnit& u, const char* prefix) { return u.name.rfind(prefix, 0) == 0; };
   std::vector<std::pair<double, double>> forward, backward, head_weight;
   double lnf = -1;
@@ -273,10 +305,10 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
 }
 
 StageTimes stage_times(const ModelShape& model, const TrainingShape& training, const LayoutPlan& plan,
-                       const Cluster& cluster, const Link& tp_link, const Link& dp_link, int s) {
+                       const Cluster& cluster, const Link& tp_link, const Link& dp_link, const Link& cp_link, int s) {
   const Layout& layout = plan.layout();
   const int P = layout.pp, v = layout.virtual_stages;
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
+  const double N = layout.micro_batch * rank_seq_len(training, layout), C = model.channels;
   const double act = training.act_bytes(), rate = achieved_rate(cluster, training.precision);
   const double tp_big = allreduce_s(layout.tp, N * C * act, tp_link), tp_small = allreduce_s(layout.tp, N * 4.0, tp_link);
   StageTimes st;
@@ -287,6 +319,7 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     const ChunkWork w = chunk_work(model, training, layout, plan.chunk_layers()[static_cast<std::size_t>(g)], g == 0,
                                    g == P * v - 1);
     layers += w.layers;
+    add_ring(model, training, layout, w, rate, cp_link, st);
     st.compute_f += (w.forward_flops + 2.0 * w.head_flops) / rate;
     st.compute_b += (2.0 * (w.forward_flops - w.head_flops) + recompute_flops(layout, w)) / rate;
     st.compute_w += (w.forward_flops - w.head_flops - w.attention_flops) / rate;
@@ -298,7 +331,7 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     // Gpt::forward_chunk casts the whole fp32 master to bf16 (read 4, write 2 bytes each).
     if (training.precision == Precision::BF16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
   }
-  if (layout.zero == 3 && layout.dp > 1)
+  if (layout.zero == 3 && gradient_ranks(layout) > 1)
     zero3_exposed_gathers(model, training, plan, rate, dp_link, head_chunks_on_cuda(cluster), s, st);
   const double kv_rows = replicated_kv_rows(model, layout.tp);
   // Summed in every micro-batch's backward (models/gpt.cpp qkv_backward_weights).
@@ -322,7 +355,9 @@ double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, double makes
   p.time.compute = M * (slow.compute_f + slow.compute_b);
   p.time.tp_comm = M * (slow.tp_f + slow.tp_b);
   p.time.zero_gather = M * (slow.gather_f + slow.gather_b);
-  p.time.bubble = std::max(0.0, makespan - p.time.compute - p.time.tp_comm - p.time.zero_gather);
+  p.time.cp_comm = M * (slow.cp_f + slow.cp_b);
+  p.time.cp_total = M * slow.cp_total;
+  p.time.bubble = std::max(0.0, makespan - p.time.compute - p.time.tp_comm - p.time.zero_gather - p.time.cp_comm);
   if (P > 1) {
     // Fill and drain cross every chunk boundary between two stages once each way (zb-v's turn at
     // the last stage stays on it); without overlap every send is also waited for by its sender.
@@ -343,12 +378,13 @@ void add_data_parallel(const Layout& layout, int micro_batches, double params, c
                        const Cluster& cluster, const Link& dp_link, Prediction& p) {
   const double bucket_bytes = layout.bucket_mb * 1024.0 * 1024.0;
   const bool sharded = layout.zero >= 1, per_micro = layout.zero >= 2;
+  const int n = gradient_ranks(layout);  // dp x cp: cp ranks hold the same weights
   const auto [reduce_total, reduce_last] =
-      bucketed(params * 4.0, bucket_bytes, sharded ? reduce_scatter_s : allreduce_s, layout.dp, dp_link);
+      bucketed(params * 4.0, bucket_bytes, sharded ? reduce_scatter_s : allreduce_s, n, dp_link);
   const bool gathers_after_update = layout.zero == 1 || layout.zero == 2;
   const auto [gather_total, gather_last] =
-      gathers_after_update ? bucketed(params * 4.0, bucket_bytes, allgather_s, layout.dp, dp_link) : std::pair{0.0, 0.0};
-  const double updated = sharded ? params / layout.dp : params;
+      gathers_after_update ? bucketed(params * 4.0, bucket_bytes, allgather_s, n, dp_link) : std::pair{0.0, 0.0};
+  const double updated = sharded ? params / n : params;
   // AdamW's 28 bytes per updated parameter; zeroing and the norm pass over the gradients kept.
   p.time.optimizer = (28.0 * updated + 8.0 * (per_micro ? updated : params)) / cluster.memory_bandwidth;
   const double window = layout.overlap ? slow.compute_b + slow.tp_b : 0.0;  // a micro-batch's backward
@@ -433,14 +469,15 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
   std::vector<StageTimes> stages;
   for (int s = 0; s < layout.pp; ++s)
     stages.push_back(stage_times(model, training, plan, cluster, link_for(p.tp_crosses_nodes, cluster),
-                                 link_for(p.dp_crosses_nodes, cluster), s));
+                                 link_for(p.dp_crosses_nodes, cluster), link_for(p.cp_crosses_nodes, cluster), s));
   const StageTimes& slow = slowest(stages);
   const int v = layout.virtual_stages;
-  const double f = (slow.compute_f + slow.tp_f + slow.gather_f) / v;  // per chunk
-  const double b = (slow.compute_b + slow.tp_b + slow.gather_b) / v;
+  const double f = (slow.compute_f + slow.tp_f + slow.gather_f + slow.cp_f) / v;  // per chunk
+  const double b = (slow.compute_b + slow.tp_b + slow.gather_b + slow.cp_b) / v;
   const SimulatedSchedule schedule = simulate_schedule(plan, f, b, slow.compute_w / v);
-  // Sequence parallelism sends each stage's output split over tp: 1/tp of the bytes per rank.
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len / (layout.sequence_parallel ? layout.tp : 1);
+  // Sequence parallelism sends each stage's output split over tp: 1/tp of the bytes per rank (of a
+  // cp rank's rows).
+  const double N = layout.micro_batch * rank_seq_len(training, layout) / (layout.sequence_parallel ? layout.tp : 1);
   const double message =
       layout.pp > 1 ? p2p_s(N * model.channels * training.act_bytes(), link_for(p.pp_crosses_nodes, cluster)) : 0.0;
   const double makespan = add_pipeline(plan, slow, schedule.makespan, f, message, p);
@@ -504,6 +541,11 @@ std::string describe(const Prediction& p) {
   };
   line("compute", t.compute, "GEMMs of every micro-batch on the slowest stage");
   line("tp comm", t.tp_comm, p.tp_crosses_nodes ? "tensor-parallel allreduces (ACROSS NODES)" : "tensor-parallel allreduces");
+  if (p.layout.cp > 1) {
+    std::snprintf(buf, sizeof buf, "ring attention's kv blocks, exposed of %.4g s%s", t.cp_total,
+                  p.cp_crosses_nodes ? ", across nodes" : "");
+    line("cp comm", t.cp_comm, buf);
+  }
   line("pp comm", t.pp_comm, p.pp_crosses_nodes ? "activations between stages (across nodes)" : "activations between stages");
   line("bubble", t.bubble, "pipeline fill and drain (schedule simulation)");
   std::snprintf(buf, sizeof buf, "exposed of %.4g s%s", t.dp_total, p.dp_crosses_nodes ? ", across nodes" : "");

@@ -15,7 +15,12 @@
 //    kv-head gradients summed over tp where tp does not divide the kv heads (replicated),
 //    and the optimizer (memory bound: AdamW's 28 bytes per updated parameter, plus zeroing and
 //    the norm's pass over the gradients);
-//  - with bf16 compute, every chunk forward casts the stage's fp32 master into its bf16 copy.
+//  - with bf16 compute, every chunk forward casts the stage's fp32 master into its bf16 copy;
+//  - context parallelism (cp > 1): each rank computes a cp-th of the rows (GEMMs and attention fall
+//    by cp); per layer the forward passes cp-1 kv blocks [B, T/cp, 2 kv_heads hs / tp] around the
+//    ring, each transfer overlapped with one block's attention (a cp-th of the layer's): only what
+//    exceeds it is exposed; the backward the same, each block travelling with its fp32 dK/dV
+//    accumulator, under the block's attention backward; the gradients reduce over dp x cp.
 // On CPUs whose ranks share cores, a node cannot do more than cores_per_node ranks' work at once:
 // the step is at least the node's busy time divided by its cores (waits yield the core).
 // defines: TimeBreakdown, Prediction, predict_step, describe
@@ -34,6 +39,7 @@ namespace mt::perf {
 struct TimeBreakdown {
   double compute = 0;         // GEMMs (and bf16 casts) of all micro-batches on the slowest stage
   double tp_comm = 0;         // tensor-parallel allreduces, all exposed
+  double cp_comm = 0;         // ring attention's kv (and dK/dV) transfers block attention does not hide
   double pp_comm = 0;         // point-to-point messages on the critical path
   double bubble = 0;          // pipeline fill and drain
   double zero_gather = 0;     // ZeRO-3 parameter all-gathers the previous unit's compute does not hide
@@ -43,8 +49,9 @@ struct TimeBreakdown {
   double optimizer = 0;       // AdamW update, gradient zeroing and norm pass
   double core_wait = 0;       // shared cores: waiting for a core (ranks > cores)
   double dp_total = 0;        // all data-parallel communication, hidden or not (not part of the sum)
+  double cp_total = 0;        // all of the ring's transfers, hidden or not (not part of the sum)
   double sum() const {
-    return compute + tp_comm + pp_comm + bubble + zero_gather + dp_exposed + embedding_sync + norm + optimizer + core_wait;
+    return compute + tp_comm + cp_comm + pp_comm + bubble + zero_gather + dp_exposed + embedding_sync + norm + optimizer + core_wait;
   }
 };
 
@@ -60,7 +67,7 @@ struct Prediction {
   double tokens_per_s = 0;
   double model_flops_per_step = 0;  // GptConfig::training_flops_per_token x tokens
   double mfu = 0;                   // model FLOPs / step / (devices x peak)
-  bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false;
+  bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false, cp_crosses_nodes = false;
 };
 
 // The layout becomes a LayoutPlan (parallel/layout_plan.h): its checks, micro-batches, stage

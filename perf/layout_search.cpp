@@ -56,7 +56,7 @@ std::vector<Variant> variants(const MeshShape& mesh, const SearchOptions& option
   for (const bool sp : sps)
     for (const Recompute r : recomputes)
       for (int zero = 0; zero <= max_zero; ++zero)
-        if (zero == 0 || mesh.dp > 1) out.push_back({r, zero, sp});
+        if (zero == 0 || mesh.dp * mesh.cp > 1) out.push_back({r, zero, sp});  // ZeRO shards over dp x cp
   return out;
 }
 
@@ -81,6 +81,7 @@ std::vector<Layout> candidates(const MeshShape& mesh, const std::vector<int>& mi
         Layout l;
         l.dp = mesh.dp;
         l.tp = mesh.tp;
+        l.cp = mesh.cp;
         l.pp = mesh.pp;
         l.virtual_stages = sched.v;
         l.schedule = sched.kind;
@@ -94,15 +95,34 @@ std::vector<Layout> candidates(const MeshShape& mesh, const std::vector<int>& mi
   return out;
 }
 
-// The meshes the search tries: tp within a node unless allowed, dp dividing the batch.
+}  // namespace
+
+std::vector<int> context_parallel_sizes(int seq_len, int devices) {
+  std::vector<int> out{1};
+  for (int cp = 2; cp <= devices && devices % cp == 0; cp *= 2)
+    if (seq_len % (2 * cp) == 0 && seq_len / cp >= kMinContextParallelRows) out.push_back(cp);
+  return out;
+}
+
+namespace {
+
+// The meshes the search tries: tp within a node unless allowed, cp as context_parallel_sizes allows,
+// dp dividing the batch.
 std::vector<MeshShape> meshes(const TrainingShape& training, const Cluster& cluster, const SearchOptions& options) {
   std::vector<MeshShape> out;
   const int devices = cluster.devices();
   for (int tp : divisors(devices)) {
     if (tp > cluster.devices_per_node && !options.allow_cross_node_tp) continue;
-    for (int pp : divisors(devices / tp)) {
-      const int dp = devices / (tp * pp);
-      if (training.global_batch % dp == 0) out.push_back({dp, tp, pp});
+    for (int cp : context_parallel_sizes(training.seq_len, devices / tp)) {
+      for (int pp : divisors(devices / (tp * cp))) {
+        const int dp = devices / (tp * cp * pp);
+        MeshShape mesh;
+        mesh.dp = dp;
+        mesh.tp = tp;
+        mesh.cp = cp;
+        mesh.pp = pp;
+        if (training.global_batch % dp == 0) out.push_back(mesh);
+      }
     }
   }
   return out;
@@ -126,6 +146,8 @@ bool record(Prediction p, SearchResult& result) {
     result.plans.push_back(std::move(p));
   } else {
     ++result.rejected_for_memory;
+    std::optional<Prediction>& without_cp = result.smallest_rejected_without_cp;
+    if (p.layout.cp == 1 && (!without_cp || p.memory.total() < without_cp->memory.total())) without_cp = p;
     if (!result.smallest_rejected || p.memory.total() < result.smallest_rejected->memory.total())
       result.smallest_rejected = std::move(p);
   }

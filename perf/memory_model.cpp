@@ -22,7 +22,7 @@ namespace mt::perf {
 bool head_chunks_on_cuda(const Cluster& cluster) { return cluster.peak_dtype != "fp32"; }
 
 std::int64_t head_chunks(const ModelShape& model, const TrainingShape& training, const Layout& layout, bool cuda) {
-  const std::int64_t N = static_cast<std::int64_t>(layout.micro_batch) * training.seq_len;
+  const auto N = static_cast<std::int64_t>(layout.micro_batch * rank_seq_len(training, layout));
   const std::int64_t rows = head_chunk_rows(N, model.vocab_rows() / layout.tp, training.act_bytes(), cuda);
   return (N + rows - 1) / rows;
 }
@@ -168,13 +168,16 @@ namespace {
 // Rows of the regions sequence parallelism splits over tp (layernorms, residual stream, embedding
 // output): [N/tp, C] per rank, the largest piece where tp does not divide the sequence.
 double split_rows(const TrainingShape& training, const Layout& layout) {
-  const double B = layout.micro_batch, T = training.seq_len;
+  const double B = layout.micro_batch, T = rank_seq_len(training, layout);
   return layout.sequence_parallel ? B * std::ceil(T / layout.tp) : B * T;
 }
 
 // What one layer's attention keeps for its backward, as the layer allocates it (runtime/attention_kernel.h:
-// the probabilities [B, H/tp, T, T], fp32 or of the activation dtype by implementation).
+// the probabilities [B, H/tp, T, T], fp32 or of the activation dtype by implementation). Ring
+// attention (cp > 1, parallel/ring_attention.h) keeps only the merged log-sum-exp of its rows, fp32
+// [B, H/tp, T/cp]: the backward recomputes each block's scores.
 double attention_saved(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
+  if (layout.cp > 1) return block(layout.micro_batch * (model.heads / layout.tp) * rank_seq_len(training, layout) * 4.0);
   return block(nn::attention_saved_bytes(training.attention, layout.micro_batch, model.heads / layout.tp,
                                          training.seq_len, training.act_bytes()));
 }
@@ -182,7 +185,7 @@ double attention_saved(const ModelShape& model, const TrainingShape& training, c
 // Of one layer's activations, the two selective recomputation rebuilds in backward: attention's
 // saved probabilities and the MLP activation's output (GELU's [N, 4C/tp], SwiGLU's [N, F/tp]).
 double selectively_recomputed_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len;
+  const double N = layout.micro_batch * rank_seq_len(training, layout);
   return attention_saved(model, training, layout) +
          block(N * layer_widths(model, layout.tp).mlp_out * training.act_bytes());
 }
@@ -190,7 +193,7 @@ double selectively_recomputed_bytes(const ModelShape& model, const TrainingShape
 }  // namespace
 
 double layer_activation_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
-  const double B = layout.micro_batch, T = training.seq_len, N = B * T, C = model.channels;
+  const double B = layout.micro_batch, T = rank_seq_len(training, layout), N = B * T, C = model.channels;
   const double a = training.act_bytes(), f32 = 4.0, Ns = split_rows(training, layout);
   const LayerWidths w = layer_widths(model, layout.tp);
   // ln1, res2, ln2 [N,C] (sequence parallel: [N/tp, C]); qkv, atty, the MLP's up projection and its
@@ -222,7 +225,7 @@ double recompute_scratch_bytes(const ModelShape& model, const TrainingShape& tra
 
 double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                   bool embedding, bool head) {
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
+  const double N = layout.micro_batch * rank_seq_len(training, layout), C = model.channels;
   const double a = training.act_bytes(), f32 = 4.0, Ns = split_rows(training, layout);
   // residual[0..layers] (the layer inputs full recomputation keeps) and what each layer keeps.
   double bytes = (layers + 1) * block(Ns * C * a);
@@ -238,7 +241,7 @@ double slot_bytes(const ModelShape& model, const TrainingShape& training, const 
 
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                            bool head, bool embedding) {
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
+  const double N = layout.micro_batch * rank_seq_len(training, layout), C = model.channels;
   const double a = training.act_bytes(), Ns = split_rows(training, layout);
   const double qkv = layer_widths(model, layout.tp).qkv;
   // Per layer the residual gradients at the MLP's and the attention's output [N, C] (gathered with
@@ -256,7 +259,7 @@ double weight_inputs_bytes(const ModelShape& model, const TrainingShape& trainin
 double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
                                       int layers) {
   if (layout.recompute == Recompute::None) return 0.0;
-  const double B = layout.micro_batch, T = training.seq_len, N = B * T;
+  const double B = layout.micro_batch, T = rank_seq_len(training, layout), N = B * T;
   const double a = training.act_bytes();
   // What the slot dropped and W reads: the scratch's layer less qkv and the probabilities (B's alone).
   double fields = recompute_scratch_bytes(model, training, layout) - attention_saved(model, training, layout);
@@ -265,7 +268,7 @@ double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingSha
 }
 
 double logits_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, bool cuda) {
-  const std::int64_t N = static_cast<std::int64_t>(layout.micro_batch) * training.seq_len;
+  const auto N = static_cast<std::int64_t>(layout.micro_batch * rank_seq_len(training, layout));
   const std::int64_t cols = model.vocab_rows() / layout.tp;
   const std::int64_t rows = head_chunk_rows(N, cols, training.act_bytes(), cuda);
   return block(static_cast<double>(rows) * static_cast<double>(cols) * training.act_bytes());
@@ -345,9 +348,9 @@ const std::vector<int>& deferred_weights(const LayoutPlan& plan) {
 }
 
 ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stage) {
-  const double dp = plan.layout().dp;
+  const double dp = gradient_ranks(plan.layout());  // ZeRO shards over dp x cp
   ZeroBlocks z;
-  z.dp = plan.layout().dp;
+  z.dp = gradient_ranks(plan.layout());
   const std::vector<StageUnit>& units = stage_units(model, plan, stage);
   for (std::size_t u = 0; u < units.size(); ++u) {
     z.units.emplace_back();
@@ -364,15 +367,17 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
                                       const Cluster& cluster, const std::vector<std::vector<int>>& slots, int s) {
   const Layout& layout = plan.layout();
   const std::vector<int>& chunk_layers = plan.chunk_layers();
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
+  const double N = layout.micro_batch * rank_seq_len(training, layout), C = model.channels;
   const double a = training.act_bytes();
   const bool bf16 = training.precision == Precision::BF16;
   MemoryBreakdown m;
   m.stage = s;
-  // The flat buffers, padded to a multiple of dp (models/parameter_store.h).
+  // The flat buffers, padded to a multiple of the gradient group, dp x cp (models/parameter_store.h):
+  // cp ranks hold the same weights, replicated unless ZeRO shards them over dp x cp.
+  const double shards = gradient_ranks(layout);
   const std::vector<std::int64_t> tensors = stage_parameter_tensors(model, plan, s);
   double numel = static_cast<double>(std::accumulate(tensors.begin(), tensors.end(), std::int64_t{0}));
-  numel = std::ceil(numel / layout.dp) * layout.dp;
+  numel = std::ceil(numel / shards) * shards;
   if (layout.zero <= 1) {
     m.parameters = block(numel * 4.0) + (bf16 ? block(numel * 2.0) : 0.0);
     m.gradients = block(numel * 4.0);
@@ -391,11 +396,11 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 and above per piece of one in this
   // rank's share of a bucket (parallel/zero_optimizer.h): at most a piece per tensor and one more per bucket.
   if (layout.zero >= 1) {
-    const double bucket = std::max(1.0, std::floor(layout.bucket_mb * 1024.0 * 1024.0 / 4.0 / layout.dp)) * layout.dp;
+    const double bucket = std::max(1.0, std::floor(layout.bucket_mb * 1024.0 * 1024.0 / 4.0 / shards)) * shards;
     double pieces = static_cast<double>(tensors.size()) + std::ceil(numel / bucket);
     // ZeRO-3 may cut its shards per unit (what it gathers) rather than per bucket: a piece more per unit.
     if (layout.zero == 3) pieces += static_cast<double>(stage_parameter_units(model, plan, s).size());
-    m.optimizer = 2.0 * (numel / layout.dp * 4.0 + 256.0 * pieces);
+    m.optimizer = 2.0 * (numel / shards * 4.0 + 256.0 * pieces);
   } else {
     for (const std::int64_t t : tensors) m.optimizer += 2.0 * block(static_cast<double>(t) * 4.0);
   }
@@ -444,10 +449,17 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     m.workspace += 2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + block(2.0 * C * 4.0);
   }
   if (layout.recompute != Recompute::None) m.workspace += recompute_scratch_bytes(model, training, layout);
+  // Ring attention (cp > 1, parallel/ring_attention.h): two kv blocks [B, T/cp, kv columns] (the one
+  // attended to, the next arriving) and the backward's two [dk | dv] accumulators of the same rows in
+  // fp32 (the one added to, the one travelling), allocated once and shared by every layer.
+  if (layout.cp > 1) {
+    const double kv = N * kv_columns(model, layout.tp);
+    m.workspace += 2.0 * block(kv * a) + 2.0 * block(kv * 4.0);
+  }
   // One at a time: attention's scratch (the backward's gradient of the scores, the forward's fp32
   // scores under bf16: runtime/attention_kernel.h), the embedding backward's int32 index [2, N], a
   // micro-batch's new tokens before the old are freed, the step's few floats for the norm and loss.
-  const double Bm = layout.micro_batch, Tm = training.seq_len, Hm = model.heads / layout.tp;
+  const double Bm = layout.micro_batch, Tm = rank_seq_len(training, layout), Hm = model.heads / layout.tp;
   const int ab = training.act_bytes();
   const double kv_channels = (w.qkv - w.attention) / 2;  // the local [k | v] halves
   const double attention_scratch =

@@ -15,6 +15,10 @@
 // ZeRO-2 keeps this rank's 1/dp of the gradients plus the full gradients of the parameter units
 // (models/param_use.h) in flight (the one computed and the one reduced), ZeRO-3
 // likewise for the parameters (the units in use and the one prefetched).
+// Context parallelism (cp > 1) leaves each rank a cp-th of every sequence's rows: its activations and
+// scratch are those of seq_len / cp rows, attention keeps only its log-sum-exp (ring attention), and
+// the ring's kv blocks and dK/dV accumulators are scratch; the parameters, gradients and AdamW
+// moments are replicated over cp, unless ZeRO, which shards them over dp x cp.
 // With the zero-bubble schedules (backward split into B and W), each slot also keeps what B leaves
 // for W (models/gpt.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it;
 // with recomputation the layers' part of it (and what W reads that the slot dropped) is a set held

@@ -87,9 +87,16 @@ LayerWidths layer_widths(const ModelShape& model, int tp) {
   return w;
 }
 
+double kv_columns(const ModelShape& model, int tp) {
+  const LayerWidths w = layer_widths(model, tp);
+  return w.qkv - w.attention;
+}
+
 ChunkWork chunk_work(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                      bool embedding, bool head) {
-  const double N = static_cast<double>(layout.micro_batch) * training.seq_len, C = model.channels;
+  // A cp rank's rows; attention still spans the whole sequence T (the ring brings the other
+  // ranks' keys), so its FLOPs per rank fall by cp with the rows.
+  const double N = layout.micro_batch * rank_seq_len(training, layout), C = model.channels;
   const double T = training.seq_len, tp = layout.tp;
   ChunkWork w;
   w.layers = layers;

@@ -5,7 +5,7 @@
 // micro-batches per step and each stage's part of the model come from the job's LayoutPlan
 // (parallel/layout_plan.h), as they do for the trainer.
 // defines: ModelShape, Precision, TrainingShape, Layout, describe, LayerWidths, layer_widths,
-//          replicated_kv_rows, ChunkWork, chunk_work, stage_parameter_tensors, stage_parameters,
+//          rank_seq_len, gradient_ranks, kv_columns, replicated_kv_rows, ChunkWork, chunk_work, stage_parameter_tensors, stage_parameters,
 //          StageUnit, stage_units, stage_parameter_units
 #pragma once
 
@@ -41,8 +41,21 @@ struct TrainingShape {
 // A candidate layout is what a user would ask for (parallel/layout_plan.h).
 using Layout = LayoutRequest;
 
-// "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b"
+// "dp=2 tp=2 pp=2 v=1 zero=1 micro=4 schedule=1f1b" (" cp=2" after tp where cp > 1)
 inline std::string describe(const Layout& layout) { return layout.describe(); }
+
+// Context parallelism: the rows of each sequence one cp rank holds (2 of its 2 x cp chunks:
+// parallel/causal_split.h). Its GEMMs, activations and share of attention scale with them; its
+// attention meets the keys of the whole sequence, around the ring.
+inline double rank_seq_len(const TrainingShape& training, const Layout& layout) {
+  return static_cast<double>(training.seq_len) / layout.cp;
+}
+// The ranks gradients are reduced over and ZeRO shards over: dp x cp (cp ranks hold the same
+// weights: parallel/groups.h gradient_group).
+inline int gradient_ranks(const Layout& layout) { return layout.dp * layout.cp; }
+// The key/value columns of one layer on one tensor-parallel rank (qkv's [k | v] part, whole where
+// tp does not split llama's kv heads): what the cp ring passes per local row.
+double kv_columns(const ModelShape& model, int tp);
 
 // The columns of one layer's [N, *] activations on one tensor-parallel rank (models/gpt.cpp), by
 // family: gpt2 keeps qkv [3C/tp], fch and its GELU [4C/tp] each, LayerNorm's mean and rstd; llama
@@ -60,7 +73,8 @@ LayerWidths layer_widths(const ModelShape& model, int tp);
 // llama's kv heads (models/gpt_sharding.h), else 0.
 double replicated_kv_rows(const ModelShape& model, int tp);
 
-// The work of one micro-batch through one model chunk on one tensor-parallel rank.
+// The work of one micro-batch through one model chunk on one tensor-parallel rank (and, with
+// context parallelism, its cp rank's rows of the sequence: a cp-th of the GEMMs and of attention).
 struct ChunkWork {
   int layers = 0;
   bool embedding = false, head = false;

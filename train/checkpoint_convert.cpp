@@ -55,7 +55,8 @@ std::filesystem::path write_checkpoint_for_layout(const std::filesystem::path& r
   for (int rank = 0; rank < mesh.world_size(); ++rank) {
     ckpt::RankWriter writer(partial, rank, base.step);
     const MeshCoord coord = layout.coord_of(rank);
-    if (coord.dp == 0) {  // one copy of each shard: data-parallel rank 0 holds it
+    // One copy of each shard: rank 0 of the data- and context-parallel ranks (they hold the same weights).
+    if (coord.dp == 0 && coord.cp == 0) {
       const GptPartition partition = plan.partition(coord);
       for (const ParamShard& shard : gpt_param_shards(config, partition)) {
         if (!is_primary_copy(shard, partition)) continue;

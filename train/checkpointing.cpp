@@ -24,15 +24,6 @@ std::string hex64(std::uint64_t value) {
   return buf;
 }
 
-std::string describe_layout(const nlohmann::json& layout) {
-  std::string s = "dp " + std::to_string(layout.value("dp", 0)) + " x tp " + std::to_string(layout.value("tp", 0)) +
-                  " x pp " + std::to_string(layout.value("pp", 0)) + ", " + layout.value("schedule", std::string("?"));
-  if (layout.value("virtual_stages", 1) > 1) s += " v" + std::to_string(layout.value("virtual_stages", 1));
-  s += ", zero " + std::to_string(layout.value("zero", 0)) + " on " + std::to_string(layout.value("world_size", 0)) +
-       " rank(s)";
-  return s;
-}
-
 // The manifest's sections other than the tensors, from the trainer.
 ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
   const TrainSettings& settings = trainer.settings();
@@ -69,8 +60,9 @@ ckpt::Manifest manifest_base(ParallelTrainer& trainer, const RunIdentity& run) {
   return m;
 }
 
-// This rank's pieces: what it owns over the dp group (its block of each bucket or unit), for the
-// params it holds the primary copy of.
+// This rank's pieces: what it owns over the gradient group (dp, or dp x cp: cp ranks hold the same
+// weights; its block of each bucket or unit), for the params it holds the primary copy of. Pieces are
+// slices of the full tensors, so a checkpoint reads back on any cp as on any dp.
 void write_pieces(ParallelTrainer& trainer, ckpt::RankWriter& writer) {
   const ZeroEngine& zero = trainer.zero();
   for (const OwnedPiece& piece : zero.owned_pieces()) {
@@ -87,11 +79,24 @@ void write_pieces(ParallelTrainer& trainer, ckpt::RankWriter& writer) {
 
 }  // namespace
 
+std::string describe_saved_layout(const nlohmann::json& layout) {
+  // Manifests written before context parallelism have no "cp": theirs was 1.
+  const int cp = layout.value("cp", 1);
+  std::string s = "dp " + std::to_string(layout.value("dp", 0)) + " x tp " + std::to_string(layout.value("tp", 0)) +
+                  (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) + " x pp " +
+                  std::to_string(layout.value("pp", 0)) + ", " + layout.value("schedule", std::string("?"));
+  if (layout.value("virtual_stages", 1) > 1) s += " v" + std::to_string(layout.value("virtual_stages", 1));
+  s += ", zero " + std::to_string(layout.value("zero", 0)) + " on " + std::to_string(layout.value("world_size", 0)) +
+       " rank(s)";
+  return s;
+}
+
 nlohmann::json layout_json(const LayoutPlan& plan) {
   const LayoutRequest& layout = plan.layout();
   const MeshShape& mesh = plan.mesh();
   return {{"dp", mesh.dp},
           {"tp", mesh.tp},
+          {"cp", mesh.cp},
           {"pp", mesh.pp},
           {"order", mesh.order},
           {"world_size", mesh.world_size()},
@@ -372,7 +377,7 @@ ResumeReport load_checkpoint(ParallelTrainer& trainer, const std::filesystem::pa
                "; the options ask for ", config.describe());
     report.step = static_cast<int>(m.step);
     report.sequences = m.data.value("sequences_consumed", std::int64_t{0});
-    report.saved_layout = describe_layout(m.layout);
+    report.saved_layout = describe_saved_layout(m.layout);
     const LrSchedule schedule = resumed_lr_schedule(m.training, report.step, trainer.settings().schedule,
                                                     options.lr_decay_steps_given, report.notes, where);
 

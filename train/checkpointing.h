@@ -15,7 +15,7 @@
 // defines: RunIdentity, SaveResult, ResumeReport, ResumeOptions, ClaimedDir, claim_checkpoint_dir, settle_checkpoint_dir,
 //          save_checkpoint, load_checkpoint,
 //          lr_schedule_json, resumed_lr_schedule, gpt_config_json, gpt_config_from_json,
-//          required_json_int, layout_json, shard_slice, param_tensor, adam_m_tensor, adam_v_tensor
+//          required_json_int, layout_json, describe_saved_layout, shard_slice, param_tensor, adam_m_tensor, adam_v_tensor
 #pragma once
 
 #include <cstdint>
@@ -63,8 +63,13 @@ nlohmann::json lr_schedule_json(const LrSchedule& schedule);
 LrSchedule resumed_lr_schedule(const nlohmann::json& training, int step, const LrSchedule& requested,
                                bool horizon_given, std::vector<std::string>& notes, const std::string& where);
 
-// The manifest's "layout" section for a layout of `config`.
+// The manifest's "layout" section for a layout of `config` (dp, tp, cp, pp, order, world size,
+// schedule, stages, ZeRO, buckets). Only described for the user on resume: a checkpoint is full
+// tensors' slices, read back on any layout.
 nlohmann::json layout_json(const LayoutPlan& plan);
+// "dp 2 x tp 2 x pp 2, 1f1b, zero 1 on 8 rank(s)" (" x cp 2" after tp where cp > 1) of a manifest's
+// layout section; one without "cp" (written before context parallelism) had cp 1.
+std::string describe_saved_layout(const nlohmann::json& layout);
 
 // What the command line knows of a run that the trainer does not, recorded for the user.
 struct RunIdentity {
@@ -114,7 +119,7 @@ struct ResumeReport {
   int step = 0;
   std::int64_t sequences = 0;
   bool optimizer_state = true;  // false: a checkpoint of weights only (AdamW starts fresh)
-  std::string saved_layout;     // "dp 2 x tp 2 x pp 2, 1f1b, zero 1 on 8 ranks"
+  std::string saved_layout;     // describe_saved_layout: "dp 2 x tp 2 x pp 2, 1f1b, zero 1 on 8 rank(s)"
   std::vector<std::string> notes;  // differences the user should know of (data, batch, lr schedule)
 };
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 #include <nlohmann/json.hpp>  // defines: nlohmann::json, parse, parse_error
 
 #include "runtime/error.h"  // defines: UsageError
@@ -26,14 +27,16 @@ std::optional<double> number_field(const json& record, const char* key, const st
   return it->get<double>();  // finite: the parser rejects 1e999
 }
 
-// "dp2 tp2 pp2" from a header's "layout" object; empty when it has none.
+// "dp2 tp2 pp2" from a header's "layout" object ("dp2 tp2 cp4 pp2" with cp > 1: the headers before
+// cp have none); empty when it has none.
 std::string describe_layout(const json& run) {
   const auto layout = run.find("layout");
   if (layout == run.end() || !layout->is_object()) return "";
   std::string text;
-  for (const char* axis : {"dp", "tp", "pp"}) {
+  for (const char* axis : {"dp", "tp", "cp", "pp"}) {
     const auto size = layout->find(axis);
     if (size == layout->end() || !size->is_number_integer()) continue;
+    if (std::string_view(axis) == "cp" && size->get<std::int64_t>() == 1) continue;
     if (!text.empty()) text += ' ';
     text += axis;
     text += std::to_string(size->get<std::int64_t>());

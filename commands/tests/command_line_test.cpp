@@ -253,6 +253,31 @@ TEST(MicroBatch, DefaultDividesEachReplicasShare) {
             "takes global-batch/dp sequences in micro-batches of --micro-batch)");
 }
 
+// --cp cuts each sequence into 2 x cp chunks: a --seq-len that does not divide is one UsageError
+// naming both; dp takes what tp x cp x pp leave; with sequence parallelism a cp rank's rows of the
+// micro-batch are what tp splits.
+TEST(ContextParallel, SeqLenMustCutIntoTwiceCpChunks) {
+  ScratchDir dir("command_line");
+  const po::variables_map vm = parse_train(dir, "tokenizer = bytes\ncp = 2\n");
+  const GptConfig config = read_model_config(vm, 256);
+  const LayoutPlan plan = read_layout(vm, 4, config, 64);
+  EXPECT_EQ(plan.mesh().cp, 2);
+  EXPECT_EQ(plan.mesh().dp, 2);
+  EXPECT_EQ(usage_error_of([&] { read_layout(vm, 4, config, 62); }),
+            "--cp 2 cuts each sequence into 4 chunks: --seq-len 62 must be a multiple of 4");
+  const po::variables_map four = parse_train(dir, "tokenizer = bytes\ncp = 4\n");
+  EXPECT_EQ(usage_error_of([&] { read_layout(four, 4, config, 100); }),
+            "--cp 4 cuts each sequence into 8 chunks: --seq-len 100 must be a multiple of 8");
+  // tp 4 x cp 2, micro-batch 1: 8 rows of a 16-token sequence per cp rank split over 4; 12 tokens
+  // leave 6 rows, which 4 does not divide.
+  const po::variables_map sp =
+      parse_train(dir, "tokenizer = bytes\ncp = 2\ntp = 4\nsequence-parallel = true\nmicro-batch = 1\n");
+  EXPECT_NO_THROW(read_layout(sp, 8, config, 16));
+  EXPECT_EQ(usage_error_of([&] { read_layout(sp, 8, config, 12); }),
+            "--sequence-parallel splits a micro-batch's --micro-batch 1 x --seq-len 12 / --cp 2 = 6 positions over "
+            "--tp 4: they must divide evenly");
+}
+
 // Without --micro-batch, enough micro-batches per step for the schedule: 1F1B (and zb-*) need --pp
 // of them, interleaved a multiple of --pp. Before, the default ignored --pp: `-np 4 --pp 4` failed with
 // "--schedule 1f1b needs at least --pp 4 micro-batches per step, but --global-batch 8 / (--dp 1 x

@@ -332,3 +332,79 @@ TEST(Gpt3, PredictionStaysNearPublishedMfu) {
 
 }  // namespace
 }  // namespace mt::perf
+
+namespace mt::perf {
+namespace {
+
+// Context parallelism: cp ranks split each sequence's rows, so a rank computes what a rank of dp
+// twice as large computes (half the rows or half the sequences), and pays the ring on top: per
+// layer cp-1 kv blocks forward and backward (the backward's with their fp32 dK/dV), exposed only
+// beyond the block attention each overlaps. The gradients reduce over dp x cp.
+TEST(ContextParallel, ChargesTheRingBeyondTheBlockAttention) {
+  const ModelShape m = gpt_preset("llama3-8b");
+  TrainingShape t;
+  t.seq_len = 8192;
+  t.global_batch = 2;
+  t.precision = Precision::BF16;
+  Cluster c = cluster_preset("dgx-h100");
+  Layout dp;
+  dp.dp = 2;
+  dp.tp = 4;
+  Layout cp = dp;
+  cp.dp = 1;
+  cp.cp = 2;
+  cp.micro_batch = 2;  // one micro-batch per step, as dp's: the same rows per rank, 2 x 4096
+  const Prediction by_dp = predict_step(m, t, dp, c), by_cp = predict_step(m, t, cp, c);
+  ASSERT_EQ(by_cp.micro_batches, 1);
+  // Each rank computes the same FLOPs; the ring moves (cp-1) blocks [2, 4096, 2 x 8 kv heads x 128 / 4
+  // tp] of bf16 per layer forward, and the same plus fp32 accumulators backward.
+  EXPECT_NEAR(by_cp.time.compute, by_dp.time.compute, 1e-9 * by_dp.time.compute);
+  EXPECT_EQ(by_dp.time.cp_comm, 0.0);
+  EXPECT_EQ(by_dp.time.cp_total, 0.0);
+  const double kv = 2 * 4096.0 * 2 * 8 * 128 / 4;
+  const Link& link = c.intra;
+  const double per_layer = p2p_s(kv * 2, link) + p2p_s(kv * 6, link) + p2p_s(kv * 4, link);
+  EXPECT_NEAR(by_cp.time.cp_total, 32 * per_layer, 1e-9 * by_cp.time.cp_total);
+  // Over NVLink the block attention hides the kv blocks: only each layer's last accumulator trip shows.
+  EXPECT_NEAR(by_cp.time.cp_comm, 32 * p2p_s(kv * 4, link), 1e-9 * by_cp.time.cp_comm);
+  // A slow link exposes the blocks too.
+  Cluster slow = c;
+  slow.intra.bandwidth = 1e9;
+  const Prediction on_slow = predict_step(m, t, cp, slow);
+  EXPECT_GT(on_slow.time.cp_comm, 32 * p2p_s(kv * 4, slow.intra) * 1.5);
+  EXPECT_GT(on_slow.step_s, by_cp.step_s);
+  // The parts add up to the step; the breakdown says so.
+  EXPECT_NEAR(by_cp.time.sum(), by_cp.step_s, 1e-9 * by_cp.step_s);
+  EXPECT_NEAR(on_slow.time.sum(), on_slow.step_s, 1e-9 * on_slow.step_s);
+  EXPECT_NE(describe(by_cp).find("cp comm"), std::string::npos) << describe(by_cp);
+  EXPECT_EQ(describe(by_dp).find("cp comm"), std::string::npos);
+}
+
+TEST(ContextParallel, GradientsReduceOverDpTimesCp) {
+  const ModelShape m = tiny();
+  TrainingShape t;
+  t.seq_len = 64;
+  t.global_batch = 8;
+  const Cluster c = cluster_preset("dgx-a100");
+  Layout dp;
+  dp.dp = 4;
+  dp.zero = 1;
+  Layout cp = dp;
+  cp.dp = 2;
+  cp.cp = 2;
+  const Prediction a = predict_step(m, t, dp, c), b = predict_step(m, t, cp, c);
+  // The same bytes reduced over 4 ranks, and ZeRO-1's moments sharded over 4.
+  EXPECT_EQ(a.time.dp_total, b.time.dp_total);
+  EXPECT_EQ(a.memory.optimizer, b.memory.optimizer);
+  // ZeRO-3 gathers over dp x cp too, even where dp is 1.
+  Layout only_cp;
+  only_cp.cp = 2;
+  only_cp.zero = 3;
+  Layout no_split = only_cp;
+  no_split.cp = 1;
+  EXPECT_GT(predict_step(m, t, only_cp, c).time.dp_total, 0.0);
+  EXPECT_EQ(predict_step(m, t, no_split, c).time.dp_total, 0.0);
+}
+
+}  // namespace
+}  // namespace mt::perf

@@ -222,3 +222,40 @@ TEST(LayoutSearch, ListsSequenceParallelismWithASplitBackward) {
 
 }  // namespace
 }  // namespace mt::perf
+
+namespace mt::perf {
+namespace {
+
+// cp is tried in powers of two that cut the sequence into 2 x cp whole chunks, and only where each
+// rank keeps at least kMinContextParallelRows rows: short sequences search what they did before.
+TEST(LayoutSearch, ContextParallelSizesOnlyForLongSequences) {
+  EXPECT_EQ(context_parallel_sizes(8192, 64), (std::vector<int>{1}));
+  EXPECT_EQ(context_parallel_sizes(16384, 64), (std::vector<int>{1, 2}));
+  EXPECT_EQ(context_parallel_sizes(131072, 64), (std::vector<int>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(context_parallel_sizes(131072, 4), (std::vector<int>{1, 2, 4}));   // at most the devices
+  EXPECT_EQ(context_parallel_sizes(131072, 12), (std::vector<int>{1, 2, 4}));  // dividing them
+  EXPECT_EQ(context_parallel_sizes(3 * 8192, 8), (std::vector<int>{1, 2}));    // cp 4 would leave 6144 rows
+}
+
+// A 32K context for gpt2 on 8 GPUs: a sequence's [T, T] attention probabilities alone (12 heads x
+// 32768^2 fp32 per layer) fill a device, so only layouts that split the sequence fit.
+TEST(LayoutSearch, FindsContextParallelismForALongContext) {
+  ModelShape m = gpt_preset("gpt2");
+  m.max_seq_len = 32768;
+  TrainingShape t;
+  t.seq_len = 32768;
+  t.global_batch = 8;
+  t.precision = Precision::BF16;
+  SearchOptions o;
+  o.micro_batch = 1;
+  const SearchResult r = search_layouts(m, t, cluster_preset("dgx-a100"), o);
+  ASSERT_FALSE(r.plans.empty());
+  for (const Prediction& p : r.plans) EXPECT_GT(p.layout.cp, 1) << describe(p.layout);
+  EXPECT_EQ(r.plans.front().layout.world_size(), 8);
+  ASSERT_TRUE(r.smallest_rejected_without_cp.has_value());
+  EXPECT_EQ(r.smallest_rejected_without_cp->layout.cp, 1);
+  EXPECT_FALSE(r.smallest_rejected_without_cp->fits);
+}
+
+}  // namespace
+}  // namespace mt::perf

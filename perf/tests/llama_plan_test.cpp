@@ -4,6 +4,8 @@
 // plausibility of Llama 3 8B and 70B plans on DGX H100s (docs/PERFORMANCE.md quotes them).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "perf/cost_model.h"
 #include "perf/layout_search.h"
 
@@ -196,6 +198,41 @@ TEST(LlamaPlans, Llama3_70BOn32DgxH100sFitsWithTpInsideANode) {
   const double per_gpu = best.tokens_per_s / 256;
   EXPECT_GT(per_gpu, 300);
   EXPECT_LT(per_gpu, 2000);
+}
+
+}  // namespace
+}  // namespace mt::perf
+
+namespace mt::perf {
+namespace {
+
+// Llama 3 8B at a 128K context on 8 DGX H100s (64 GPUs), bf16, every memory option: the fastest
+// layout splits each sequence over cp ranks (meshtrain plan prints why: docs/PERFORMANCE.md).
+TEST(LlamaPlans, Llama3_8BAt128KOn64H100sSplitsTheSequence) {
+  ModelShape m = gpt_preset("llama3-8b");
+  m.max_seq_len = 131072;
+  TrainingShape t;
+  t.seq_len = 131072;
+  t.global_batch = 8;
+  t.precision = Precision::BF16;
+  Cluster c = cluster_preset("dgx-h100");
+  c.nodes = 8;
+  SearchOptions o;
+  o.memory_options = true;
+  const SearchResult r = search_layouts(m, t, c, o);
+  ASSERT_FALSE(r.plans.empty());
+  const Prediction& best = r.plans.front();
+  EXPECT_GT(best.layout.cp, 1) << describe(best);
+  EXPECT_TRUE(best.fits);
+  EXPECT_EQ(best.layout.world_size(), 64);
+  EXPECT_LE(best.layout.tp, 8);
+  EXPECT_GT(best.mfu, 0.2);
+  EXPECT_LT(best.mfu, 0.8);
+  // Without cp a layout fits only by paying for it (or none fits).
+  const auto without = std::find_if(r.plans.begin(), r.plans.end(), [](const Prediction& p) { return p.layout.cp == 1; });
+  if (without != r.plans.end()) {
+    EXPECT_GT(without->step_s, best.step_s);
+  }
 }
 
 }  // namespace

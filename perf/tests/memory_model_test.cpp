@@ -9,6 +9,7 @@
 
 #include "models/head_chunks.h"
 #include "perf/cluster.h"
+#include "perf/cost_model.h"
 
 namespace mt::perf {
 namespace {
@@ -189,6 +190,42 @@ TEST(Memory, TheHeadKeepsOneChunkOfLogits) {
   EXPECT_EQ(gpu.logits, std::ceil(head_chunk_rows(8192, 50304, 4, true) * row / 256) * 256);
   EXPECT_LE(gpu.logits, static_cast<double>(kHeadChunkBytesCuda));
   EXPECT_EQ(estimate_stage_memory(m, t, plan, cluster_preset("cpu-2core"), slots, 0).logits, 0.0);
+}
+
+}  // namespace
+}  // namespace mt::perf
+
+namespace mt::perf {
+namespace {
+
+// Context parallelism leaves each rank seq_len / cp rows of every sequence: its activations are those
+// of the shorter sequence (ring attention keeps only its log-sum-exp, not [T, T] probabilities),
+// while the parameters, gradients and AdamW moments stay replicated over cp.
+TEST(Memory, ContextParallelHalvesTheActivationsAtTheSameSequence) {
+  ModelShape m = gpt_preset("gpt2");
+  m.max_seq_len = 2048;
+  TrainingShape t;
+  t.seq_len = 2048;
+  t.global_batch = 4;
+  Layout one;
+  one.dp = 2;
+  Layout two = one;
+  two.cp = 2;
+  // Without the attention probabilities (selective recomputation drops them), exactly half.
+  one.recompute = two.recompute = Recompute::Selective;
+  EXPECT_EQ(2 * layer_bytes(m, t, two), layer_bytes(m, t, one));
+  TrainingShape half = t;
+  half.seq_len = 1024;
+  EXPECT_EQ(layer_bytes(m, t, two), layer_bytes(m, half, one));
+  // Whole steps: the probabilities [B, H, T, T] go too, so more than half is saved.
+  one.recompute = two.recompute = Recompute::None;
+  const Cluster c = cluster_preset("dgx-a100");
+  const Prediction a = predict_step(m, t, one, c), b = predict_step(m, t, two, c);
+  EXPECT_LE(b.memory.activations, a.memory.activations / 2);
+  // (The flat buffers pad to a multiple of dp x cp instead of dp: a few elements.)
+  EXPECT_NEAR(b.memory.parameters, a.memory.parameters, 512);
+  EXPECT_NEAR(b.memory.gradients, a.memory.gradients, 512);
+  EXPECT_EQ(b.memory.optimizer, a.memory.optimizer);
 }
 
 }  // namespace

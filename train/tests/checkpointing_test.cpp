@@ -85,6 +85,35 @@ TEST(GptConfigJson, RoundTripsAndNamesWhatIsMissing) {
   }
 }
 
+// The layout section records cp and survives the manifest's round trip; a manifest written before
+// context parallelism (no "cp") reads as cp 1 and is described as it was.
+TEST(LayoutJson, RecordsContextParallelismAndOlderManifestsMeanOne) {
+  const GptConfig config = small_config();
+  LayoutRequest request;
+  request.dp = 0;  // the ranks tp x cp leave: 2
+  request.tp = 2;
+  request.cp = 2;
+  const LayoutPlan plan(request, layout_dims(config, config.max_seq_len), /*world_size=*/8, /*global_batch=*/8);
+  ckpt::Manifest manifest;
+  manifest.layout = layout_json(plan);
+  const ckpt::Manifest back = ckpt::Manifest::parse(manifest.to_json(), "test");
+  EXPECT_EQ(back.layout.at("cp"), 2);
+  EXPECT_EQ(back.layout.at("dp"), 2);
+  EXPECT_EQ(describe_saved_layout(back.layout), "dp 2 x tp 2 x cp 2 x pp 1, 1f1b, zero 0 on 8 rank(s)");
+
+  nlohmann::json older = back.layout;
+  older.erase("cp");
+  older["dp"] = 4;
+  const ckpt::Manifest old_back = [&] {
+    ckpt::Manifest m;
+    m.layout = older;
+    return ckpt::Manifest::parse(m.to_json(), "test");
+  }();
+  EXPECT_FALSE(old_back.layout.contains("cp"));
+  EXPECT_EQ(old_back.layout.value("cp", 1), 1);
+  EXPECT_EQ(describe_saved_layout(old_back.layout), "dp 4 x tp 2 x pp 1, 1f1b, zero 0 on 8 rank(s)");
+}
+
 // Model fields a manifest can carry that get<int>() misread: a float beyond int (undefined
 // behaviour), an integer beyond int (wrapped: 4294967298 read as 2), a bool, and a vocabulary whose
 // padding overflows int (found through checkpoint/tests/fuzz_full_state.cpp).
