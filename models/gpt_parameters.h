@@ -10,7 +10,7 @@
 // comes last. Its q and [k | v] projections are two parameters, so that tensor parallelism can keep
 // the kv heads whole on every rank when it cannot split them (models/gpt_sharding.h); the model
 // runs them into one [q | k | v] activation, as gpt2's fused projection.
-// defines: ParamKind, ParamSpec, gpt_parameter_specs, spec_offsets, spec_index
+// defines: ParamKind, ParamSpec, read_only_as_compute_copy, gpt_parameter_specs, spec_offsets, spec_index
 #pragma once
 
 #include <cstddef>
@@ -38,6 +38,26 @@ enum class ParamKind : std::uint8_t {
   KeyValueWeight,                // h.L.attn.kv.weight [2*Hkv*hs, C]: llama's [k | v] projection
 };
 inline constexpr int kParamKinds = 16;  // gpt2's, in llm.c's file order, which is the enum order
+
+// The GEMM weights: the model reads them only through the store's compute copy (Linear::
+// compute_weight, models/layers.h), never in fp32, so under bf16 compute ZeRO-3 may gather that
+// copy alone (zero/unit_shards.h). Everything else is read in fp32 whatever the compute dtype: the
+// norms' weights and biases, the linear biases (GEMM epilogues), and the embeddings (the lookup;
+// the tied head reads wte's bf16 copy too, but the first stage looks it up in fp32).
+constexpr bool read_only_as_compute_copy(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::QkvWeight:
+    case ParamKind::QueryWeight:
+    case ParamKind::KeyValueWeight:
+    case ParamKind::AttnProjWeight:
+    case ParamKind::FcWeight:
+    case ParamKind::FcProjWeight:
+    case ParamKind::LmHead:
+      return true;
+    default:
+      return false;
+  }
+}
 
 struct ParamSpec {
   std::string name;             // "wte", "h.3.attn.qkv.weight", "lnf.bias"

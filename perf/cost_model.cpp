@@ -246,8 +246,9 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   const ChunkWork head = chunk_work(model, training, layout, 0, false, true);
   const double layer_f = layer.forward_flops / rate, head_f = 3.0 * head.head_flops / rate;
   const double layer_b = (2.0 * layer.forward_flops + recompute_flops(layout, layer)) / rate;
-  const auto gather = [&](std::int64_t numel) {
-    return allgather_s(gradient_ranks(layout), static_cast<double>(numel) * 4.0, dp_link);  // over dp x cp
+  const bool bf16 = training.precision == Precision::BF16;  // the GEMM weights gathered in bf16
+  const auto gather = [&](const StageUnit& u) {
+    return allgather_s(gradient_ranks(layout), u.gathered_bytes(bf16), dp_link);  // over dp x cp
   };
   const auto named = [](const StageUnit& u, const char* prefix) { return u.name.rfind(prefix, 0) == 0; };
   std::vector<std::pair<double, double>> forward, backward, head_weight;
@@ -264,12 +265,13 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   const double backward_per_forward = layer_b / layer_f;
   const bool full = layout.recompute == Recompute::Full;
   std::int64_t attention_numel = 0;
+  double attention_g = 0;
   for (const StageUnit& u : units) {
-    const double g = gather(u.numel());
+    const double g = gather(u);
     if (named(u, "h.") && u.name.ends_with(".attn")) {
       attention_numel = u.numel();
+      attention_g = g;
     } else if (named(u, "h.")) {
-      const double attention_g = gather(attention_numel);
       const double share = static_cast<double>(attention_numel) / static_cast<double>(attention_numel + u.numel());
       const double attention_f = (layer_gemm * share + layer.attention_flops) / rate, mlp_f = layer_f - attention_f;
       forward.emplace_back(attention_g, attention_f);

@@ -280,6 +280,7 @@ namespace {
 // stage_units), each padded to a multiple of dp.
 struct ZeroBlocks {
   std::vector<std::vector<double>> units;  // padded elements of each unit's blocks
+  std::vector<std::vector<char>> compute_only;  // per unit and block (StageUnit::compute_only)
   int dp = 1;
 
   // A unit's full buffers, `bytes` per element.
@@ -305,6 +306,21 @@ struct ZeroBlocks {
     for (const auto& unit : units)
       for (const double padded : unit) numel += padded / dp;
     return block(numel * 4.0);
+  }
+  // ZeRO-3, bf16: a unit gathered for a use: its compute_only blocks' bf16 copy alone, the others'
+  // fp32 parameters and bf16 copy.
+  double gathered_bf16(std::size_t u) const {
+    double sum = 0;
+    for (std::size_t b = 0; b < units[u].size(); ++b)
+      sum += block(units[u][b] * 2.0) + (compute_only[u][b] ? 0.0 : block(units[u][b] * 4.0));
+    return sum;
+  }
+  // ZeRO-3, bf16: the compute_only blocks' owned bf16 shards, one buffer.
+  double owned_compute() const {
+    double numel = 0;
+    for (std::size_t u = 0; u < units.size(); ++u)
+      for (std::size_t b = 0; b < units[u].size(); ++b) numel += compute_only[u][b] ? units[u][b] / dp : 0.0;
+    return numel > 0 ? block(numel * 2.0) : 0.0;
   }
   // With a full recomputation a layer's backward runs its forward again first, so its attention's
   // use spans its MLP's (models/gpt.cpp): these pairs of units are held together, beside others.
@@ -355,6 +371,7 @@ ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stag
   for (std::size_t u = 0; u < units.size(); ++u) {
     z.units.emplace_back();
     for (const std::int64_t numel : units[u].blocks) z.units.back().push_back(std::ceil(static_cast<double>(numel) / dp) * dp);
+    z.compute_only.push_back(units[u].compute_only);
     const bool mlp = units[u].name.ends_with(".mlp");
     if (mlp && u > 0 && plan.layout().recompute == Recompute::Full) z.held_together.emplace_back(u - 1, u);
   }
@@ -385,12 +402,13 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     // ZeRO-2: this rank's shard of the gradients, and the full gradients of the units in flight
     // (ZeroBlocks::in_flight) and the reduce-scatter outputs of the two being reduced; the
     // parameters in per-block buffers. ZeRO-3 likewise for the parameters: the owned shard, and the
-    // gathered units in flight with their bf16 copy under bf16 compute.
+    // gathered units in flight with their bf16 copy under bf16 compute (the GEMM weights' copy
+    // alone, gathered from their owned bf16 shards).
     const ZeroBlocks z = zero_blocks(model, plan, s);
     m.gradients = z.owned() + z.in_flight([&](std::size_t u) { return z.full(u, 4.0); }, 2);
     m.gradients += z.in_flight([&](std::size_t u) { return z.pieces(u); }, 2, /*held_pairs=*/false);
-    const auto gathered = [&](std::size_t u) { return z.full(u, 4.0) + (bf16 ? z.full(u, 2.0) : 0.0); };
-    m.parameters = layout.zero == 3 ? z.owned() + z.in_flight(gathered, 1 + kPrefetchUnits)
+    const auto gathered = [&](std::size_t u) { return bf16 ? z.gathered_bf16(u) : z.full(u, 4.0); };
+    m.parameters = layout.zero == 3 ? z.owned() + (bf16 ? z.owned_compute() : 0.0) + z.in_flight(gathered, 1 + kPrefetchUnits)
                                     : z.every_full(4.0) + (bf16 ? z.every_full(2.0) : 0.0);
   }
   // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 and above per piece of one in this

@@ -38,13 +38,18 @@ const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition
     sizes.tensors.push_back(shard.local.numel());
     specs.push_back(shard.local);
   }
-  // A unit's blocks as zero/unit_shards.h cuts them: one, the token embedding's own apart.
+  // A unit's blocks as zero/unit_shards.h cuts them: runs, the token embedding's own apart, the
+  // GEMM weights (read_only_as_compute_copy) never with the others.
   for (const ParamUnit& unit : gpt_param_units(specs)) {
-    StageUnit u{unit.name, {}};
+    StageUnit u{unit.name, {}, {}};
     bool open = false;
     for (std::size_t i = unit.first; i < unit.first + unit.count; ++i) {
       const bool alone = specs[i].kind == ParamKind::TokenEmbedding;
-      if (alone || !open) u.blocks.push_back(0);
+      const char only = read_only_as_compute_copy(specs[i].kind) ? 1 : 0;
+      if (alone || !open || u.compute_only.back() != only) {
+        u.blocks.push_back(0);
+        u.compute_only.push_back(only);
+      }
       u.blocks.back() += specs[i].numel();
       open = !alone;
     }
@@ -127,6 +132,13 @@ std::vector<std::int64_t> stage_parameter_tensors(const ModelShape& model, const
 }
 
 std::int64_t StageUnit::numel() const { return std::accumulate(blocks.begin(), blocks.end(), std::int64_t{0}); }
+
+double StageUnit::gathered_bytes(bool bf16) const {
+  double bytes = 0;
+  for (std::size_t b = 0; b < blocks.size(); ++b)
+    bytes += static_cast<double>(blocks[b]) * (bf16 && compute_only[b] ? 2.0 : 4.0);
+  return bytes;
+}
 
 const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage) {
   return stage_shards(model, plan, stage).units;

@@ -102,11 +102,14 @@ std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, i
 // and ZeRO-2/3 reduce-scatter as one), in store order, those the stage holds: the embedding (wte
 // and wpe, or the head's tied wte copy), each layer, the final norm, llama's lm_head; with ZeRO-3's
 // vocabulary pieces (gpt_vocab_pieces) "embedding.<k>" and "head.<k>". Each with its blocks as
-// zero/unit_shards.h cuts them (the token embedding in one of its own).
+// zero/unit_shards.h cuts them (the token embedding in one of its own, the GEMM weights apart).
 struct StageUnit {
   std::string name;
   std::vector<std::int64_t> blocks;  // elements, before padding
+  std::vector<char> compute_only;    // per block: read only through the compute copy (ZeRO-3 bf16 gathers that)
   std::int64_t numel() const;
+  // What ZeRO-3 gathers of it per use: fp32, but the compute_only blocks in bf16 under bf16 compute.
+  double gathered_bytes(bool bf16) const;
 };
 const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage);
 std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage);

@@ -12,11 +12,15 @@ namespace mt {
 AdamW UnitShardedAdamW::make(DeviceContext& ctx, const UnitShards& shards, const std::vector<FlatParam>& params,
                              std::vector<Piece>& pieces, AdamWConfig config) {
   std::vector<ParamSlot> slots;
+  std::vector<Tensor> compute;  // per slot: its piece of the owned compute shard, or none
+  bool any_compute = false;
   const std::vector<ShardBlock>& blocks = shards.blocks();
   for (std::size_t b = 0; b < blocks.size(); ++b) {
     const int block = static_cast<int>(b);
     const std::int64_t lo = shards.owned_begin(block), hi = lo + shards.shard_numel(block);
     const Tensor owned_params = shards.owned_params(block), owned_grads = shards.owned_grads(block);
+    const Tensor owned_compute = shards.gathers_compute(block) ? shards.owned_compute(block) : Tensor();
+    any_compute = any_compute || owned_compute.defined();
     std::int64_t at = 0;  // the param's first element within the block
     for (std::size_t p = blocks[b].first; p < blocks[b].first + blocks[b].count; ++p) {
       const FlatParam& info = params.at(p);
@@ -28,12 +32,14 @@ AdamW UnitShardedAdamW::make(DeviceContext& ctx, const UnitShards& shards, const
           name += "[" + std::to_string(piece.first) + ":" + std::to_string(piece.first + piece.numel) + "]";
         slots.push_back({std::move(name), owned_params.flat_slice(begin - lo, end - begin),
                          owned_grads.flat_slice(begin - lo, end - begin), info.decay});
+        compute.push_back(owned_compute.defined() ? owned_compute.flat_slice(begin - lo, end - begin) : Tensor());
         pieces.push_back(piece);
       }
       at += info.numel;
     }
   }
-  return AdamW(ctx, std::move(slots), config);
+  if (!any_compute) compute.clear();
+  return AdamW(ctx, std::move(slots), config, std::move(compute));
 }
 
 UnitShardedAdamW::UnitShardedAdamW(DeviceContext& ctx, const UnitShards& shards, const std::vector<FlatParam>& params,

@@ -1,6 +1,9 @@
 // AdamW over a ZeRO-2/3 rank's owned shards (zero/unit_shards.h): one slot per piece of a
 // parameter inside this rank's owned piece of a block, a view of the owned parameters (stage 2: of
 // the full block buffer; stage 3: of the owned parameter buffer) and of the owned gradients.
+// Stage 3 with bf16 compute: a piece of a block that gathers its compute copy (UnitShards::
+// gathers_compute) has its owned bf16 shard as the slot's bf16 copy, written in the same pass as
+// the update (optim/adamw.h), so the step rounds each such parameter once.
 // m and v exist for exactly those elements: 8 bytes x (stage params / dp + padding) per rank.
 // defines: UnitShardedAdamW
 #pragma once

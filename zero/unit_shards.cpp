@@ -10,10 +10,13 @@
 namespace mt {
 
 std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std::span<const std::int64_t> numels,
-                                          std::span<const char> alone, int dp) {
+                                          std::span<const char> alone, int dp, std::span<const char> compute_only) {
   MT_REQUIRE(dp >= 1, "ZeRO units: the data-parallel size must be >= 1, got ", dp);
   MT_REQUIRE(alone.size() == numels.size(), "ZeRO units: ", alone.size(), " 'alone' flags for ", numels.size(),
              " parameters");
+  MT_REQUIRE(compute_only.empty() || compute_only.size() == numels.size(), "ZeRO units: ", compute_only.size(),
+             " 'compute only' flags for ", numels.size(), " parameters");
+  const auto only = [&](std::size_t p) { return !compute_only.empty() && compute_only[p] != 0; };
   std::vector<ShardBlock> blocks;
   std::size_t next = 0;
   std::int64_t shard_offset = 0;
@@ -25,6 +28,7 @@ std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std:
     for (std::size_t p = first; p < first + count; ++p) b.numel += numels[p];
     b.padded = (b.numel + dp - 1) / dp * dp;
     b.shard_offset = shard_offset;
+    b.compute_only = only(first);
     shard_offset += b.padded / dp;
     blocks.push_back(b);
   };
@@ -35,10 +39,14 @@ std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std:
                next, " within ", numels.size(), " parameters");
     std::size_t run = unit.first;
     for (std::size_t p = unit.first; p < unit.first + unit.count; ++p) {
-      if (!alone[p]) continue;
-      if (run < p) add(static_cast<int>(u), run, p - run);
-      add(static_cast<int>(u), p, 1);
-      run = p + 1;
+      if (alone[p]) {
+        if (run < p) add(static_cast<int>(u), run, p - run);
+        add(static_cast<int>(u), p, 1);
+        run = p + 1;
+      } else if (run < p && only(p) != only(run)) {
+        add(static_cast<int>(u), run, p - run);  // homogeneous blocks: one kind of gather each
+        run = p;
+      }
     }
     if (run < unit.first + unit.count) add(static_cast<int>(u), run, unit.first + unit.count - run);
     next = unit.first + unit.count;
@@ -54,19 +62,20 @@ std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks) {
 }
 
 UnitCut make_unit_cut(std::vector<ParamUnit> units, std::span<const std::int64_t> numels,
-                      std::span<const char> alone, int dp) {
-  std::vector<ShardBlock> blocks = make_shard_blocks(units, numels, alone, dp);
+                      std::span<const char> alone, int dp, std::span<const char> compute_only) {
+  std::vector<ShardBlock> blocks = make_shard_blocks(units, numels, alone, dp, compute_only);
   return {std::move(units), std::move(blocks), dp};
 }
 
 UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp) {
   std::vector<std::int64_t> numels;
-  std::vector<char> alone;
+  std::vector<char> alone, compute_only;
   for (const ParamSpec& spec : specs) {
     numels.push_back(spec.numel());
     alone.push_back(spec.kind == ParamKind::TokenEmbedding ? 1 : 0);
+    compute_only.push_back(read_only_as_compute_copy(spec.kind) ? 1 : 0);
   }
-  return make_unit_cut(gpt_param_units(specs), numels, alone, dp);
+  return make_unit_cut(gpt_param_units(specs), numels, alone, dp, compute_only);
 }
 
 UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, UnitCut cut, int stage,
@@ -88,6 +97,14 @@ UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& sto
   }
   owned_grads_ = Tensor::zeros({owned_numel_}, DType::F32, ctx);
   if (stage_ == 3) owned_params_ = Tensor::zeros({owned_numel_}, DType::F32, ctx);
+  // The owned compute shards: zeros, so the padding gathers as zeros; each block's are written with
+  // its owned parameters (keep_owned, the optimizer's step).
+  std::int64_t compute_numel = 0;
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    compute_offset_.push_back(gathers_compute(static_cast<int>(b)) ? compute_numel : -1);
+    if (compute_offset_.back() >= 0) compute_numel += blocks_[b].padded / dp.size();
+  }
+  if (compute_numel > 0) owned_compute_ = Tensor::zeros({compute_numel}, store.compute_dtype(), ctx);
   if (stage_ == 2) {
     // Every rank holds every block's parameters (the padding stays zero); the bf16 copy is cast
     // from them before each forward.
@@ -103,6 +120,7 @@ UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& sto
   grads_live_.assign(n, 0);
   reducing_.assign(n, 0);
   gathered_.assign(n, stage_ == 2 ? 1 : 0);  // stage 3: nothing resident until a use gathers it
+  fp32_.assign(n, stage_ == 2 ? 1 : 0);
   active_reads_.assign(n, 0);
   gathers_.resize(n);
 }
@@ -117,6 +135,15 @@ Tensor UnitShards::owned_params(int block) const {
   const ShardBlock& b = blocks_.at(static_cast<std::size_t>(block));
   if (stage_ == 2) return full_params_[static_cast<std::size_t>(block)].flat_slice(owned_begin(block), shard_numel(block));
   return owned_params_.flat_slice(b.shard_offset, shard_numel(block));
+}
+
+bool UnitShards::gathers_compute(int block) const {
+  return stage_ == 3 && bf16_ && blocks_.at(static_cast<std::size_t>(block)).compute_only;
+}
+
+Tensor UnitShards::owned_compute(int block) const {
+  MT_CHECK(gathers_compute(block), "block ", block, " has no owned compute shard (it gathers fp32)");
+  return owned_compute_.flat_slice(compute_offset_[static_cast<std::size_t>(block)], shard_numel(block));
 }
 
 Tensor UnitShards::owned_grads(int block) const {
@@ -158,7 +185,7 @@ void UnitShards::begin(int unit, ParamUse use) {
   if (stage_ == 3 && reads_parameters(use)) {
     ++active_reads_[u];
     if (!gathered_[u]) {
-      if (gathers_[u].empty()) launch_gather(unit);
+      if (gathers_[u].empty()) launch_gather(unit, /*fp32=*/false);
       wait_gather(unit);
     }
     // The order of uses: recorded in the first round of a kind, followed (and prefetched) after.
@@ -176,7 +203,7 @@ void UnitShards::begin(int unit, ParamUse use) {
         const auto next = static_cast<std::size_t>(trace[k]);
         prefetched_.push_back(trace[k]);
         if (!gathered_[next] && gathers_[next].empty()) {
-          launch_gather(trace[k]);
+          launch_gather(trace[k], /*fp32=*/false);
           ++stats_.prefetched;
         }
       }
@@ -233,19 +260,26 @@ void UnitShards::complete_oldest_reduction() {
   reducing_[static_cast<std::size_t>(r.unit)] = 0;
 }
 
-void UnitShards::launch_gather(int unit) {
+// A use's gather (fp32 false) brings a compute_only block's compute copy alone, from the owned
+// compute shards (half the bytes in bf16): its rounding is elementwise, so the bits are those of the
+// fp32 gather cast. Every other block, and every block with fp32, gathers the fp32 parameters.
+void UnitShards::launch_gather(int unit, bool fp32) {
   const auto u = static_cast<std::size_t>(unit);
   for (int b : unit_blocks_[u]) {
-    const Tensor& full = full_params_[static_cast<std::size_t>(b)];
+    const bool compute = !fp32 && gathers_compute(b);
+    const Tensor& full = compute ? full_compute_[static_cast<std::size_t>(b)] : full_params_[static_cast<std::size_t>(b)];
+    const Tensor owned = compute ? owned_compute(b) : owned_params(b);
     full.acquire_memory();
+    stats_.gathered_bytes += static_cast<std::int64_t>(full.nbytes());
     if (dp_->size() == 1) {
       Tensor out = full;
-      out.copy_from(owned_params(b), ctx_->stream());
+      out.copy_from(owned, ctx_->stream());
     } else {
-      gathers_[u].push_back(dp_->allgather_async(owned_params(b), full));
+      gathers_[u].push_back(dp_->allgather_async(owned, full));
     }
   }
   if (gathers_[u].empty()) gathers_[u].push_back(nullptr);  // launched, nothing to wait for
+  fp32_[u] = fp32 ? 1 : 0;
   ++stats_.gathers;
 }
 
@@ -259,6 +293,7 @@ void UnitShards::wait_gather(int unit) {
   gathers_[u].clear();
   if (bf16_) {
     for (int b : unit_blocks_[u]) {
+      if (!fp32_[u] && gathers_compute(b)) continue;  // gathered as the compute copy itself
       Tensor& compute = full_compute_[static_cast<std::size_t>(b)];
       compute.acquire_memory();
       kernels::cast(*ctx_, full_params_[static_cast<std::size_t>(b)], compute);
@@ -274,6 +309,7 @@ void UnitShards::release_params(int unit) {
     full_compute_[static_cast<std::size_t>(b)].release_memory();
   }
   gathered_[u] = 0;
+  fp32_[u] = 0;
 }
 
 void UnitShards::start_round(int kind) {
@@ -303,7 +339,7 @@ void UnitShards::materialize(int unit, bool gather) {
   const auto u = static_cast<std::size_t>(unit);
   if (stage_ != 3 || gathered_.at(u)) return;
   if (gather) {
-    launch_gather(unit);
+    launch_gather(unit, /*fp32=*/true);
     wait_gather(unit);
     return;
   }
@@ -313,15 +349,22 @@ void UnitShards::materialize(int unit, bool gather) {
     kernels::fill(*ctx_, full, 0.0);
   }
   gathered_[u] = 1;
+  fp32_[u] = 1;
 }
 
 void UnitShards::keep_owned(int unit) {
   const auto u = static_cast<std::size_t>(unit);
   if (stage_ != 3 || !gathered_.at(u)) return;
+  MT_CHECK(fp32_[u], "keep_owned of unit '", units_[u].name, "', gathered for a use without its fp32 parameters");
   for (int b : unit_blocks_[u]) {
     Tensor owned = owned_params(b);
     owned.copy_from(full_params_[static_cast<std::size_t>(b)].flat_slice(owned_begin(b), shard_numel(b)),
                     ctx_->stream());
+    // The owned compute shard follows every change of the owned parameters (here, or AdamW's step).
+    if (gathers_compute(b)) {
+      Tensor compute = owned_compute(b);
+      kernels::cast(*ctx_, owned, compute);
+    }
   }
   release_params(unit);
 }

@@ -1,10 +1,14 @@
 // ZeRO-2 and ZeRO-3 over a model's parameter units (models/param_use.h), driven by the model's
-// ParamUseHooks. Each unit is cut into blocks (one per unit, but a parameter marked `alone` gets a
-// block of its own: the tied token embedding, so that the first and the last pipeline stage cut
-// their two copies identically); each block is padded to a multiple of dp and this dp rank owns
-// the r-th of its dp equal pieces. The owned pieces of all blocks sit in one fp32 gradient buffer
-// (and, with ZeRO-3, one fp32 parameter buffer) of about stage_params/dp elements, where the
-// optimizer's sharded state lives too (zero/unit_sharded_adamw.h).
+// ParamUseHooks. Each unit is cut into blocks (runs of its parameters, but a parameter marked
+// `alone` gets a block of its own: the tied token embedding, so that the first and the last
+// pipeline stage cut their two copies identically; and the parameters marked `compute_only`, read
+// only through the compute copy, the GEMM weights, never share a block with the others); each
+// block is padded to a multiple of dp and this dp rank owns the r-th of its dp equal pieces. The
+// owned pieces of all blocks sit in one fp32 gradient buffer (and, with ZeRO-3, one fp32 parameter
+// buffer) of about stage_params/dp elements, where the optimizer's sharded state lives too
+// (zero/unit_sharded_adamw.h). With ZeRO-3 and bf16 compute the compute_only blocks' owned pieces
+// also have a bf16 copy (one buffer, the owned compute shards), written by the optimizer's step in
+// its update pass and by keep_owned wherever the owned parameters are set otherwise.
 //
 // Gradients (stage 2 and 3): a unit's full gradient exists only from the first kernel that writes
 // it (begin() of a use that writes_gradients) until its reduce-scatter, launched at that use's
@@ -18,8 +22,11 @@
 // and lnf's in the backward: one unit at a time).
 //
 // Parameters (stage 3): the full parameters of a unit are all-gathered from the owned shards before
-// a use that reads them (and, with bf16 compute, cast into the unit's own bf16 copy), kept while in
-// use, and released after its end(). The order of uses is learned in the first round of each kind
+// a use that reads them, kept while in use, and released after its end(). With bf16 compute a
+// compute_only block gathers its owned bf16 shards straight into its bf16 copy (2 bytes an element,
+// and no fp32 buffer: the model never reads it), the bits its fp32 gather cast would give as
+// rounding is elementwise; the other blocks gather fp32 and cast it into their copy. Outside rounds
+// materialize() gathers every block in fp32 (checkpoints, local_parameters want the master). The order of uses is learned in the first round of each kind
 // (a training step, an evaluation) and from then on the next kPrefetchUnits units are prefetched,
 // their all-gathers running on the communicator's engine while the current unit computes: a
 // layer's two units (its attention and its MLP, models/gpt_sharding.h), so that a layer's gathers
@@ -54,12 +61,16 @@ struct ShardBlock {
   std::int64_t numel = 0;            // their elements, contiguous in the store's order
   std::int64_t padded = 0;           // numel rounded up to a multiple of dp
   std::int64_t shard_offset = 0;     // this block's piece in the owned buffers (padded/dp elements)
+  bool compute_only = false;         // its parameters are read only through the compute copy
 };
 
 // Pure arithmetic: blocks of `units` (in order) over parameters of `numels` elements; `alone[p]`
-// gives parameter p a block of its own. Error for dp < 1 or units that do not tile the parameters.
+// gives parameter p a block of its own; `compute_only[p]` (empty: none) marks the parameters read
+// only through the compute copy (read_only_as_compute_copy), and a block never mixes marked and
+// unmarked ones. Error for dp < 1 or units that do not tile the parameters.
 std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std::span<const std::int64_t> numels,
-                                          std::span<const char> alone, int dp);
+                                          std::span<const char> alone, int dp,
+                                          std::span<const char> compute_only = {});
 // What the ParameterStore must be built in for these blocks.
 std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks);
 
@@ -73,13 +84,15 @@ struct UnitCut {
   std::vector<StoreBlock> store_blocks() const { return mt::store_blocks(blocks); }
 };
 UnitCut make_unit_cut(std::vector<ParamUnit> units, std::span<const std::int64_t> numels,
-                      std::span<const char> alone, int dp);
+                      std::span<const char> alone, int dp, std::span<const char> compute_only = {});
 // A Gpt stage's cut (specs: its store's, from gpt_param_shards): its units (gpt_param_units), the
 // token embedding in a block of its own (the first and the last stage then cut their two copies
-// alike).
+// alike), the GEMM weights (read_only_as_compute_copy) in blocks apart from the parameters read in
+// fp32.
 UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp);
 
 struct UnitShardStats {
+  std::int64_t gathered_bytes = 0;  // stage 3: bytes of the full blocks the all-gathers delivered
   int max_full_grad_units = 0;   // most units with a full gradient alive at once (since construction)
   int max_full_param_units = 0;  // stage 3: most units with full parameters resident at once
   int gathers = 0, prefetched = 0;  // stage 3 gathers in rounds, and how many were prefetches
@@ -115,7 +128,9 @@ class UnitShards : public ParamUseHooks {
   // a time. Stage 3: materialize(unit) makes them resident, all-gathered from the owned shards
   // (gather, collective over dp) or zeroed; keep_owned(unit) copies the owned shards back out of
   // them and releases them. Stage 2 keeps them resident anyway: both do nothing. Without a unit:
-  // every unit at once (the whole stage's parameters resident: for small tests).
+  // every unit at once (the whole stage's parameters resident: for small tests). The full fp32
+  // parameters of every block, and their compute copy, whatever the uses would gather; keep_owned
+  // also rounds the owned shards into the owned bf16 shards.
   void materialize(int unit, bool gather);
   void keep_owned(int unit);
   void materialize(bool gather);
@@ -131,6 +146,10 @@ class UnitShards : public ParamUseHooks {
   std::int64_t owned_begin(int block) const;                  // first owned element of the block
   Tensor owned_params(int block) const;                       // fp32 [shard_numel]
   Tensor owned_grads(int block) const;                        // fp32 [shard_numel]
+  // Stage 3 with bf16 compute, a compute_only block: a use gathers its owned bf16 shard (the owned
+  // parameters rounded) straight into the compute copy, no fp32. Else the fp32 shard, then a cast.
+  bool gathers_compute(int block) const;
+  Tensor owned_compute(int block) const;                      // bf16 [shard_numel]; gathers_compute only
   std::int64_t owned_numel() const { return owned_numel_; }   // all blocks' shards
   bool params_resident(int unit) const;                       // full params held: gathered or being gathered
   const UnitShardStats& stats() const { return stats_; }
@@ -143,7 +162,7 @@ class UnitShards : public ParamUseHooks {
   };
   void launch_reduction(int unit);
   void complete_oldest_reduction();
-  void launch_gather(int unit);
+  void launch_gather(int unit, bool fp32);
   void wait_gather(int unit);
   void release_params(int unit);
   void count_resident();
@@ -159,9 +178,12 @@ class UnitShards : public ParamUseHooks {
   std::int64_t owned_numel_ = 0;
   std::vector<Tensor> full_params_, full_compute_, full_grads_;  // per block, padded
   Tensor owned_params_, owned_grads_;
+  Tensor owned_compute_;                     // the gathers_compute blocks' owned bf16 shards
+  std::vector<std::int64_t> compute_offset_;  // per block: its shard's in owned_compute_ (-1: none)
 
   // Per unit.
   std::vector<char> grads_live_, reducing_, gathered_;
+  std::vector<char> fp32_;  // its gather (pending or done) brings every block's fp32 parameters
   std::vector<int> active_reads_;
   std::vector<std::vector<WorkPtr>> gathers_;  // pending all-gathers (empty when none)
   std::deque<Reduction> reductions_;

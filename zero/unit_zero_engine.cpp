@@ -14,6 +14,9 @@ UnitZeroEngine::UnitZeroEngine(DeviceContext& ctx, Communicator& dp, Communicato
     const auto first = static_cast<std::int64_t>(shards_->blocks()[b].first);
     if (tied >= 0 && first >= tied && first < tied + pieces) tied_blocks_.push_back(static_cast<int>(b));
   }
+  // update() broadcasts the tied blocks' fp32 shards alone: they must have no compute shard to follow.
+  for (const int b : tied_blocks_)
+    MT_CHECK(!shards_->gathers_compute(b), "the tied embedding's block ", b, " gathers its compute copy");
   optimizer_ = std::make_unique<UnitShardedAdamW>(ctx, *shards_, params, options.adamw);
   model_.set_param_hooks(shards_.get());
 }

@@ -1,7 +1,8 @@
 // ZeRO 2 and 3 (zero/zero_engine.h): each parameter unit's gradients reduce-scattered per
 // micro-batch into this rank's owned shards as the model's parameter-use hooks end their use
 // (zero/unit_shards.h, which with 3 also gathers each unit before its use); UnitShardedAdamW steps
-// the owned shards, and 2 all-gathers every block after the step.
+// the owned shards, and 2 all-gathers every block after the step. With 3 and bf16 compute the step
+// also writes the GEMM weights' owned bf16 shards, which their uses gather as the compute copy.
 // defines: UnitZeroEngine
 #pragma once
 
@@ -28,7 +29,9 @@ class UnitZeroEngine final : public ZeroEngine {
   void begin_evaluation() override { shards_->start_round(1); }
   void end_evaluation() override { shards_->finish_round(); }
   void for_each_resident_unit(bool gather, const std::function<void(int unit)>& use) override;
-  bool keeps_compute_copy() const override { return false; }
+  // ZeRO-3 makes each unit's compute copy at its gather (the store has none to cast between uses);
+  // ZeRO-2 keeps every block's fp32 parameters and the model casts them (ParameterStore blocks).
+  bool keeps_compute_copy() const override { return shards_->stage() == 3; }
   std::vector<OwnedPiece> owned_pieces() const override;
   std::vector<OwnedPiece> held_pieces() const override { return owned_pieces(); }
   Tensor owned_params(const OwnedPiece& piece) const override;

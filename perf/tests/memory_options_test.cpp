@@ -124,7 +124,7 @@ TEST(MemoryOptions, SequenceParallelShrinksThePipelineMessagesByTp) {
 // largest units' in full, and the reduce-scatter outputs of the two being reduced (half an MLP
 // each: 66432 bytes, 260 blocks; counted since memory_bound_test ran ZeRO-2, whose peak they
 // pass); ZeRO-3 the owned shard of the parameters too and, gathered, the unit in use and the two
-// prefetched (kPrefetchUnits; with their bf16 copy under bf16 compute): three MLPs; AdamW's moments
+// prefetched (kPrefetchUnits): three MLPs (bf16: below); AdamW's moments
 // as ZeRO-1's, ZeRO-3 with a piece more per unit (10).
 TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
   const double params = 220544, attention = 16768, mlp = 33216;
@@ -152,9 +152,17 @@ TEST(MemoryOptions, ZeroTwoAndThreeKeepTheOwnedShardAndTwoUnitsInFull) {
   EXPECT_EQ(z3.parameters, 4 * params / 2 + 3 * 4 * mlp);
   EXPECT_EQ(z3.optimizer, z1.optimizer + 2 * 256.0 * 10);
   EXPECT_EQ(z3.activations, z1.activations);
-  // bf16: three gathered units' bf16 copies, each rounded up to whole blocks (66432 bytes: 260 blocks).
+  // bf16: the GEMM weights' owned bf16 shards too; a gathered unit holds its GEMM weights' bf16
+  // copy alone (no fp32) and its other parameters in fp32 and bf16, each buffer rounded up to whole
+  // 256-byte blocks. An MLP: ln2 (fp32 512 + bf16 256), fc.weight (bf16 32768), fc.bias (1024 +
+  // 512), mlp.proj.weight (32768), mlp.proj.bias (256 + 128 rounded to 256). The embedding (wte and
+  // wpe, fp32 and bf16: the lookup reads fp32) is now the largest unit, beside two MLPs.
+  const double gemm = 4 * (3 * 64 * 64 + 64 * 64 + 2 * 4 * 64 * 64);
+  const double mlp_bf16 = 512 + 256 + 32768 + 1024 + 512 + 32768 + 256 + 256;
+  const double embedding_bf16 = 6 * (256 * 64 + 64 * 64);
   const MemoryBreakdown z3_bf16 = at(3, Precision::BF16);
-  EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 3 * 4 * mlp + 3 * 260 * 256.0);
+  EXPECT_EQ(z3_bf16.parameters, 4 * params / 2 + 2 * gemm / 2 + embedding_bf16 + 2 * mlp_bf16);
+  EXPECT_LT(z3_bf16.parameters, 4 * params / 2 + 3 * 4 * mlp + 3 * 260 * 256.0) << "gathering fp32, then a cast";
   // A full recomputation holds a layer's two units through its backward, beside the prefetched two
   // and the one being reduced: counted as a whole layer and the largest others, MLPs; the
   // reductions in flight stay two.

@@ -69,6 +69,23 @@ TEST(ShardBlocks, CutsUnitsAndAloneParamsPaddedToDp) {
   EXPECT_THROW(make_shard_blocks(std::vector<ParamUnit>{{"x", 1, 1}}, numels, kAlone, 2), Error);
 }
 
+// Parameters read only through the compute copy (h.0.a, a GEMM weight) never share a block with
+// the others: ZeRO-3 gathers such a block as bf16 under bf16 compute, the others as fp32.
+TEST(ShardBlocks, PutsComputeOnlyParamsInBlocksApart) {
+  const std::vector<std::int64_t> numels{5, 3, 7, 2, 4};
+  const std::vector<char> compute_only{0, 0, 1, 0, 0};
+  const std::vector<ShardBlock> blocks = make_shard_blocks(units(), numels, kAlone, 2, compute_only);
+  ASSERT_EQ(blocks.size(), 5u);  // wte, wpe, h.0.a, h.0.b, lnf
+  EXPECT_EQ(blocks[2].first, 2u);
+  EXPECT_EQ(blocks[2].count, 1u);
+  EXPECT_EQ(blocks[2].unit, 1);
+  EXPECT_TRUE(blocks[2].compute_only);
+  EXPECT_EQ(blocks[3].first, 3u);
+  EXPECT_FALSE(blocks[3].compute_only);
+  EXPECT_EQ(blocks[3].shard_offset, 3 + 2 + 4);
+  EXPECT_THROW(make_shard_blocks(units(), numels, kAlone, 2, std::vector<char>{1}), Error);
+}
+
 void write_grads(ParameterStore& store, UnitShards& shards, int rank) {
   // Backward order: lnf, the layer, the embedding.
   for (int u : {2, 1, 0}) {
