@@ -13,7 +13,7 @@ class Zero3Model {
  public:
   Zero3Model(DeviceContext& ctx, Communicator& dp, const GptConfig& config, bool prefetch)
       : ctx_(ctx),
-        cut_(gpt_unit_cut(gpt_parameter_specs(config), dp.size())),
+        cut_(gpt_unit_cut(gpt_parameter_specs(config), dp.size(), /*bf16_gathers=*/false)),
         model_(ctx, config, DType::F32, GptPartition::whole(config), TensorParallel{}, dp.size(),
                GptOptions{Recompute::None, false, cut_.store_blocks(), cut_.units}),
         shards_(ctx, dp, model_.parameters(), cut_, 3, prefetch) {

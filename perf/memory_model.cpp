@@ -363,11 +363,11 @@ const std::vector<int>& deferred_weights(const LayoutPlan& plan) {
   return cache.emplace(key, peak_deferred_weight(plan.train_schedule())).first->second;
 }
 
-ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stage) {
+ZeroBlocks zero_blocks(const ModelShape& model, const LayoutPlan& plan, int stage, bool bf16) {
   const double dp = gradient_ranks(plan.layout());  // ZeRO shards over dp x cp
   ZeroBlocks z;
   z.dp = gradient_ranks(plan.layout());
-  const std::vector<StageUnit>& units = stage_units(model, plan, stage);
+  const std::vector<StageUnit>& units = stage_units(model, plan, stage, bf16);
   for (std::size_t u = 0; u < units.size(); ++u) {
     z.units.emplace_back();
     for (const std::int64_t numel : units[u].blocks) z.units.back().push_back(std::ceil(static_cast<double>(numel) / dp) * dp);
@@ -404,7 +404,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     // parameters in per-block buffers. ZeRO-3 likewise for the parameters: the owned shard, and the
     // gathered units in flight with their bf16 copy under bf16 compute (the GEMM weights' copy
     // alone, gathered from their owned bf16 shards).
-    const ZeroBlocks z = zero_blocks(model, plan, s);
+    const ZeroBlocks z = zero_blocks(model, plan, s, bf16);
     m.gradients = z.owned() + z.in_flight([&](std::size_t u) { return z.full(u, 4.0); }, 2);
     m.gradients += z.in_flight([&](std::size_t u) { return z.pieces(u); }, 2, /*held_pairs=*/false);
     const auto gathered = [&](std::size_t u) { return bf16 ? z.gathered_bf16(u) : z.full(u, 4.0); };

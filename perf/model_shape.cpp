@@ -14,7 +14,7 @@ namespace {
 // gpt_param_shards lists the whole model's tensors, by name; the layout search asks for the same
 // few partitions thousands of times, so their sizes are kept per (model, partition, vocabulary pieces).
 using ShardKey = std::tuple<ModelFamily, int, int, int, int, int, int, int, int, int, std::vector<std::pair<int, int>>,
-                            bool, bool, int>;
+                            bool, bool, int, bool>;
 
 // Per tensor its elements; the parameter units (gpt_param_units) with their ZeRO blocks.
 struct Shards {
@@ -22,14 +22,16 @@ struct Shards {
   std::vector<StageUnit> units;
 };
 
-const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition, int pieces) {
+// bf16_gathers: ZeRO-3 with bf16 compute, whose cut keeps the GEMM weights in blocks of their own.
+const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition, int pieces, bool bf16_gathers) {
   static std::mutex mutex;
   static std::map<ShardKey, Shards> cache;
   std::vector<std::pair<int, int>> chunks;
   for (const LayerRange& r : partition.chunks) chunks.emplace_back(r.begin, r.end);
   ShardKey key{model.family,       model.layers,       model.heads,         model.kv_heads, model.ffn_hidden,
                model.channels,     model.max_seq_len,  model.vocab_size,    model.padded_vocab,
-               partition.tp_size,  std::move(chunks),  partition.embedding, partition.head, pieces};
+               partition.tp_size,  std::move(chunks),  partition.embedding, partition.head, pieces,
+               bf16_gathers};
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   Shards sizes;
@@ -38,14 +40,14 @@ const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition
     sizes.tensors.push_back(shard.local.numel());
     specs.push_back(shard.local);
   }
-  // A unit's blocks as zero/unit_shards.h cuts them: runs, the token embedding's own apart, the
-  // GEMM weights (read_only_as_compute_copy) never with the others.
+  // A unit's blocks as zero/unit_shards.h cuts them: runs, the token embedding's own apart, and for
+  // bf16 gathers the GEMM weights (read_only_as_compute_copy) never with the others.
   for (const ParamUnit& unit : gpt_param_units(specs)) {
     StageUnit u{unit.name, {}, {}};
     bool open = false;
     for (std::size_t i = unit.first; i < unit.first + unit.count; ++i) {
       const bool alone = specs[i].kind == ParamKind::TokenEmbedding;
-      const char only = read_only_as_compute_copy(specs[i].kind) ? 1 : 0;
+      const char only = bf16_gathers && read_only_as_compute_copy(specs[i].kind) ? 1 : 0;
       if (alone || !open || u.compute_only.back() != only) {
         u.blocks.push_back(0);
         u.compute_only.push_back(only);
@@ -58,11 +60,12 @@ const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition
   return cache.emplace(std::move(key), std::move(sizes)).first->second;
 }
 
-const Shards& stage_shards(const ModelShape& model, const LayoutPlan& plan, int stage) {
+const Shards& stage_shards(const ModelShape& model, const LayoutPlan& plan, int stage, bool bf16 = false) {
   MeshCoord coord;
   coord.pp = stage;  // tensor-parallel rank 0: every rank of the group holds shards of the same sizes
   const Layout& layout = plan.layout();
-  return shard_sizes(model, plan.partition(coord), gpt_vocab_pieces(model, layout.tp, layout.zero));
+  return shard_sizes(model, plan.partition(coord), gpt_vocab_pieces(model, layout.tp, layout.zero),
+                     bf16 && layout.zero == 3);
 }
 
 }  // namespace
@@ -140,13 +143,13 @@ double StageUnit::gathered_bytes(bool bf16) const {
   return bytes;
 }
 
-const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage) {
-  return stage_shards(model, plan, stage).units;
+const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage, bool bf16) {
+  return stage_shards(model, plan, stage, bf16).units;
 }
 
 std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage) {
   std::vector<std::int64_t> numels;
-  for (const StageUnit& u : stage_units(model, plan, stage)) numels.push_back(u.numel());
+  for (const StageUnit& u : stage_units(model, plan, stage, false)) numels.push_back(u.numel());
   return numels;
 }
 

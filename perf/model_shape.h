@@ -111,7 +111,8 @@ struct StageUnit {
   // What ZeRO-3 gathers of it per use: fp32, but the compute_only blocks in bf16 under bf16 compute.
   double gathered_bytes(bool bf16) const;
 };
-const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage);
+// bf16: the compute dtype is bf16 (with ZeRO-3, the cut that gathers the GEMM weights in bf16).
+const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage, bool bf16);
 std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage);
 
 }  // namespace mt::perf

@@ -98,7 +98,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   // stage), cut here once for the model and the engine.
   std::vector<ParamSpec> specs;
   for (const ParamShard& shard : gpt_param_shards(config, partition, options.vocab_pieces)) specs.push_back(shard.local);
-  std::optional<UnitCut> cut = zero_unit_cut(zero, specs, replicas);
+  std::optional<UnitCut> cut = zero_unit_cut(zero, specs, replicas, compute);
   if (cut) {
     options.store_blocks = cut->store_blocks();
     options.param_units = cut->units;

@@ -67,13 +67,13 @@ UnitCut make_unit_cut(std::vector<ParamUnit> units, std::span<const std::int64_t
   return {std::move(units), std::move(blocks), dp};
 }
 
-UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp) {
+UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp, bool bf16_gathers) {
   std::vector<std::int64_t> numels;
   std::vector<char> alone, compute_only;
   for (const ParamSpec& spec : specs) {
     numels.push_back(spec.numel());
     alone.push_back(spec.kind == ParamKind::TokenEmbedding ? 1 : 0);
-    compute_only.push_back(read_only_as_compute_copy(spec.kind) ? 1 : 0);
+    if (bf16_gathers) compute_only.push_back(read_only_as_compute_copy(spec.kind) ? 1 : 0);
   }
   return make_unit_cut(gpt_param_units(specs), numels, alone, dp, compute_only);
 }

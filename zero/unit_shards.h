@@ -87,9 +87,10 @@ UnitCut make_unit_cut(std::vector<ParamUnit> units, std::span<const std::int64_t
                       std::span<const char> alone, int dp, std::span<const char> compute_only = {});
 // A Gpt stage's cut (specs: its store's, from gpt_param_shards): its units (gpt_param_units), the
 // token embedding in a block of its own (the first and the last stage then cut their two copies
-// alike), the GEMM weights (read_only_as_compute_copy) in blocks apart from the parameters read in
-// fp32.
-UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp);
+// alike) and, with `bf16_gathers` (ZeRO-3 with bf16 compute), the GEMM weights
+// (read_only_as_compute_copy) in blocks apart from the parameters read in fp32. Without it a unit
+// stays one block (one collective per unit and use, not one per run of like parameters).
+UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp, bool bf16_gathers);
 
 struct UnitShardStats {
   std::int64_t gathered_bytes = 0;  // stage 3: bytes of the full blocks the all-gathers delivered

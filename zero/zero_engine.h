@@ -80,8 +80,10 @@ class ZeroEngine {
 };
 
 // The cut a stage's store must be built in, known before the model: ZeRO 2/3's units at dp
-// (zero/unit_shards.h); nothing for 0/1 (one flat store). specs: the stage's, gpt_param_shards'.
-std::optional<UnitCut> zero_unit_cut(int stage, const std::vector<ParamSpec>& specs, int dp);
+// (zero/unit_shards.h); nothing for 0/1 (one flat store). specs: the stage's, gpt_param_shards';
+// compute: the model's compute dtype (ZeRO-3 in bf16 keeps the GEMM weights in blocks of their own,
+// gathered in bf16).
+std::optional<UnitCut> zero_unit_cut(int stage, const std::vector<ParamSpec>& specs, int dp, DType compute);
 
 // The engine for options.stage over `model` (built with `cut` from zero_unit_cut; its store's
 // gradients belong to the engine from now on). dp: the data-parallel group; tied_stages: the
