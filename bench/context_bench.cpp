@@ -24,6 +24,9 @@
 #include "models/gpt_config.h"
 #include "parallel/groups.h"
 #include "parallel/layout_plan.h"
+#include "perf/cluster.h"
+#include "perf/cost_model.h"
+#include "runtime/attention.h"
 #include "runtime/error.h"  // defines: UsageError
 #include "train/parallel_trainer.h"
 
@@ -40,8 +43,10 @@ const char* kSummary =
     "step time after warm-up (the slowest rank's), tokens/s, the exposed communication per step (host time "
     "waiting for the ring's transfers and the gradient reduction: what the progress lines call comm), the "
     "ring's bytes sent per rank and step, and the peak device memory per rank (the allocator's high-water "
-    "mark over the run, parameters and AdamW state included; the largest rank's). The data are random "
-    "tokens written to a scratch shard per rank.";
+    "mark over the run, parameters and AdamW state included; the largest rank's). Next to each, what the "
+    "performance model (meshtrain plan) predicts for the run on this machine's CPU preset with the cores "
+    "shared: step time, the ring's exposed time and the memory per rank. The data are random tokens written "
+    "to a scratch shard per rank.";
 
 struct ContextOptions {
   std::vector<int> cp_sizes;
@@ -131,7 +136,21 @@ struct ContextRun {
   double ring_bytes = 0;          // sent per rank and step
   double peak_bytes = 0;          // the largest rank's allocator peak
   double loss = 0;
+  // The performance model's (perf/cost_model.h, memory_model.h) for the same run.
+  double predicted_step_s = 0, predicted_cp_comm_s = 0, predicted_peak_bytes = 0;
 };
+
+// What `meshtrain plan` predicts for a run of `plan` on cp ranks of this machine, `threads` each.
+void predict(ContextRun& run, const GptConfig& config, const ContextOptions& o, const LayoutPlan& plan, int threads) {
+  perf::TrainingShape training;
+  training.seq_len = o.seq_len;
+  training.global_batch = o.batch;
+  training.attention = nn::attention_kernel_for(/*cpu=*/true);
+  const perf::Prediction p = perf::predict_step(config, training, plan, perf::cpu_cluster(plan.mesh().world_size(), threads));
+  run.predicted_step_s = p.step_s;
+  run.predicted_cp_comm_s = p.time.cp_comm;
+  run.predicted_peak_bytes = p.memory.total() - p.memory.reserved;  // the allocator's share: no runtime reserve
+}
 
 // Trains `steps` + `warmup` steps on the first cp ranks; the others take part in the reductions only.
 ContextRun run_cp(BenchSession& s, const DeviceOptions& device, const GptConfig& config, const ContextOptions& o,
@@ -170,6 +189,7 @@ ContextRun run_cp(BenchSession& s, const DeviceOptions& device, const GptConfig&
       run.loss = r.loss;
     }
     peak = static_cast<double>(ctx.allocator().stats().peak);
+    if (device.device.is_cpu()) predict(run, config, o, plan, ctx.cpu_threads());
   }
   // The job's view: the slowest rank's times, the largest rank's memory and traffic (the ranks
   // outside the run give 0). slowest_rank_seconds is the maximum over the world, whatever the unit.
@@ -197,6 +217,11 @@ nlohmann::ordered_json json_row(const ContextRun& r, const ContextOptions& o, co
   row["peak_bytes_per_rank"] = r.peak_bytes;
   row["peak_vs_first"] = r.peak_bytes / first.peak_bytes;
   row["final_loss"] = r.loss;
+  if (r.predicted_step_s > 0) {
+    row["predicted_step_s"] = r.predicted_step_s;
+    row["predicted_cp_comm_s"] = r.predicted_cp_comm_s;
+    row["predicted_peak_bytes_per_rank"] = r.predicted_peak_bytes;
+  }
   return row;
 }
 
@@ -225,19 +250,24 @@ int context_bench(const std::vector<std::string>& args, const MpiRuntime& mpi) {
               "after %d warm-up, %d rank(s), device %s\n",
               model.c_str(), static_cast<double>(config.real_parameter_count()) / 1e6, o.batch, o.seq_len, o.steps,
               o.warmup, s.world().size(), s.ctx().device().str().c_str());
-  TextTable table({"cp", "step ms", "tokens/s", "exposed comm ms", "ring MiB/rank", "peak MiB/rank", "peak vs first"});
+  TextTable table({"cp", "step ms", "tokens/s", "exposed comm ms", "ring MiB/rank", "peak MiB/rank", "peak vs first",
+                   "predicted ms", "predicted ring ms", "predicted MiB/rank"});
   const BenchJson json(o.json);
   constexpr double MiB = 1024.0 * 1024.0;
   for (const ContextRun& r : runs) {
     table.add_row({std::to_string(r.cp), format_cell("%.0f", 1e3 * r.step_s),
                    format_cell("%.0f", static_cast<double>(o.batch) * o.seq_len / r.step_s),
                    format_cell("%.1f", 1e3 * r.comm_s), format_cell("%.1f", r.ring_bytes / MiB),
-                   format_cell("%.1f", r.peak_bytes / MiB), format_cell("%.2f", r.peak_bytes / runs.front().peak_bytes)});
+                   format_cell("%.1f", r.peak_bytes / MiB), format_cell("%.2f", r.peak_bytes / runs.front().peak_bytes),
+                   r.predicted_step_s > 0 ? format_cell("%.0f", 1e3 * r.predicted_step_s) : "-",
+                   r.predicted_step_s > 0 ? format_cell("%.1f", 1e3 * r.predicted_cp_comm_s) : "-",
+                   r.predicted_step_s > 0 ? format_cell("%.1f", r.predicted_peak_bytes / MiB) : "-"});
     json.append(json_row(r, o, config, model, runs.front()));
   }
   std::printf("%s", table.render().c_str());
   std::printf("exposed comm = host time waiting for communication per step (ring transfers not hidden behind block "
-              "attention, and the gradient reduction over the cp ranks)\n");
+              "attention, and the gradient reduction over the cp ranks); predicted: the performance model on this "
+              "machine's CPU preset (on a GPU: none)\n");
   return 0;
 }
 

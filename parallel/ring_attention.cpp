@@ -38,11 +38,14 @@ RingAttention::RingAttention(Communicator* cp, DeviceContext& ctx, RingAttention
   block_lse_ = fp32({B, H, c});
 }
 
+RingBufferShape RingAttention::buffer_shape() const {
+  return {shape_.batch, shape_.chunk, q_cols_, kv_cols_, shape_.heads.q_heads,
+          static_cast<std::int64_t>(dtype_size(shape_.dtype))};
+}
+
 std::int64_t RingAttention::workspace_bytes() const {
-  std::int64_t bytes = static_cast<std::int64_t>(lse_.nbytes() + block_out_.nbytes() + block_lse_.nbytes());
-  for (const Tensor& t : kv_) bytes += static_cast<std::int64_t>(t.nbytes());
-  for (const Slots* slots : {&out_acc_, &delta_, &dq_, &dkv_block_, &dkv_travel_[0], &dkv_travel_[1]})
-    for (const Tensor& t : *slots) bytes += static_cast<std::int64_t>(t.nbytes());
+  std::int64_t bytes = 0;
+  for (const std::int64_t b : ring_attention_buffer_bytes(buffer_shape())) bytes += b;
   return bytes;
 }
 

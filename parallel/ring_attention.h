@@ -33,6 +33,7 @@
 
 #include "comm/communicator.h"
 #include "parallel/causal_split.h"
+#include "parallel/ring_buffers.h"
 #include "runtime/block_attention.h"
 
 namespace mt {
@@ -61,8 +62,10 @@ class RingAttention {
   int rank() const { return group_ ? group_->rank() : 0; }
   CausalSplit split() const { return CausalSplit(2 * size() * shape_.chunk, size()); }
   const RingAttentionStats& stats() const { return stats_; }
-  // Bytes of the buffers the constructor allocated (the blocks in flight, the fp32 accumulators).
+  // Bytes of the buffers the constructor allocated (the blocks in flight, the fp32 accumulators):
+  // the sum of ring_attention_buffer_bytes (parallel/ring_buffers.h) for its shape.
   std::int64_t workspace_bytes() const;
+  RingBufferShape buffer_shape() const;
 
   // fp32 [2, B, q_heads, chunk]: each local chunk's log-sum-exp, left by forward for backward.
   Shape lse_shape() const { return {2, shape_.batch, shape_.heads.q_heads, shape_.chunk}; }

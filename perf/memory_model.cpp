@@ -1,5 +1,7 @@
 #include "perf/memory_model.h"
 
+#include "parallel/ring_buffers.h"
+
 #include "models/head_chunks.h"
 #include "models/param_use.h"
 #include "runtime/attention_kernel.h"
@@ -467,12 +469,17 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     m.workspace += 2.0 * block(N * C * a) + 2.0 * block(Ns * C * a) + block(2.0 * C * 4.0);
   }
   if (layout.recompute != Recompute::None) m.workspace += recompute_scratch_bytes(model, training, layout);
-  // Ring attention (cp > 1, parallel/ring_attention.h): two kv blocks [B, T/cp, kv columns] (the one
-  // attended to, the next arriving) and the backward's two [dk | dv] accumulators of the same rows in
-  // fp32 (the one added to, the one travelling), allocated once and shared by every layer.
+  // Ring attention (cp > 1, parallel/ring_attention.h): its buffers (the kv blocks in flight, the
+  // fp32 accumulators of the output, dq and the travelling [dk | dv]; parallel/ring_buffers.h),
+  // allocated once and shared by every layer.
   if (layout.cp > 1) {
-    const double kv = N * kv_columns(model, layout.tp);
-    m.workspace += 2.0 * block(kv * a) + 2.0 * block(kv * 4.0);
+    const RingBufferShape ring{.batch = layout.micro_batch,
+                               .chunk = static_cast<std::int64_t>(rank_seq_len(training, layout)) / 2,
+                               .q_cols = static_cast<std::int64_t>(w.attention),
+                               .kv_cols = static_cast<std::int64_t>(kv_columns(model, layout.tp)),
+                               .q_heads = model.heads / layout.tp,
+                               .act_bytes = training.act_bytes()};
+    for (const std::int64_t bytes : ring_attention_buffer_bytes(ring)) m.workspace += block(static_cast<double>(bytes));
   }
   // One at a time: attention's scratch (the backward's gradient of the scores, the forward's fp32
   // scores under bf16: runtime/attention_kernel.h), the embedding backward's int32 index [2, N], a

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # meshbench context at a small size under mpirun: one row per cp, the JSON rows complete and
 # consistent (tokens/s = batch x seq-len / step time; cp 1 sends nothing around a ring, cp > 1 does;
-# cp 2 holds less memory per rank than cp 1 at the same sequence length), and bad options get one
-# clear error. Arguments: MESHBENCH MPIEXEC MESHTRAIN. No timing is asserted.
+# cp 2 holds less memory per rank than cp 1 at the same sequence length; the memory model's
+# prediction is at or above the measured peak), and bad options get one clear error. Arguments: MESHBENCH MPIEXEC MESHTRAIN. No timing is asserted.
 set -u
 meshbench=$1 mpiexec=$2
 source "$(dirname "$0")/../../commands/tests/cli_test_lib.sh"
@@ -11,7 +11,8 @@ program=meshbench
 small=(--model llama-tiny --seq-len 256 --steps 1 --warmup 1 --device cpu --cpu-threads 1)
 if expect_ok "context np 2, cp 1 and 2" np 2 "$meshbench" context "${small[@]}" --cp-sizes 1,2 --json "$dir/c.jsonl"; then
   for cp in 1 2; do
-    grep -qE "^$cp +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$" "$out" || { fail "no row for cp $cp"; show; }
+    grep -qE "^$cp +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ +[0-9.]+$" "$out" ||
+      { fail "no row for cp $cp"; show; }
   done
 fi
 [ "$(grep -c '"bench":"context"' "$dir/c.jsonl" 2>/dev/null)" = 2 ] || fail "expected 2 JSON rows in $dir/c.jsonl"
@@ -28,6 +29,12 @@ awk -v a="$(field ring_bytes_per_rank "$one")" -v b="$(field ring_bytes_per_rank
 awk -v a="$(field peak_bytes_per_rank "$one")" -v b="$(field peak_bytes_per_rank "$two")" \
   'BEGIN { exit (b > 0 && b < a) ? 0 : 1 }' && echo "ok   cp 2 peaks lower per rank than cp 1" ||
   fail "peak memory per rank: cp 2 should be below cp 1: $one / $two"
+
+# The memory model bounds the allocator's peak from above (perf/memory_model.h), ring buffers included.
+for row in "$one" "$two"; do
+  awk -v p="$(field predicted_peak_bytes_per_rank "$row")" -v m="$(field peak_bytes_per_rank "$row")" \
+    'BEGIN { exit (p >= m && m > 0) ? 0 : 1 }' || fail "predicted memory below the measured peak: $row"
+done
 
 expect_error "cp larger than the job" "cp 4 needs 4 ranks, the job has 2" np 2 "$meshbench" context "${small[@]}" --cp-sizes 4
 expect_error "sequence not in 2 x cp chunks" "must be a multiple of 4" np 2 "$meshbench" context "${small[@]}" --seq-len 258 --cp-sizes 2

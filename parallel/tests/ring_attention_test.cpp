@@ -228,6 +228,18 @@ TEST_P(RingAttentionTest, NoAllocationAfterTheFirstCallAndTheTransfersExpected) 
   const DeviceCounters counted = device_counters();
   ring.run();
   EXPECT_EQ((device_counters() - counted).allocations, 0u);
+  // The workspace is what parallel/ring_buffers.h lists (the memory model's arithmetic): its
+  // construction takes those buffers from the allocator, each rounded to the allocator's 256 bytes.
+  DeviceContext fresh(DeviceOptions{Device::cpu(), 0, 1});
+  const std::size_t before_ring = fresh.allocator().stats().in_use;
+  const RingAttention counted_ring(cp_group(), fresh, shape_of(c, GetParam()));
+  i64 listed = 0, rounded = 0;
+  for (const i64 bytes : ring_attention_buffer_bytes(counted_ring.buffer_shape())) {
+    listed += bytes;
+    rounded += (bytes + 255) / 256 * 256;
+  }
+  EXPECT_EQ(static_cast<i64>(fresh.allocator().stats().in_use - before_ring), rounded);
+  EXPECT_EQ(counted_ring.workspace_bytes(), listed);
   const i64 cp = test_world().size(), chunk = c.T / (2 * cp), dsize = GetParam() == DType::F32 ? 4 : 2;
   const i64 kv_block = c.B * 2 * chunk * 2 * c.heads.kv_heads * c.head_size;  // elements
   const RingAttentionStats& after = ring.ring().stats();

@@ -68,13 +68,15 @@ struct Case {
   bool sequence_parallel = false;
   bool llama = false;
   std::int64_t padded_vocab = 0;  // 0: the tokenizer's 256
+  int cp = 1;
   GptConfig config() const {
     GptConfig c = llama ? llama_tiny_config() : tiny_config();
     if (padded_vocab) c.padded_vocab = padded_vocab;
     return c;
   }
   std::string name() const {
-    return std::string(llama ? "llama " : "") + "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" +
+    return std::string(llama ? "llama " : "") + "dp" + std::to_string(dp) + " tp" + std::to_string(tp) +
+           (cp > 1 ? " cp" + std::to_string(cp) : "") + " pp" +
            std::to_string(pp) + " " +
            schedule_kind_name(schedule) + (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "") +
            (zero ? " zero" + std::to_string(zero) : "") + " mb" + std::to_string(micro_batch) +
@@ -89,6 +91,7 @@ struct Case {
   Case& with_bf16() { compute = DType::BF16; return *this; }
   Case& with_global_batch(int batch) { global_batch = batch; return *this; }
   Case& with_llama() { llama = true; return *this; }
+  Case& with_cp(int size) { cp = size; return *this; }
   // 2048 embedding rows: 2.6x a layer, cut by ZeRO-3 into 4 vocabulary pieces.
   Case& with_vocab_pieces() { padded_vocab = 2048; return *this; }
 };
@@ -116,6 +119,7 @@ LayoutRequest layout_of(const Case& c) {
   r.dp = c.dp;
   r.tp = c.tp;
   r.pp = c.pp;
+  r.cp = c.cp;
   r.schedule = c.schedule;
   r.virtual_stages = c.virtual_stages;
   r.zero = c.zero;
@@ -146,7 +150,7 @@ perf::MemoryBreakdown estimate(const Case& c, int stage) {
 std::size_t measured_peak(const Case& c, int& stage) {
   Communicator& world = testing::test_world();
   DeviceContext ctx(DeviceOptions{});
-  ParallelGroups groups = build_groups(world, Mesh({c.dp, c.tp, c.pp}));
+  ParallelGroups groups = build_groups(world, Mesh({c.dp, c.tp, c.pp, c.cp}));
   stage = groups.coord.pp;
   const TrainSettings s = settings();
   LayoutRequest request = layout_of(c);
@@ -250,7 +254,11 @@ std::vector<Case> cases_for(int world_size) {
               // llama: tp 2 splits its 2 kv heads; the head on the last stage; the head its own ZeRO-3 unit.
               Case{1, 2, 1}.with_llama(), Case{1, 2, 1}.with_llama().with_sp(), Case{1, 1, 2}.with_llama(),
               Case{2, 1, 1}.with_llama().with_zero(3), Case{2, 1, 1}.with_zero(3).with_vocab_pieces(),
-              Case{2, 1, 1}.with_zero(3).with_recompute(R::Full), Case{2, 1, 1}.with_zero(2).with_recompute(R::Selective)};
+              Case{2, 1, 1}.with_zero(3).with_recompute(R::Full), Case{2, 1, 1}.with_zero(2).with_recompute(R::Selective),
+              // Context parallelism: rows of T/cp per rank, ring attention's lse and its buffers.
+              Case{1, 1, 1}.with_cp(2), Case{1, 1, 1}.with_cp(2).with_llama(), Case{1, 1, 1}.with_cp(2).with_bf16(),
+              Case{1, 1, 1}.with_cp(2).with_zero(3).with_recompute(R::Full),
+              Case{1, 1, 1}.with_cp(2).with_recompute(R::Selective)};
     }
     case 4: {
       Case zb_h1_long{1, 1, 4, K::ZeroBubbleH1};
@@ -265,12 +273,15 @@ std::vector<Case> cases_for(int world_size) {
               Case{2, 1, 2, K::ZeroBubbleH1}.with_zero(3).with_recompute(R::Full),
               Case{2, 1, 2}.with_zero(3).with_vocab_pieces(), Case{2, 1, 2}.with_llama().with_zero(3).with_vocab_pieces(),
               // llama: tp 4 replicates its 2 kv heads (a [2 Hkv hs, C] gradient summed per layer).
-              Case{1, 4, 1}.with_llama(), Case{1, 2, 2, K::ZeroBubbleV, 2}.with_llama()};
+              Case{1, 4, 1}.with_llama(), Case{1, 2, 2, K::ZeroBubbleV, 2}.with_llama(),
+              Case{1, 1, 1}.with_cp(4), Case{2, 1, 1}.with_cp(2).with_zero(3), Case{1, 1, 2}.with_cp(2),
+              Case{1, 2, 1}.with_cp(2).with_sp(), Case{1, 1, 2, K::ZeroBubbleH1}.with_cp(2).with_llama()};
     }
     case 8:
       return {{2, 2, 2}, {2, 2, 2, K::ZeroBubbleH1}, {2, 2, 2, K::ZeroBubbleV, 2}, {2, 1, 4, K::ZeroBubbleH1},
               Case{2, 2, 2}.with_recompute(R::Selective), Case{2, 2, 2}.with_recompute(R::Full),
-              Case{2, 2, 2}.with_llama(), Case{2, 2, 2, K::ZeroBubbleH1}.with_llama()};
+              Case{2, 2, 2}.with_llama(), Case{2, 2, 2, K::ZeroBubbleH1}.with_llama(),
+              Case{2, 1, 2}.with_cp(2), Case{1, 2, 2}.with_cp(2).with_sp().with_zero(3)};
     default: return {};
   }
 }
