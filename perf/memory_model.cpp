@@ -184,11 +184,12 @@ double attention_saved(const ModelShape& model, const TrainingShape& training, c
                                          training.seq_len, training.act_bytes()));
 }
 
-// Of one layer's activations, the two selective recomputation rebuilds in backward: attention's
-// saved probabilities and the MLP activation's output (GELU's [N, 4C/tp], SwiGLU's [N, F/tp]).
+// Of one layer's activations, what selective recomputation rebuilds in backward: attention's saved
+// probabilities (not ring attention's log-sum-exp, which the slot keeps: models/gpt.cpp) and the MLP
+// activation's output (GELU's [N, 4C/tp], SwiGLU's [N, F/tp]).
 double selectively_recomputed_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout) {
   const double N = layout.micro_batch * rank_seq_len(training, layout);
-  return attention_saved(model, training, layout) +
+  return (layout.cp > 1 ? 0.0 : attention_saved(model, training, layout)) +
          block(N * layer_widths(model, layout.tp).mlp_out * training.act_bytes());
 }
 
@@ -487,10 +488,19 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   const double Bm = layout.micro_batch, Tm = rank_seq_len(training, layout), Hm = model.heads / layout.tp;
   const int ab = training.act_bytes();
   const double kv_channels = (w.qkv - w.attention) / 2;  // the local [k | v] halves
+  // Ring attention (cp > 1) takes none: its block attention works in the ring's own buffers.
   const double attention_scratch =
-      std::max(block(nn::attention_backward_scratch_bytes(training.attention, Bm, Hm, Tm, kv_channels, ab)),
-               block(nn::attention_forward_scratch_bytes(training.attention, Hm, Tm, ab)));
+      layout.cp > 1 ? 0.0
+                    : std::max(block(nn::attention_backward_scratch_bytes(training.attention, Bm, Hm, Tm, kv_channels, ab)),
+                               block(nn::attention_forward_scratch_bytes(training.attention, Hm, Tm, ab)));
   const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
+  const bool head_stage =
+      local_chunk_of(plan.placement(), layout.pp, layout.pp * layout.virtual_stages - 1).stage == s;
+  // The step's token ids on a stage that reads them (train/step_batch.h: inputs and targets of
+  // every micro-batch, this rank's rows of each sequence) and, with cp, the rows' positions.
+  if (embedding_stage || head_stage)
+    m.workspace += block(2.0 * plan.micro_batches() * layout.micro_batch * rank_seq_len(training, layout) * 4.0);
+  if (layout.cp > 1) m.workspace += block(rank_seq_len(training, layout) * 4.0);
   const double biggest =
       std::max({attention_scratch, embedding_stage ? block(2.0 * N * 4.0) : 0.0, block(N * 4.0), 256.0});
   m.transient = kCachedBlockFactor * biggest;

@@ -58,9 +58,10 @@ TEST(Memory, TinyModelByHand) {
   EXPECT_EQ(p.memory.in_flight, 1);
   EXPECT_EQ(p.memory.activations, 5 * NC + 4 * per_layer + 64 * 4.0 + NC + 5 * 64 * 4.0 + NC);
   EXPECT_EQ(p.memory.logits, 64 * 256 * 4.0);
-  // Scratch: 10 x [64, 64]; attention backward's fp32 score gradients [2, 4, 32, 32] while it runs,
-  // counted twice (a caching allocator may hand out a block twice the request).
-  EXPECT_EQ(p.memory.workspace, 10 * NC);
+  // Scratch: 10 x [64, 64], and the step's token ids (inputs and targets, [2, 64] int32); attention
+  // backward's fp32 score gradients [2, 4, 32, 32] while it runs, counted twice (a caching allocator
+  // may hand out a block twice the request).
+  EXPECT_EQ(p.memory.workspace, 10 * NC + 2 * 64 * 4.0);
   EXPECT_EQ(p.memory.transient, 2 * (2 * 4 * 32 * 32 * 4.0));
   EXPECT_EQ(p.memory.reserved, cluster_preset("cpu-2core").memory_reserved);
   EXPECT_TRUE(p.fits);

@@ -118,8 +118,9 @@ TEST(LlamaMemory, TinyModelByHand) {
   const double NC = 64 * 64 * 4.0, row = 64 * 4.0, probs = 2 * 4 * 32 * 32 * 4.0;
   const double per_layer = 3 * NC + 2 * NC + NC + 5 * NC + 2.5 * NC + 2 * row + probs;
   EXPECT_EQ(p.memory.activations, 5 * NC + 4 * per_layer + row + NC + 4 * row + NC);
-  // Scratch: branch, dln, datty, dqkv [64, 128], d[gate | up] [64, 320], dSwiGLU [64, 160].
-  EXPECT_EQ(p.memory.workspace, (2 + 1 + 2 + 5 + 2.5) * NC);
+  // Scratch: branch, dln, datty, dqkv [64, 128], d[gate | up] [64, 320], dSwiGLU [64, 160]; the
+  // step's token ids (inputs and targets, [2, 64] int32).
+  EXPECT_EQ(p.memory.workspace, (2 + 1 + 2 + 5 + 2.5) * NC + 2 * row);
   EXPECT_EQ(p.memory.logits, 64 * 256 * 4.0);
   // Selective recomputation drops the probabilities and SwiGLU's output [N, F/tp], and rebuilds them.
   l.recompute = Recompute::Selective;

@@ -60,9 +60,11 @@ TEST(MemoryOptions, RecomputeKeepsLessPerLayerAndRebuildsOneInTheScratch) {
   EXPECT_EQ(none.memory.activations, rest + 4 * kLayer);
   EXPECT_EQ(selective.memory.activations, rest + 4 * (kLayer - kAttention - kGelu));
   EXPECT_EQ(full.memory.activations, rest);
-  EXPECT_EQ(none.memory.workspace, 10 * NC);
-  EXPECT_EQ(selective.memory.workspace, 10 * NC + kAttention + kGelu);
-  EXPECT_EQ(full.memory.workspace, 10 * NC + kLayer);
+  // The scratch's 10 x [N, C], the step's token ids ([2, N] int32), and what recomputation rebuilds.
+  const double ids = 2 * 64 * 4.0;
+  EXPECT_EQ(none.memory.workspace, 10 * NC + ids);
+  EXPECT_EQ(selective.memory.workspace, 10 * NC + ids + kAttention + kGelu);
+  EXPECT_EQ(full.memory.workspace, 10 * NC + ids + kLayer);
   EXPECT_EQ(full.memory.parameters, none.memory.parameters);
   EXPECT_EQ(full.memory.transient, none.memory.transient);
 }
