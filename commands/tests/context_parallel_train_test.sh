@@ -27,6 +27,12 @@ expect_ok "cp 2, checkpoints at 4 and 8" \
 same_losses "cp 2: steps 1-8 within 1e-5 of one rank" "$dir/m1.jsonl" "$dir/m2.jsonl" 1 8 1e-5
 grep -q -E '^ +time: compute [0-9]+% \| exposed comm [0-9]+% \| bubble [0-9]+%' "$out" || { fail "cp 2: no timing line"; show; }
 
+# --- another mesh order: the cp groups strided over the world instead of consecutive ranks.
+expect_ok "dp 2 x cp 2, --mesh-order dp-cp-tp-pp" \
+  np 4 "${train[@]}" --dp 2 --cp 2 --mesh-order dp-cp-tp-pp --metrics "$dir/m-order.jsonl"
+grep -q "cp groups.*{0,2} {1,3}" "$out" || { fail "dp-cp-tp-pp: cp groups are not {0,2} {1,3}"; show; }
+same_losses "dp 2 x cp 2 in order dp-cp-tp-pp: steps 1-8 within 1e-5 of one rank" "$dir/m1.jsonl" "$dir/m-order.jsonl" 1 8 1e-5
+
 # --- the same layout resumed: bit for bit, and the same step-8 checkpoint.
 cp -r "$dir/c2" "$dir/c2-resume"
 expect_ok "cp 2 resumed from step 4" \
