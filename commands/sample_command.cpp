@@ -16,6 +16,7 @@
 #include "launch/command_line.h"
 #include "launch/model_options.h"
 #include "launch/session.h"
+#include "launch/seed_option.h"
 #include "models/gpt_weights.h"
 #include "models/llmc/llmc_weights.h"
 #include "models/sampler.h"
@@ -72,7 +73,7 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
        "softmax temperature, >= 0: lower is greedier, 0 always takes the most likely token; the --top-k "
        "candidates are the model's most likely at any temperature")
       ("top-k", po::value<int>()->default_value(40), "sample among the k most likely tokens (0: all)")
-      ("seed", po::value<std::uint64_t>()->default_value(1337), "the same seed gives the same text");
+      ("seed", seed_value(1337), "the same seed gives the same text (a whole number, 0 to 2^64 - 1)");
   add_tokenizer_options(desc);
   add_runtime_options(desc);
   auto parsed = parse_command_line("sample",
@@ -85,7 +86,7 @@ int sample_command(const std::vector<std::string>& args, const MpiRuntime& mpi) 
   options.tokens = vm["tokens"].as<int>();
   options.temperature = temperature_option(vm["temperature"].as<double>());
   options.top_k = vm["top-k"].as<int>();
-  options.seed = vm["seed"].as<std::uint64_t>();
+  options.seed = vm["seed"].as<SeedValue>().value;
   if (options.tokens < 0) throw UsageError("--tokens must be >= 0, got " + std::to_string(options.tokens));
   if (options.top_k < 0)
     throw UsageError("--top-k must be >= 0 (0: the whole vocabulary), got " + std::to_string(options.top_k));

@@ -13,6 +13,7 @@
 #include "launch/model_options.h"
 #include "launch/options.h"
 #include "launch/path_option.h"
+#include "launch/seed_option.h"
 #include "models/hf/hf_folder.h"  // defines: is_hf_folder
 #include "perf/memory_model.h"
 #include "runtime/error.h"
@@ -68,7 +69,7 @@ void add_run_options(po::options_description& desc) {
       ("eps", po::value<float>()->default_value(1e-8f, "1e-8"), "AdamW epsilon")
       ("grad-clip", po::value<float>()->default_value(1.0f),
        "clip the global gradient norm to this value; 0 disables clipping")
-      ("seed", po::value<std::uint64_t>()->default_value(1337),
+      ("seed", seed_value(1337),
        "seeds the initialization and the data order: the same seed gives the same run, bit for bit")
       ("eval-every", po::value<int>()->default_value(0),
        "steps between validation losses (0: only after the last step)")
@@ -403,7 +404,7 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
                .save_weights = optional_value<std::string>(vm, "save-weights"),
                .metrics = optional_value<std::string>(vm, "metrics"),
                .data_dir = get<std::string>(vm, "data"),
-               .seed = get<std::uint64_t>(vm, "seed"),
+               .seed = get<SeedValue>(vm, "seed").value,
                .peak_tflops = optional_value<double>(vm, "peak-tflops"),
                .runtime = runtime};
   // Where the options name the device's kind; with --device auto, the session checks once it has

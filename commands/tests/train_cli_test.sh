@@ -159,6 +159,9 @@ expect_error "corrupt shard (wrong magic)" "data_train_000000.bin\" is not an ll
   "$meshtrain" train --device cpu --tokenizer bytes --data "$dir/bad" --steps 1 --cpu-threads 1
 expect_error "--steps 0 names --steps" "^meshtrain: error: --steps must be at least 1, got 0$" \
   "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --steps 0 --cpu-threads 1
+# A negative seed would wrap to 2^64 - 1 in an unsigned option: another run's order, silently.
+expect_error "--seed -1 refused" "the argument \('-1'\) for option '--seed' is invalid" \
+  "$meshtrain" train --device cpu --tokenizer bytes --data "$data" --steps 1 --seed -1 --cpu-threads 1
 # Two corpora in one directory (another --name, here a copy): training would mix their ids.
 cp -r "$data" "$dir/mixed"
 cp "$data/data_train_000000.bin" "$dir/mixed/other_train_000000.bin"
