@@ -487,9 +487,18 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   const double Bm = layout.micro_batch, Tm = rank_seq_len(training, layout), Hm = model.heads / layout.tp;
   const int ab = training.act_bytes();
   const double kv_channels = (w.qkv - w.attention) / 2;  // the local [k | v] halves
-  const double attention_scratch =
+  double attention_scratch =
       std::max(block(nn::attention_backward_scratch_bytes(training.attention, Bm, Hm, Tm, kv_channels, ab)),
                block(nn::attention_forward_scratch_bytes(training.attention, Hm, Tm, ab)));
+  if (layout.cp > 1) {
+    // Ring attention's pairs by GEMMs: a kv head's q heads (at most a whole group) over a chunk
+    // of queries and one of keys (runtime/attention_kernel.h).
+    const double group = std::min<double>(Hm, model.heads / model.kv_head_count()), chunk = Tm / 2;
+    double pair = 0;
+    for (int i = 0; i < nn::block_attention_scratch_tensors(training.attention, ab); ++i)
+      pair += block(nn::block_attention_scratch_tensor_bytes(i, group, chunk, chunk, ab));
+    attention_scratch = std::max(attention_scratch, pair);
+  }
   const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
   const double biggest =
       std::max({attention_scratch, embedding_stage ? block(2.0 * N * 4.0) : 0.0, block(N * 4.0), 256.0});
