@@ -12,7 +12,8 @@
 // ones on the CPU (the same bits at any thread count), cuBLAS on CUDA (only where
 // MESHTRAIN_ATTENTION=gemm asks: not yet run on a GPU). Scratch per call, from the caching
 // allocator: [G, q_len, kv_len] fp32 scores and (backward) their gradient, plus the activation-dtype
-// P and dS under bf16 (runtime/attention_kernel.h block_attention_scratch_bytes).
+// P and dS under bf16 (runtime/attention_kernel.h block_attention_scratch_tensor_bytes, which the
+// memory model counts for cp > 1).
 // Against the unit ops (runtime/ops/block_attention.h): fp32 within 2e-5 relative (the dot products
 // summed in the GEMM's order), bf16 within 2e-2 (P and dS rounded to bf16 before the GEMMs read them,
 // as BatchedGemm's whole-sequence attention does; runtime/tests/block_attention_test.cpp).
