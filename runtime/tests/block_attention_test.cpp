@@ -315,8 +315,8 @@ struct PairGrads {
   std::vector<float> out, lse, dq, dkv;
 };
 PairGrads pair_grads(const Case& c, DType dtype, AttentionKernel kernel, bool fused, i64 kv_offset, BlockMask mask,
-                     i64 q_len) {
-  DeviceContext ctx(cpu_options(2));
+                     i64 q_len, int threads = 2) {
+  DeviceContext ctx(cpu_options(threads));
   const i64 Tq = 24 + q_len, Tk = 136, H = c.heads.q_heads, q_first = 10;
   const Tensor qkv = tensor_of(ctx, rounded_random_values(static_cast<std::size_t>(c.B * Tq * c.row()), 41, 1.5f, dtype),
                                {c.B, Tq, c.row()}, dtype);
@@ -470,6 +470,19 @@ TEST(BlockAttentionMask, EachMaskSeesTheKeysItsPositionsAllow) {
     for (i64 h = 0; h < c.heads.q_heads; ++h)
       for (i64 i = 0; i < 3; ++i)
         EXPECT_EQ(none.lse[static_cast<std::size_t>((b * c.heads.q_heads + h) * 8 + i)], nn_math::kNoKeysLse);
+}
+
+// The GEMM pairs past one causal row block (136 rows: blocks of 128 and 8), at 1 and 2 threads.
+TEST_P(BlockAttention, GemmPairsSameBitsAtOneAndTwoThreads) {
+  for (const Case& c : cases())
+    for (const BlockMask mask : {BlockMask::Full, BlockMask::Causal}) {
+      const i64 offset = mask == BlockMask::Full ? -136 : 3;
+      const PairGrads one = pair_grads(c, GetParam(), kGemm, false, offset, mask, 136, 1);
+      const PairGrads two = pair_grads(c, GetParam(), kGemm, false, offset, mask, 136, 2);
+      EXPECT_TRUE(same_bits(one.out, two.out) && same_bits(one.lse, two.lse) && same_bits(one.dq, two.dq) &&
+                  same_bits(one.dkv, two.dkv))
+          << c.name << " mask " << static_cast<int>(mask);
+    }
 }
 
 // MESHTRAIN_ATTENTION picks the pair's implementation on the CPU as it does whole-sequence
