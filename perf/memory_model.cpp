@@ -488,11 +488,19 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   const double Bm = layout.micro_batch, Tm = rank_seq_len(training, layout), Hm = model.heads / layout.tp;
   const int ab = training.act_bytes();
   const double kv_channels = (w.qkv - w.attention) / 2;  // the local [k | v] halves
-  // Ring attention (cp > 1) takes none: its block attention works in the ring's own buffers.
-  const double attention_scratch =
-      layout.cp > 1 ? 0.0
-                    : std::max(block(nn::attention_backward_scratch_bytes(training.attention, Bm, Hm, Tm, kv_channels, ab)),
-                               block(nn::attention_forward_scratch_bytes(training.attention, Hm, Tm, ab)));
+  // Ring attention (cp > 1) takes no whole-sequence scratch: its pairs run by GEMMs over a kv
+  // head's q heads (at most a whole group), a chunk of queries and one of keys
+  // (runtime/attention_kernel.h), in the ring's own buffers otherwise.
+  double attention_scratch = 0;
+  if (layout.cp > 1) {
+    const double group = std::min<double>(Hm, model.heads / model.kv_head_count()), chunk = Tm / 2;
+    for (int i = 0; i < nn::block_attention_scratch_tensors(training.attention, ab); ++i)
+      attention_scratch += block(nn::block_attention_scratch_tensor_bytes(i, group, chunk, chunk, ab));
+  } else {
+    attention_scratch =
+        std::max(block(nn::attention_backward_scratch_bytes(training.attention, Bm, Hm, Tm, kv_channels, ab)),
+                 block(nn::attention_forward_scratch_bytes(training.attention, Hm, Tm, ab)));
+  }
   const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
   const bool head_stage =
       local_chunk_of(plan.placement(), layout.pp, layout.pp * layout.virtual_stages - 1).stage == s;

@@ -11,7 +11,8 @@
 //
 // MESHTRAIN_ATTENTION=reference|gemm picks one for every device (runtime/attention.h).
 // defines: AttentionKernel, attention_kernel_name, attention_saved_dtype_bytes,
-//          attention_saved_bytes, attention_forward_scratch_bytes, attention_backward_scratch_bytes
+//          attention_saved_bytes, attention_forward_scratch_bytes, attention_backward_scratch_bytes,
+//          block_attention_scratch_tensors, block_attention_scratch_tensor_bytes
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,18 @@ inline double attention_backward_scratch_bytes(AttentionKernel k, double batch, 
   if (k == AttentionKernel::Reference) return batch * q_heads * seq_len * seq_len * 4.0;
   const double scores = q_heads * seq_len * seq_len;
   return scores * 4.0 + (act_bytes == 4 ? 0.0 : scores * act_bytes) + 2.0 * seq_len * kv_channels * 4.0;
+}
+
+// Block attention (context parallelism's pairs, runtime/block_attention.h) allocates scratch under
+// BatchedGemm only (runtime/block_attention_gemm.h), per pair, one kv head's `group` q heads at a
+// time: the backward's fp32 scores and their gradient [group, q_len, kv_len], and under bf16 P and dS
+// in the activation dtype beside them (the forward's is less). The sizes of its tensors, each a
+// block of its own; none for the unit ops (Reference).
+inline int block_attention_scratch_tensors(AttentionKernel k, int act_bytes) {
+  return k == AttentionKernel::Reference ? 0 : (act_bytes == 4 ? 2 : 4);
+}
+inline double block_attention_scratch_tensor_bytes(int i, double group, double q_len, double kv_len, int act_bytes) {
+  return group * q_len * kv_len * (i < 2 ? 4.0 : act_bytes);
 }
 
 }  // namespace mt::nn

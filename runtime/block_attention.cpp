@@ -1,10 +1,12 @@
 // Block attention's entry points (runtime/block_attention.h): the checks, then the unit ops of
-// runtime/ops/block_attention.h through nn::run.
+// runtime/ops/block_attention.h through nn::run, or for the forward and backward of a pair under
+// AttentionKernel::BatchedGemm (the CPU's default) runtime/block_attention_gemm.h.
 #include "runtime/block_attention.h"
 
 #include <type_traits>
 
 #include "runtime/attention.h"
+#include "runtime/block_attention_gemm.h"
 #include "runtime/nn_run.h"
 
 namespace mt::nn {
@@ -27,11 +29,7 @@ void expect_fp32_shape(const DeviceContext& ctx, const Tensor& t, const Shape& s
 
 // A pair's operands, checked: qkv and kv in one activation dtype, kv fused or packed. The pointers
 // are typed per activation dtype where the op is built (operands).
-struct Pair {
-  AttentionLayout heads;
-  BlockPair pair;
-  std::int64_t kv_width, k_channel;
-};
+using Pair = BlockGemmPair;
 Pair check_pair(const DeviceContext& ctx, const Tensor& qkv, SequenceBlock q, const Tensor& kv, SequenceBlock k,
                 const AttentionHeads& heads, BlockMask mask) {
   expect_on(ctx, qkv, "qkv");
@@ -74,9 +72,16 @@ void check_query_rows(const DeviceContext& ctx, const Tensor& t, DType dtype, st
 
 void block_attention_forward(DeviceContext& ctx, const Tensor& qkv, SequenceBlock q, const Tensor& kv,
                              SequenceBlock k, const AttentionHeads& heads, BlockMask mask, Tensor& out, Tensor& lse) {
+  block_attention_forward(ctx, attention_kernel_for(ctx.device().is_cpu()), qkv, q, kv, k, heads, mask, out, lse);
+}
+
+void block_attention_forward(DeviceContext& ctx, AttentionKernel kernel, const Tensor& qkv, SequenceBlock q,
+                             const Tensor& kv, SequenceBlock k, const AttentionHeads& heads, BlockMask mask,
+                             Tensor& out, Tensor& lse) {
   const Pair p = check_pair(ctx, qkv, q, kv, k, heads, mask);
   expect_fp32_shape(ctx, out, rows_shape(qkv, q, p.heads), "block output");
   expect_fp32_shape(ctx, lse, stats_shape(qkv, q, p.heads), "block lse");
+  if (kernel == AttentionKernel::BatchedGemm) return block_attention_gemm_forward(ctx, p, qkv, kv, out, lse);
   run<nn_math::BlockAttentionForward>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.in.qkv)>>;
     op = {operands<T_>(p, qkv, kv), ptr<float>(out), ptr<float>(lse)};
@@ -122,12 +127,21 @@ void block_attention_delta(DeviceContext& ctx, const Tensor& dout, const Tensor&
 void block_attention_backward(DeviceContext& ctx, const Tensor& qkv, SequenceBlock q, const Tensor& kv,
                               SequenceBlock k, const AttentionHeads& heads, BlockMask mask, const Tensor& dout,
                               const Tensor& lse, const Tensor& delta, Tensor& dq, Tensor& dkv) {
+  block_attention_backward(ctx, attention_kernel_for(ctx.device().is_cpu()), qkv, q, kv, k, heads, mask, dout, lse,
+                           delta, dq, dkv);
+}
+
+void block_attention_backward(DeviceContext& ctx, AttentionKernel kernel, const Tensor& qkv, SequenceBlock q,
+                              const Tensor& kv, SequenceBlock k, const AttentionHeads& heads, BlockMask mask,
+                              const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor& dq, Tensor& dkv) {
   const Pair p = check_pair(ctx, qkv, q, kv, k, heads, mask);
   check_query_rows(ctx, dout, qkv.dtype(), qkv.dim(0), qkv.dim(1), p.heads.out_row(), q, "output gradient");
   expect_fp32_shape(ctx, lse, stats_shape(qkv, q, p.heads), "lse");
   expect_fp32_shape(ctx, delta, stats_shape(qkv, q, p.heads), "delta");
   expect_fp32_shape(ctx, dq, rows_shape(qkv, q, p.heads), "dq");
   expect_fp32_shape(ctx, dkv, {qkv.dim(0), k.count, 2 * p.heads.kv_heads * p.heads.head_size}, "dkv");
+  if (kernel == AttentionKernel::BatchedGemm)
+    return block_attention_gemm_backward(ctx, p, qkv, kv, dout, lse, delta, dq, dkv);
   run<nn_math::BlockAttentionBackwardQuery>(ctx, qkv.dtype(), [&](auto& op) {
     using T_ = std::remove_cv_t<std::remove_pointer_t<decltype(op.in.qkv)>>;
     op = {operands<T_>(p, qkv, kv), ptr<const T_>(dout), ptr<const float>(lse), ptr<const float>(delta),

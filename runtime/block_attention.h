@@ -21,6 +21,10 @@
 //   block_attention_delta once; dq, dkv zeroed; block_attention_backward for every visible pair
 //   (dq adds over the kv blocks, dkv over the query blocks, each in the order the pairs run);
 //   block_attention_store of dq and dkv into the rows and columns of dqkv.
+// Two implementations of the forward and backward of a pair (runtime/attention_kernel.h's, picked as
+// whole-sequence attention's are by attention_kernel_for: MESHTRAIN_ATTENTION=reference|gemm):
+// Reference, the unit ops, CUDA's default; BatchedGemm (runtime/block_attention_gemm.h), the CPU's.
+// The other passes are unit ops either way (O(rows)).
 // The mask per pair: a kv block wholly before the queries is Full, the diagonal block Causal
 // (key position <= query position), one wholly after is skipped (a query that sees no key gets lse
 // kNoKeysLse and weighs nothing in a merge).
@@ -30,6 +34,7 @@
 
 #include <cstdint>
 
+#include "runtime/attention_kernel.h"
 #include "runtime/nn_kernels.h"
 #include "runtime/ops/block_attention.h"
 #include "runtime/tensor.h"
@@ -48,6 +53,10 @@ struct SequenceBlock {
 // query's scaled scores over the keys it sees. out and lse are overwritten.
 void block_attention_forward(DeviceContext& ctx, const Tensor& qkv, SequenceBlock q, const Tensor& kv,
                              SequenceBlock k, const AttentionHeads& heads, BlockMask mask, Tensor& out, Tensor& lse);
+// The same with the implementation named (the one above asks attention_kernel_for).
+void block_attention_forward(DeviceContext& ctx, AttentionKernel kernel, const Tensor& qkv, SequenceBlock q,
+                             const Tensor& kv, SequenceBlock k, const AttentionHeads& heads, BlockMask mask,
+                             Tensor& out, Tensor& lse);
 
 // (out, lse) <- their log-sum-exp merge with (block_out, block_lse), in place (shapes as the
 // forward's). Not associative in floating point: the bits are those of the caller's fold order.
@@ -64,6 +73,9 @@ void block_attention_delta(DeviceContext& ctx, const Tensor& dout, const Tensor&
 void block_attention_backward(DeviceContext& ctx, const Tensor& qkv, SequenceBlock q, const Tensor& kv,
                               SequenceBlock k, const AttentionHeads& heads, BlockMask mask, const Tensor& dout,
                               const Tensor& lse, const Tensor& delta, Tensor& dq, Tensor& dkv);
+void block_attention_backward(DeviceContext& ctx, AttentionKernel kernel, const Tensor& qkv, SequenceBlock q,
+                              const Tensor& kv, SequenceBlock k, const AttentionHeads& heads, BlockMask mask,
+                              const Tensor& dout, const Tensor& lse, const Tensor& delta, Tensor& dq, Tensor& dkv);
 
 // dst[b, first + t, column + c] = src[b, t, c] rounded once into dst's dtype: an fp32 block result
 // [B, n, cols] into rows [first, first + n) and columns [column, column + cols) of dst [B, T, ld]

@@ -19,8 +19,8 @@
 //                   per-query statistics [B, q_heads, q_len] (lse, delta)
 // defines: BlockMask, kNoKeysLse, BlockPair, BlockOperands, dot_rows, BlockAttentionForward,
 //          BlockAttentionMerge, BlockAttentionBackwardDelta, BlockAttentionBackwardQuery,
-//          BlockAttentionBackwardKeyValue, BlockAttentionStore, BlockAttentionPackKv,
-//          MT_BLOCK_ATTENTION_UNIT_OPS
+//          BlockAttentionBackwardKeyValue, BlockSoftmaxForward, BlockSoftmaxBackward,
+//          BlockAttentionStore, BlockAttentionPackKv, MT_BLOCK_ATTENTION_UNIT_OPS
 #pragma once
 
 #include "runtime/ops/attention.h"
@@ -253,6 +253,83 @@ struct BlockAttentionBackwardKeyValue {
   }
 };
 
+// The row ops between the GEMMs of block attention by batched GEMMs (runtime/block_attention_gemm.h),
+// for one sequence b and the `groups` q heads h0.. of one kv head: scores, p and ds are
+// [groups, q_len, kv_len] (row r = g * q_len + i: q head h0 + g, query i), the scores fp32 Q K^T
+// unscaled. One unit per row; each row's keys in a fixed order (lane_max, lane_sum: the same at
+// any thread count). p and ds are 0 past the keys the row sees, so the GEMMs that read whole rows
+// add nothing for them.
+//   BlockSoftmaxForward   p = exp(s scale - m) / sum over the seen keys (m their maximum), lse =
+//                         m + log(sum), into T (in place over the scores when T is float); a row
+//                         that sees no key: lse kNoKeysLse, its out row zeroed (the GEMM that
+//                         writes out skips the row blocks seeing no key)
+//   BlockSoftmaxBackward  p = exp(s scale - lse), ds = p (dp - delta) scale, into T (p over the
+//                         scores and ds over dp in place when T is float)
+template <class T>
+struct BlockSoftmaxForward {
+  const float* scores;
+  T* p;
+  float* lse;  // [B, q_heads, q_len]
+  float* out;  // [B, q_len, q_heads * hs]
+  BlockPair pair;
+  AttentionLayout heads;
+  std::int64_t b, h0, groups;
+  float scale;
+  MT_HD std::int64_t count() const { return groups * pair.q_len; }
+  MT_HD void operator()(std::int64_t r) const {
+    const std::int64_t i = r % pair.q_len, h = h0 + r / pair.q_len, width = pair.kv_len, n = pair.keys_seen(i);
+    const float* s = scores + r * width;
+    T* pr = p + r * width;
+    float* l = lse + (b * heads.q_heads + h) * pair.q_len + i;
+    if (n == 0) {
+      *l = kNoKeysLse;
+      float* o = out + (b * pair.q_len + i) * heads.out_row() + heads.q_offset(h);
+      for (std::int64_t c = 0; c < heads.head_size; ++c) o[c] = 0.0f;
+    } else {
+      const float sc = scale;
+      const float m = lane_max(n, [s, sc](std::int64_t j) { return s[j] * sc; });
+      const float sum = lane_sum(n, [s, sc, m](std::int64_t j) { return exp_f(s[j] * sc - m); });
+      const float inv = 1.0f / sum;
+      for (std::int64_t j = 0; j < n; ++j) pr[j] = narrow_to<T>(exp_f(s[j] * sc - m) * inv);
+      *l = m + ::logf(sum);
+    }
+    for (std::int64_t j = n; j < width; ++j) pr[j] = narrow_to<T>(0.0f);
+  }
+};
+
+template <class T>
+struct BlockSoftmaxBackward {
+  const float* scores;
+  const float* dp;
+  T* p;
+  T* ds;
+  const float* lse;
+  const float* delta;
+  BlockPair pair;
+  AttentionLayout heads;
+  std::int64_t b, h0, groups;
+  float scale;
+  MT_HD std::int64_t count() const { return groups * pair.q_len; }
+  MT_HD void operator()(std::int64_t r) const {
+    const std::int64_t i = r % pair.q_len, h = h0 + r / pair.q_len, width = pair.kv_len, n = pair.keys_seen(i);
+    const std::int64_t at = (b * heads.q_heads + h) * pair.q_len + i;
+    const float l = lse[at], dl = delta[at], sc = scale;
+    const float* s = scores + r * width;
+    const float* d = dp + r * width;
+    T* pr = p + r * width;
+    T* dsr = ds + r * width;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float pj = exp_f(s[j] * sc - l), dj = d[j];  // read before the in-place writes
+      pr[j] = narrow_to<T>(pj);
+      dsr[j] = narrow_to<T>(pj * (dj - dl) * sc);
+    }
+    for (std::int64_t j = n; j < width; ++j) {
+      pr[j] = narrow_to<T>(0.0f);
+      dsr[j] = narrow_to<T>(0.0f);
+    }
+  }
+};
+
 // dst[b, first + t, column + c] = src[b, t, c] rounded once into T: a block's fp32 result (the
 // merged output, dq, [dk | dv]) into its rows and columns of a wider tensor [B, dst_seq, ld]. One unit
 // per (b, t).
@@ -298,6 +375,10 @@ MT_TOLERANCE(BlockAttentionBackwardQuery, .fp32 = 1e-5,
              .why = "the same order, FMAs and exp_f contracted on CUDA: scale the largest |dq| of the tensor")
 MT_TOLERANCE(BlockAttentionBackwardKeyValue, .fp32 = 1e-5,
              .why = "the same order, FMAs and exp_f contracted on CUDA: scale the largest |dk|, |dv| of the tensor")
+MT_TOLERANCE(BlockSoftmaxForward, .fp32 = kSumOrder, .bf16 = kBf16Step, .per_sqrt_terms = true,
+             .why = "the row maximum is exact, the sum of exponentials runs in another order on the GPU: scale p, terms n")
+MT_TOLERANCE(BlockSoftmaxBackward, .fp32 = 1e-5, .bf16 = kBf16Step,
+             .why = "elementwise, FMAs and exp_f contracted on CUDA: scale the largest |p|, |ds|")
 MT_TOLERANCE(BlockAttentionStore, .fp32 = 0, .why = "a copy rounded once into T: the same bits")
 MT_TOLERANCE(BlockAttentionPackKv, .fp32 = 0, .why = "a copy of the k and v channels: the same bits")
 
@@ -306,4 +387,5 @@ MT_TOLERANCE(BlockAttentionPackKv, .fp32 = 0, .why = "a copy of the k and v chan
 // The ops the backends run unit by unit (runtime/backend.h); none has a kernel cut for the GPU yet.
 #define MT_BLOCK_ATTENTION_UNIT_OPS(X)                                                                 \
   X(BlockAttentionForward) X(BlockAttentionMerge) X(BlockAttentionBackwardDelta)                     \
-  X(BlockAttentionBackwardQuery) X(BlockAttentionBackwardKeyValue) X(BlockAttentionStore) X(BlockAttentionPackKv)
+  X(BlockAttentionBackwardQuery) X(BlockAttentionBackwardKeyValue) X(BlockAttentionStore) X(BlockAttentionPackKv) \
+  X(BlockSoftmaxForward) X(BlockSoftmaxBackward)

@@ -10,6 +10,10 @@
 //     them), fp32 and bf16, cp 1, 2 and 4;
 //   - the same bits at 1 and 2 OpenMP threads;
 //   - each mask against attention computed here in double, keys by position (a wrong mask fails);
+//   - the batched-GEMM pair (runtime/block_attention_gemm.h, the CPU's default) against the unit
+//     ops: every mask (a causal block with queries that see no key too), fused and packed kv,
+//     each head layout, fp32 and bf16, pair by pair and over the whole fold, forward and backward;
+//     MESHTRAIN_ATTENTION picks the implementation (`reference` gives the unit ops on the CPU);
 //   - where a GPU is usable, the GPU against the CPU within the ops' tolerances, its bits twice.
 //
 // Tolerances against the Reference, relative to the largest magnitude of its result (plus the same
@@ -21,12 +25,21 @@
 //         Reference's, from fp32 values a few roundings apart, which may round to neighbouring
 //         bf16 numbers; and delta = dout . out reads the rounded output (2^-9 relative) where the
 //         Reference sums p dp in fp32 (1.7e-3 seen on the gradients, the output's bits equal).
+// Those are the unit ops' (AttentionKernel::Reference). The batched-GEMM pair (BatchedGemm), against
+// the unit ops and the full Reference alike, takes whole-sequence BatchedGemm's (kBatchedGemmTolerance,
+// runtime/ops/attention.h):
+//   fp32  2e-5: the scores' and the products' dot products summed in the GEMM's order instead of
+//         position order, and dq, dk, dv added per pair as one GEMM result instead of term by term
+//         (1.0e-6 seen on a pair, 3.9e-7 over the fold);
+//   bf16  2e-2: P and dS are rounded to bf16 before the GEMMs that read them, where the unit ops
+//         keep them in fp32 (3.2e-3 seen over the fold, 2.2e-3 on a pair).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -84,7 +97,14 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-double tolerance(DType dtype) { return 2e-6 + (dtype == DType::BF16 ? nn_math::kBf16Step : 0.0); }
+using nn::AttentionKernel;
+constexpr AttentionKernel kUnitOps = AttentionKernel::Reference;
+constexpr AttentionKernel kGemm = AttentionKernel::BatchedGemm;
+
+double tolerance(DType dtype, AttentionKernel kernel = kUnitOps) {
+  if (kernel == kGemm) return dtype == DType::BF16 ? nn_math::kBatchedGemmTolerance.bf16 : nn_math::kBatchedGemmTolerance.fp32;
+  return 2e-6 + (dtype == DType::BF16 ? nn_math::kBf16Step : 0.0);
+}
 
 struct Inputs {
   std::vector<float> qkv, dout;  // [B, T, row], [B, T, out_row]
@@ -123,7 +143,7 @@ void copy_rows(const std::vector<float>& src, i64 T, i64 first, std::vector<floa
 }
 
 // The load-balanced causal split over cp ranks, run as the ring would run it (file comment).
-Result context_parallel(const DeviceOptions& options, const Case& c, DType dtype, int cp) {
+Result context_parallel(const DeviceOptions& options, const Case& c, DType dtype, int cp, AttentionKernel kernel) {
   DeviceContext ctx(options);
   const Inputs in = inputs(c, dtype);
   const i64 chunks = 2 * cp, Tc = c.T / chunks, local = 2 * Tc, B = c.B, H = c.heads.q_heads;
@@ -186,12 +206,12 @@ Result context_parallel(const DeviceOptions& options, const Case& c, DType dtype
     kv_of(r, src, jj, &kv, &k);
     const auto slot = static_cast<std::size_t>(2 * r + j);
     if (!started[slot]) {
-      nn::block_attention_forward(ctx, qkv[static_cast<std::size_t>(r)], q_block(r, j), *kv, k, c.heads, mask,
-                                  acc_out[slot], acc_lse[slot]);
+      nn::block_attention_forward(ctx, kernel, qkv[static_cast<std::size_t>(r)], q_block(r, j), *kv, k, c.heads,
+                                  mask, acc_out[slot], acc_lse[slot]);
       started[slot] = true;
     } else {
-      nn::block_attention_forward(ctx, qkv[static_cast<std::size_t>(r)], q_block(r, j), *kv, k, c.heads, mask,
-                                  block_out, block_lse);
+      nn::block_attention_forward(ctx, kernel, qkv[static_cast<std::size_t>(r)], q_block(r, j), *kv, k, c.heads,
+                                  mask, block_out, block_lse);
       nn::block_attention_merge(ctx, acc_out[slot], acc_lse[slot], block_out, block_lse);
     }
   });
@@ -214,7 +234,7 @@ Result context_parallel(const DeviceOptions& options, const Case& c, DType dtype
     SequenceBlock k;
     kv_of(r, src, jj, &kv, &k);
     const auto slot = static_cast<std::size_t>(2 * r + j);
-    nn::block_attention_backward(ctx, qkv[static_cast<std::size_t>(r)], q_block(r, j), *kv, k, c.heads, mask,
+    nn::block_attention_backward(ctx, kernel, qkv[static_cast<std::size_t>(r)], q_block(r, j), *kv, k, c.heads, mask,
                                  dout[static_cast<std::size_t>(r)], acc_lse[slot], delta[slot], dq[slot],
                                  dkv[static_cast<std::size_t>(chunk_of(src, jj))]);
   });
@@ -247,22 +267,116 @@ TEST_P(BlockAttention, ContextParallelSplitAgreesWithFullCausalAttention) {
   const DType dtype = GetParam();
   for (const Case& c : cases()) {
     const Result want = reference(cpu_options(2), c, dtype);
-    for (int cp : {1, 2, 4}) {
-      const Result got = context_parallel(cpu_options(2), c, dtype, cp);
-      const std::string what = c.name + " cp " + std::to_string(cp);
-      expect_near(got.out, want.out, tolerance(dtype), what + " output");
-      expect_near(got.dqkv, want.dqkv, tolerance(dtype), what + " dqkv");
-    }
+    for (const AttentionKernel kernel : {kUnitOps, kGemm})
+      for (int cp : {1, 2, 4}) {
+        const Result got = context_parallel(cpu_options(2), c, dtype, cp, kernel);
+        const std::string what =
+            c.name + " cp " + std::to_string(cp) + " " + nn::attention_kernel_name(kernel);
+        expect_near(got.out, want.out, tolerance(dtype, kernel), what + " output");
+        expect_near(got.dqkv, want.dqkv, tolerance(dtype, kernel), what + " dqkv");
+      }
   }
 }
 
-TEST_P(BlockAttention, SameBitsAtOneAndTwoThreads) {
+// The whole fold (every mask of the split, fused and packed kv, forward, merge, backward) by the
+// batched-GEMM pairs against the same fold by the unit ops.
+TEST_P(BlockAttention, GemmFoldAgreesWithTheUnitOps) {
+  const DType dtype = GetParam();
   for (const Case& c : cases())
     for (int cp : {1, 2, 4}) {
-      const Result one = context_parallel(cpu_options(1), c, GetParam(), cp);
-      const Result two = context_parallel(cpu_options(2), c, GetParam(), cp);
-      EXPECT_TRUE(same_bits(one.out, two.out) && same_bits(one.dqkv, two.dqkv)) << c.name << " cp " << cp;
+      const Result want = context_parallel(cpu_options(2), c, dtype, cp, kUnitOps);
+      const Result got = context_parallel(cpu_options(2), c, dtype, cp, kGemm);
+      const std::string what = c.name + " cp " + std::to_string(cp) + " gemm vs unit ops";
+      expect_near(got.out, want.out, tolerance(dtype, kGemm), what + " output");
+      expect_near(got.dqkv, want.dqkv, tolerance(dtype, kGemm), what + " dqkv");
     }
+}
+
+TEST_P(BlockAttention, SameBitsAtOneAndTwoThreads) {
+  for (const AttentionKernel kernel : {kUnitOps, kGemm})
+    for (const Case& c : cases())
+      for (int cp : {1, 2, 4}) {
+        const Result one = context_parallel(cpu_options(1), c, GetParam(), cp, kernel);
+        const Result two = context_parallel(cpu_options(2), c, GetParam(), cp, kernel);
+        const Result again = context_parallel(cpu_options(2), c, GetParam(), cp, kernel);
+        EXPECT_TRUE(same_bits(one.out, two.out) && same_bits(one.dqkv, two.dqkv))
+            << c.name << " cp " << cp << " " << nn::attention_kernel_name(kernel);
+        EXPECT_TRUE(same_bits(again.out, two.out) && same_bits(again.dqkv, two.dqkv))
+            << c.name << " cp " << cp << " " << nn::attention_kernel_name(kernel) << ": a rerun";
+      }
+}
+
+// One pair of every mask kind (Full; Causal on the diagonal; Causal on a block whose first keys
+// come after the first queries, so queries 10-12 see none), kv fused or packed, run by both
+// implementations from the same lse and delta: out and lse, then dq and [dk | dv] added onto
+// nonzero accumulators. q_len queries from row 10 at position 1000, 136 keys at 1000 + kv_offset:
+// more rows than a causal row block's 128 (runtime/block_attention_gemm.cpp), so blocks are skipped.
+struct PairGrads {
+  std::vector<float> out, lse, dq, dkv;
+};
+PairGrads pair_grads(const Case& c, DType dtype, AttentionKernel kernel, bool fused, i64 kv_offset, BlockMask mask,
+                     i64 q_len, int threads = 2) {
+  DeviceContext ctx(cpu_options(threads));
+  const i64 Tq = 24 + q_len, Tk = 136, H = c.heads.q_heads, q_first = 10;
+  const Tensor qkv = tensor_of(ctx, rounded_random_values(static_cast<std::size_t>(c.B * Tq * c.row()), 41, 1.5f, dtype),
+                               {c.B, Tq, c.row()}, dtype);
+  const i64 kv_cols = fused ? c.row() : c.kv_row();
+  const Tensor kv = tensor_of(ctx, rounded_random_values(static_cast<std::size_t>(c.B * Tk * kv_cols), 42, 1.5f, dtype),
+                              {c.B, Tk, kv_cols}, dtype);
+  const Tensor dout = tensor_of(
+      ctx, rounded_random_values(static_cast<std::size_t>(c.B * Tq * c.out_row()), 43, 1.0f, dtype),
+      {c.B, Tq, c.out_row()}, dtype);
+  const SequenceBlock q{q_first, q_len, 1000}, k{0, Tk, 1000 + kv_offset};
+  // The same lse for both (the unit ops'), and a delta of its own: the backward is defined for any.
+  Tensor out = Tensor::empty({c.B, q_len, c.out_row()}, DType::F32, ctx);
+  Tensor lse = Tensor::empty({c.B, H, q_len}, DType::F32, ctx);
+  nn::block_attention_forward(ctx, kUnitOps, qkv, q, kv, k, c.heads, mask, out, lse);
+  const Tensor delta = Tensor::from_host(random_values(static_cast<std::size_t>(c.B * H * q_len), 44), {c.B, H, q_len}, ctx);
+  Tensor dq = Tensor::from_host(random_values(static_cast<std::size_t>(c.B * q_len * c.out_row()), 45),
+                                {c.B, q_len, c.out_row()}, ctx);
+  Tensor dkv = Tensor::from_host(random_values(static_cast<std::size_t>(c.B * Tk * c.kv_row()), 46),
+                                 {c.B, Tk, c.kv_row()}, ctx);
+  nn::block_attention_backward(ctx, kernel, qkv, q, kv, k, c.heads, mask, dout, lse, delta, dq, dkv);
+  Tensor out2 = Tensor::empty({c.B, q_len, c.out_row()}, DType::F32, ctx);
+  Tensor lse2 = Tensor::empty({c.B, H, q_len}, DType::F32, ctx);
+  nn::block_attention_forward(ctx, kernel, qkv, q, kv, k, c.heads, mask, out2, lse2);
+  return {out2.to_host<float>(), lse2.to_host<float>(), dq.to_host<float>(), dkv.to_host<float>()};
+}
+
+TEST_P(BlockAttention, GemmPairsOfEveryMaskAgreeWithTheUnitOps) {
+  const DType dtype = GetParam();
+  struct PairCase {
+    i64 kv_offset;  // the kv block's position relative to the query block's
+    BlockMask mask;
+    i64 q_len;
+  };
+  // Full: the kv block wholly before; Causal on the diagonal (q_len = kv_len); Causal with the kv
+  // block starting 3 after the queries (their first 3 see no key) and one 200 after (none does).
+  for (const PairCase& pc : {PairCase{-136, BlockMask::Full, 136}, PairCase{0, BlockMask::Causal, 136},
+                             PairCase{3, BlockMask::Causal, 136}, PairCase{200, BlockMask::Causal, 100}})
+    for (const Case& c : cases())
+      for (const bool fused : {true, false}) {
+        const PairGrads want = pair_grads(c, dtype, kUnitOps, fused, pc.kv_offset, pc.mask, pc.q_len);
+        const PairGrads got = pair_grads(c, dtype, kGemm, fused, pc.kv_offset, pc.mask, pc.q_len);
+        const std::string what = c.name + (fused ? " fused" : " packed") + " mask " +
+                                 std::to_string(static_cast<int>(pc.mask)) + " at " + std::to_string(pc.kv_offset);
+        const double tol = tolerance(dtype, kGemm);
+        if (std::all_of(want.out.begin(), want.out.end(), [](float x) { return x == 0.0f; })) {
+          EXPECT_TRUE(same_bits(got.out, want.out)) << what << " out";  // no query sees a key
+        } else {
+          expect_near(got.out, want.out, tol, what + " out");
+        }
+        expect_near(got.dq, want.dq, tol, what + " dq");
+        expect_near(got.dkv, want.dkv, tol, what + " dkv");
+        // lse: from fp32 scores either way (no bf16 rounding before it); kNoKeysLse exactly.
+        for (std::size_t i = 0; i < want.lse.size(); ++i) {
+          if (want.lse[i] == nn_math::kNoKeysLse) {
+            EXPECT_EQ(got.lse[i], nn_math::kNoKeysLse) << what << " lse " << i;
+          } else {
+            EXPECT_NEAR(got.lse[i], want.lse[i], 2e-5 * (1.0 + std::abs(want.lse[i]))) << what << " lse " << i;
+          }
+        }
+      }
 }
 
 // One pair against attention computed here in double over the keys the mask lets through, by
@@ -358,6 +472,51 @@ TEST(BlockAttentionMask, EachMaskSeesTheKeysItsPositionsAllow) {
         EXPECT_EQ(none.lse[static_cast<std::size_t>((b * c.heads.q_heads + h) * 8 + i)], nn_math::kNoKeysLse);
 }
 
+// The GEMM pairs past one causal row block (136 rows: blocks of 128 and 8), at 1 and 2 threads.
+TEST_P(BlockAttention, GemmPairsSameBitsAtOneAndTwoThreads) {
+  for (const Case& c : cases())
+    for (const BlockMask mask : {BlockMask::Full, BlockMask::Causal}) {
+      const i64 offset = mask == BlockMask::Full ? -136 : 3;
+      const PairGrads one = pair_grads(c, GetParam(), kGemm, false, offset, mask, 136, 1);
+      const PairGrads two = pair_grads(c, GetParam(), kGemm, false, offset, mask, 136, 2);
+      EXPECT_TRUE(same_bits(one.out, two.out) && same_bits(one.lse, two.lse) && same_bits(one.dq, two.dq) &&
+                  same_bits(one.dkv, two.dkv))
+          << c.name << " mask " << static_cast<int>(mask);
+    }
+}
+
+// MESHTRAIN_ATTENTION picks the pair's implementation on the CPU as it does whole-sequence
+// attention's: unset, the GEMMs; `reference`, the unit ops; `gemm`, the GEMMs.
+TEST(BlockAttentionSelection, TheEnvironmentPicksTheImplementation) {
+  const Case& c = cases()[1];
+  const std::string saved = std::getenv("MESHTRAIN_ATTENTION") ? std::getenv("MESHTRAIN_ATTENTION") : "";
+  auto run_default = [&](const char* env) {
+    if (env) ::setenv("MESHTRAIN_ATTENTION", env, 1); else ::unsetenv("MESHTRAIN_ATTENTION");
+    DeviceContext ctx(cpu_options(1));
+    const Inputs in = inputs(c, DType::F32);
+    const Tensor qkv = tensor_of(ctx, in.qkv, {c.B, c.T, c.row()}, DType::F32);
+    Tensor out = Tensor::empty({c.B, 20, c.out_row()}, DType::F32, ctx);
+    Tensor lse = Tensor::empty({c.B, c.heads.q_heads, 20}, DType::F32, ctx);
+    nn::block_attention_forward(ctx, qkv, {20, 20, 20}, qkv, {0, 20, 0}, c.heads, BlockMask::Full, out, lse);
+    return out.to_host<float>();
+  };
+  auto run_named = [&](AttentionKernel kernel) {
+    DeviceContext ctx(cpu_options(1));
+    const Inputs in = inputs(c, DType::F32);
+    const Tensor qkv = tensor_of(ctx, in.qkv, {c.B, c.T, c.row()}, DType::F32);
+    Tensor out = Tensor::empty({c.B, 20, c.out_row()}, DType::F32, ctx);
+    Tensor lse = Tensor::empty({c.B, c.heads.q_heads, 20}, DType::F32, ctx);
+    nn::block_attention_forward(ctx, kernel, qkv, {20, 20, 20}, qkv, {0, 20, 0}, c.heads, BlockMask::Full, out, lse);
+    return out.to_host<float>();
+  };
+  const std::vector<float> unit = run_named(kUnitOps), gemm = run_named(kGemm);
+  EXPECT_FALSE(same_bits(unit, gemm));  // the test tells them apart
+  EXPECT_TRUE(same_bits(run_default(nullptr), gemm));
+  EXPECT_TRUE(same_bits(run_default("reference"), unit));
+  EXPECT_TRUE(same_bits(run_default("gemm"), gemm));
+  if (saved.empty()) ::unsetenv("MESHTRAIN_ATTENTION"); else ::setenv("MESHTRAIN_ATTENTION", saved.c_str(), 1);
+}
+
 // A block of queries that see nothing weighs nothing: merging it leaves the running bits as they
 // are, and merging into an empty running state copies the block's.
 TEST(BlockAttentionMerge, EmptyBlocksWeighNothing) {
@@ -385,11 +544,11 @@ TEST_P(BlockAttention, OnTheGpuAgreesWithTheCpuAndRepeats) {
   for (const Case& c : cases())
     for (int cp : {1, 2, 4}) {
       const std::string what = c.name + " cp " + std::to_string(cp);
-      const Result gpu = context_parallel(gpu_options(), c, dtype, cp);
-      const Result cpu = context_parallel(cpu_options(2), c, dtype, cp);
+      const Result gpu = context_parallel(gpu_options(), c, dtype, cp, kUnitOps);
+      const Result cpu = context_parallel(cpu_options(2), c, dtype, cp, kUnitOps);
       expect_near(gpu.out, cpu.out, tol, what + " GPU vs CPU output");
       expect_near(gpu.dqkv, cpu.dqkv, tol, what + " GPU vs CPU dqkv");
-      const Result again = context_parallel(gpu_options(), c, dtype, cp);
+      const Result again = context_parallel(gpu_options(), c, dtype, cp, kUnitOps);
       EXPECT_TRUE(same_bits(again.out, gpu.out) && same_bits(again.dqkv, gpu.dqkv)) << what << ": a second GPU run";
     }
 }
