@@ -31,6 +31,7 @@
 #include "parallel/memory_options.h"
 #include "parallel/schedule.h"
 #include "perf/memory_model.h"
+#include "runtime/attention.h"
 #include "tests/test_env.h"
 #include "train/parallel_trainer.h"
 #include "train/tests/tiny_corpus.h"
@@ -141,6 +142,7 @@ perf::MemoryBreakdown estimate(const Case& c, int stage) {
   training.seq_len = s.seq_len;
   training.global_batch = plan.global_batch();
   training.precision = c.compute == DType::BF16 ? perf::Precision::BF16 : perf::Precision::FP32;
+  training.attention = nn::attention_kernel_for(/*cpu=*/true);  // what the CPU runs, as train estimates it
   const GptConfig config = c.config();
   return perf::estimate_stage_memory(config, training, plan, perf::Cluster{}, perf::held_slots(plan, c.validation),
                                      stage);
