@@ -33,7 +33,6 @@ class LayerAttention {
   int cp_size() const { return cp_ ? cp_->size() : 1; }
   // The positions of a whole sequence of which this rank holds `rows`.
   std::int64_t sequence_length(std::int64_t rows) const { return rows * cp_size(); }
-  nn::AttentionKernel kernel() const { return kernel_; }
 
   // What the forward of a B x T (local rows) micro-batch keeps for its backward.
   Shape saved_shape(std::int64_t B, std::int64_t T) const;

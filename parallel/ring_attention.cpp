@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/attention.h"
 #include "runtime/kernels.h"
 
 namespace mt {
@@ -16,7 +17,7 @@ constexpr int kKvTag = 0, kDkvTag = 1;
 }  // namespace
 
 RingAttention::RingAttention(Communicator* cp, DeviceContext& ctx, RingAttentionShape shape)
-    : group_(cp), ctx_(&ctx), shape_(shape) {
+    : group_(cp), ctx_(&ctx), shape_(shape), kernel_(nn::attention_kernel_for(ctx.device().is_cpu())) {
   const auto& h = shape_.heads;
   MT_CHECK(shape_.batch > 0 && shape_.chunk > 0 && shape_.head_size > 0 && h.q_heads > 0 && h.kv_heads > 0,
            "ring attention: batch ", shape_.batch, ", chunk ", shape_.chunk, ", head size ", shape_.head_size,
@@ -113,10 +114,10 @@ void RingAttention::forward(const Tensor& qkv, Tensor& out, Tensor& lse) {
       const auto j = static_cast<std::size_t>(p.q_slot);
       const nn::SequenceBlock q = rows(p.q_slot, p.q_chunk), kb = rows(p.kv_slot, p.kv_chunk);
       if (!started[j]) {
-        nn::block_attention_forward(ctx, qkv, q, kv_[0], kb, shape_.heads, p.mask, out_acc_[j], lse_slot[j]);
+        nn::block_attention_forward(ctx, kernel_, qkv, q, kv_[0], kb, shape_.heads, p.mask, out_acc_[j], lse_slot[j]);
         started[j] = true;
       } else {
-        nn::block_attention_forward(ctx, qkv, q, kv_[0], kb, shape_.heads, p.mask, block_out_, block_lse_);
+        nn::block_attention_forward(ctx, kernel_, qkv, q, kv_[0], kb, shape_.heads, p.mask, block_out_, block_lse_);
         nn::block_attention_merge(ctx, out_acc_[j], lse_slot[j], block_out_, block_lse_);
       }
     }
@@ -157,7 +158,7 @@ void RingAttention::backward(const Tensor& qkv, const Tensor& out, const Tensor&
     for (Tensor& t : into) kernels::fill(ctx, t, 0.0);
     for (const ChunkPair& p : sp.visible_pairs(r, (r - k + P) % P)) {
       const auto j = static_cast<std::size_t>(p.q_slot);
-      nn::block_attention_backward(ctx, qkv, rows(p.q_slot, p.q_chunk), kv_[0], rows(p.kv_slot, p.kv_chunk),
+      nn::block_attention_backward(ctx, kernel_, qkv, rows(p.q_slot, p.q_chunk), kv_[0], rows(p.kv_slot, p.kv_chunk),
                                    shape_.heads, p.mask, dout, lse_slot[j], delta_[j], dq_[j],
                                    into[static_cast<std::size_t>(p.kv_slot)]);
     }

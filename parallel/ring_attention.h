@@ -92,6 +92,7 @@ class RingAttention {
   Communicator* group_;
   DeviceContext* ctx_;
   RingAttentionShape shape_;
+  nn::AttentionKernel kernel_;  // block attention's implementation, chosen once (not per pair)
   std::int64_t q_cols_, kv_cols_;
   RingAttentionStats stats_;
   Tensor qkv_, out_, lse_;         // the short form's last forward, for its backward

@@ -254,7 +254,7 @@ void zero3_exposed_gathers(const ModelShape& model, const TrainingShape& trainin
   std::vector<std::pair<double, double>> forward, backward, head_weight;
   double lnf = -1;
   const bool embedding_stage = local_chunk_of(plan.placement(), layout.pp, 0).stage == s;
-  const std::vector<StageUnit>& units = stage_units(model, plan, s, training.precision == Precision::BF16);
+  const std::vector<StageUnit>& units = stage_units(model, plan, s, bf16);
   const auto head_weight_unit = [&](const StageUnit& u) { return named(u, model.tied_head() ? "embedding" : "head"); };
   const auto head_pieces = static_cast<int>(std::count_if(units.begin(), units.end(), head_weight_unit));
   // A layer is two units, its attention then its MLP, each computing its GEMMs' share of the
