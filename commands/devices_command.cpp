@@ -48,13 +48,8 @@ std::optional<Mesh> read_mesh(const po::variables_map& vm, int world_size) {
   shape.cp = vm["cp"].as<int>();
   shape.pp = vm["pp"].as<int>();
   shape.order = vm["mesh-order"].as<std::string>();
-  if (shape.tp < 1 || shape.cp < 1 || shape.pp < 1) throw UsageError("--tp, --cp and --pp must be at least 1");
-  const std::int64_t others = std::int64_t{shape.tp} * shape.cp * shape.pp;
-  if (world_size % others != 0)
-    throw UsageError("--tp " + std::to_string(shape.tp) + " x --cp " + std::to_string(shape.cp) + " x --pp " +
-                     std::to_string(shape.pp) + " = " + std::to_string(others) + " does not divide the job's " +
-                     std::to_string(world_size) + " ranks");
-  shape.dp = static_cast<int>(world_size / others);
+  shape.dp = 0;  // the ranks the others leave
+  resolve_data_parallel(shape, world_size);
   return Mesh(shape);
 }
 

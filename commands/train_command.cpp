@@ -115,7 +115,7 @@ std::optional<ResumeReport> restore(ParallelTrainer& trainer, Session& session, 
   }
   if (job.init_weights) {
     // Every rank reads the same file: another shape (or a file cut short) fails every rank alike.
-    run_agreed(*session.world, ctx, [&] { load_init_weights(trainer.model(), ctx, *job.init_weights); });
+    run_agreed(*session.world, ctx, [&] { trainer.load_weights(*job.init_weights); });
   } else {
     trainer.init(job.seed);
   }

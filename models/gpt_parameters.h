@@ -10,7 +10,7 @@
 // comes last. Its q and [k | v] projections are two parameters, so that tensor parallelism can keep
 // the kv heads whole on every rank when it cannot split them (models/gpt_sharding.h); the model
 // runs them into one [q | k | v] activation, as gpt2's fused projection.
-// defines: ParamKind, ParamSpec, read_only_as_compute_copy, gpt_parameter_specs, spec_offsets, spec_index
+// defines: ParamKind, ParamSpec, read_only_as_compute_copy, zero_gathers_compute_copy, gpt_parameter_specs, spec_offsets, spec_index
 #pragma once
 
 #include <cstddef>
@@ -58,6 +58,11 @@ constexpr bool read_only_as_compute_copy(ParamKind kind) {
       return false;
   }
 }
+
+// ZeRO-2 and 3 under bf16 compute gather the GEMM weights as their compute copy alone (2 bytes an
+// element, from owned bf16 shards AdamW's step writes), so their cut keeps those weights in blocks
+// apart (zero/unit_shards.h; the perf models cut alike).
+constexpr bool zero_gathers_compute_copy(int zero_stage, bool bf16_compute) { return bf16_compute && zero_stage >= 2; }
 
 struct ParamSpec {
   std::string name;             // "wte", "h.3.attn.qkv.weight", "lnf.bias"

@@ -96,8 +96,14 @@ void ParameterStore::refresh_compute_params(DeviceContext& ctx) {
     kernels::cast(ctx, flat_params_, flat_compute_);
     return;
   }
-  if (!refresh_blocks_) return;
-  for (std::size_t b = 0; b < blocks_.size(); ++b) kernels::cast(ctx, block_params_[b], block_compute_[b]);
+  for (std::size_t b = 0; b < refresh_blocks_.size(); ++b)
+    if (refresh_blocks_[b]) kernels::cast(ctx, block_params_[b], block_compute_[b]);
+}
+
+void ParameterStore::set_refresh_blocks(std::vector<char> which) {
+  MT_CHECK(which.empty() || which.size() == blocks_.size(), "set_refresh_blocks: ", which.size(), " flags for ",
+           blocks_.size(), " blocks");
+  refresh_blocks_ = std::move(which);
 }
 
 }  // namespace mt

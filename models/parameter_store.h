@@ -67,9 +67,10 @@ class ParameterStore {
   const Tensor& block_params(std::size_t b) const { return block_params_.at(b); }
   const Tensor& block_compute(std::size_t b) const { return block_compute_.at(b); }
   const Tensor& block_grads(std::size_t b) const { return block_grads_.at(b); }
-  // In blocks, refresh_compute_params() casts every block when on (ZeRO-2: all stay resident), none
-  // when off (the default; ZeRO-3 casts each unit as it gathers it).
-  void set_refresh_blocks(bool on) { refresh_blocks_ = on; }
+  // In blocks, refresh_compute_params() casts the blocks marked here (ZeRO-2: those whose fp32
+  // parameters stay resident), none by default (ZeRO-3 casts each unit as it gathers it; ZeRO-2's
+  // GEMM weights under bf16 get their copy from AdamW's step and a bf16 gather).
+  void set_refresh_blocks(std::vector<char> which);
 
   // The parameters in the compute dtype (fp32 or bf16), as the GEMMs read them; the same offsets.
   DType compute_dtype() const { return compute_dtype_; }
@@ -91,7 +92,7 @@ class ParameterStore {
   std::int64_t param_numel_ = 0, numel_ = 0;
   std::vector<StoreBlock> blocks_;
   std::vector<Tensor> block_params_, block_compute_, block_grads_;
-  bool refresh_blocks_ = false;
+  std::vector<char> refresh_blocks_;  // per block, or empty: none
 };
 
 }  // namespace mt

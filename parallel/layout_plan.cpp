@@ -22,18 +22,6 @@ int default_micro_batch(int global_batch, const LayoutRequest& r) {
   return 1;
 }
 
-// dp 0 takes the ranks tp x cp x pp leaves.
-void resolve_data_parallel(LayoutRequest& r, int world_size) {
-  MT_REQUIRE(r.dp >= 0, "--dp must be at least 1 (or 0 for ranks / (tp x cp x pp)), got ", r.dp);
-  MT_REQUIRE(r.tp >= 1 && r.pp >= 1 && r.cp >= 1, "--tp, --cp and --pp must be at least 1");
-  if (r.dp != 0) return;
-  const std::int64_t others = std::int64_t{r.tp} * r.cp * r.pp;
-  MT_REQUIRE(world_size % others == 0, "--tp ", r.tp, r.cp > 1 ? " x --cp " + std::to_string(r.cp) : std::string(),
-             " x --pp ", r.pp, " = ", others, " does not divide the job's ", world_size,
-             " ranks (launch a multiple of it, or give --dp)");
-  r.dp = static_cast<int>(world_size / others);
-}
-
 void check_optimizer_options(const LayoutRequest& r) {
   MT_REQUIRE(r.zero >= 0 && r.zero <= 3, "--zero must be 0, 1, 2 or 3, got ", r.zero);
   MT_REQUIRE(r.bucket_mb > 0 && std::isfinite(r.bucket_mb) && r.bucket_mb * 1024.0 * 1024.0 >= 4.0,

@@ -11,6 +11,17 @@
 
 namespace mt {
 
+void resolve_data_parallel(MeshShape& shape, int world_size) {
+  MT_REQUIRE(shape.dp >= 0, "--dp must be at least 1 (or 0 for ranks / (tp x cp x pp)), got ", shape.dp);
+  MT_REQUIRE(shape.tp >= 1 && shape.pp >= 1 && shape.cp >= 1, "--tp, --cp and --pp must be at least 1");
+  if (shape.dp != 0) return;
+  const std::int64_t others = std::int64_t{shape.tp} * shape.cp * shape.pp;
+  MT_REQUIRE(world_size % others == 0, "--tp ", shape.tp,
+             shape.cp > 1 ? " x --cp " + std::to_string(shape.cp) : std::string(), " x --pp ", shape.pp, " = ", others,
+             " does not divide the job's ", world_size, " ranks (launch a multiple of it, or give --dp)");
+  shape.dp = static_cast<int>(world_size / others);
+}
+
 std::string MeshShape::describe() const {
   std::ostringstream out;
   out << "dp=" << dp << " tp=" << tp;

@@ -2,7 +2,7 @@
 // lists of its tensor-, context-, data- and pipeline-parallel groups. No MPI here (see groups.h).
 // Context parallelism (cp) splits each sequence over cp ranks that hold the same weights: their
 // gradients are reduced over dp x cp together (dp_cp_group).
-// defines: MeshShape, MeshCoord, Mesh
+// defines: MeshShape, resolve_data_parallel, MeshCoord, Mesh
 #pragma once
 
 #include <array>
@@ -24,6 +24,10 @@ struct MeshShape {
   std::string describe() const;
   std::string full_order() const;  // the order with cp named ("tp-cp-dp-pp" for "tp-dp-pp")
 };
+
+// dp 0 takes the ranks tp x cp x pp leave in a job of world_size; UsageError for a size below 1
+// (dp below 0) or tp x cp x pp not dividing the job.
+void resolve_data_parallel(MeshShape& shape, int world_size);
 
 struct MeshCoord {
   int dp = 0, tp = 0, pp = 0, cp = 0;

@@ -187,6 +187,8 @@ struct StageTimes {
   double cp_f = 0, cp_b = 0;
   double params = 0;
   double gather_total = 0;  // ZeRO-3: all of one micro-batch's gathers, forward and backward
+  double update_gather_bytes = 0;  // ZeRO-1/2: the full parameters all-gathered after the update
+  double cast_s = 0;               // bf16: the step's one cast of the master into the compute copy
   double cp_total = 0;      // all of one micro-batch's ring transfers, hidden or not
   double cost() const { return compute_f + compute_b + tp_f + tp_b + gather_f + gather_b + cp_f + cp_b; }
 };
@@ -330,8 +332,15 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
     st.tp_f += w.tp_allreduces_forward * tp_big + w.tp_small_allreduces * tp_small;
     st.tp_b += w.tp_allreduces_backward * tp_big;
     if (layout.recompute == Recompute::Full) st.tp_b += 2 * w.layers * tp_big;  // the layers' forward allreduces again
-    // Gpt::forward_chunk casts the whole fp32 master to bf16 (read 4, write 2 bytes each).
-    if (training.precision == Precision::BF16) st.compute_f += st.params * 6.0 / cluster.memory_bandwidth;
+  }
+  // bf16: the compute copy is written once per step (by AdamW's pass or one cast after the
+  // gathers): charged as a cast of the stage's master, read 4 and write 2 bytes each.
+  if (training.precision == Precision::BF16) st.cast_s = st.params * 6.0 / cluster.memory_bandwidth;
+  if (layout.zero == 1) st.update_gather_bytes = st.params * 4.0;
+  if (layout.zero == 2) {
+    // Per block, as zero/unit_shards.h gathers it: under bf16 the GEMM weights as their bf16 copy.
+    const bool bf16 = training.precision == Precision::BF16;
+    for (const StageUnit& u : stage_units(model, plan, s, bf16)) st.update_gather_bytes += u.gathered_bytes(bf16);
   }
   if (layout.zero == 3 && gradient_ranks(layout) > 1)
     zero3_exposed_gathers(model, training, plan, rate, dp_link, head_chunks_on_cuda(cluster), s, st);
@@ -375,9 +384,10 @@ double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, double makes
 // buckets' reduction (and ZeRO-1's allgather) under the last micro-batch's backward and the optimizer.
 // ZeRO-2 and 3 reduce-scatter every micro-batch's gradients (M times the bytes), each under that
 // micro-batch's backward; ZeRO-3 gathers the parameters instead of all-gathering them after the update
-// (its exposed part is in the pipeline's time: StageTimes::gather_f, gather_b).
-void add_data_parallel(const Layout& layout, int micro_batches, double params, const StageTimes& slow,
-                       const Cluster& cluster, const Link& dp_link, Prediction& p) {
+// (its exposed part is in the pipeline's time: StageTimes::gather_f, gather_b). update_gather_bytes:
+// the all-gather after the update (ZeRO-1/2; under bf16 ZeRO-2 gathers the GEMM weights in bf16).
+void add_data_parallel(const Layout& layout, int micro_batches, double params, double update_gather_bytes,
+                       const StageTimes& slow, const Cluster& cluster, const Link& dp_link, Prediction& p) {
   const double bucket_bytes = layout.bucket_mb * 1024.0 * 1024.0;
   const bool sharded = layout.zero >= 1, per_micro = layout.zero >= 2;
   const int n = gradient_ranks(layout);  // dp x cp: cp ranks hold the same weights
@@ -385,7 +395,7 @@ void add_data_parallel(const Layout& layout, int micro_batches, double params, c
       bucketed(params * 4.0, bucket_bytes, sharded ? reduce_scatter_s : allreduce_s, n, dp_link);
   const bool gathers_after_update = layout.zero == 1 || layout.zero == 2;
   const auto [gather_total, gather_last] =
-      gathers_after_update ? bucketed(params * 4.0, bucket_bytes, allgather_s, n, dp_link) : std::pair{0.0, 0.0};
+      gathers_after_update ? bucketed(update_gather_bytes, bucket_bytes, allgather_s, n, dp_link) : std::pair{0.0, 0.0};
   const double updated = sharded ? params / n : params;
   // AdamW's 28 bytes per updated parameter; zeroing and the norm pass over the gradients kept.
   p.time.optimizer = (28.0 * updated + 8.0 * (per_micro ? updated : params)) / cluster.memory_bandwidth;
@@ -492,7 +502,14 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
   const double params = std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
                           return x.params < y.params;
                         })->params;
-  add_data_parallel(layout, plan.micro_batches(), params, slow, cluster, link_for(p.dp_crosses_nodes, cluster), p);
+  const auto most = [&](double StageTimes::*field) {
+    double m = 0;
+    for (const StageTimes& st : stages) m = std::max(m, st.*field);
+    return m;
+  };
+  add_data_parallel(layout, plan.micro_batches(), params, most(&StageTimes::update_gather_bytes), slow, cluster,
+                    link_for(p.dp_crosses_nodes, cluster), p);
+  p.time.optimizer += most(&StageTimes::cast_s);
   add_synchronization(model, plan, mesh, cluster, p);
 
   const double dedicated = makespan + kv_sum + p.time.pp_comm + p.time.dp_exposed + p.time.embedding_sync +

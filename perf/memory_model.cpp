@@ -318,6 +318,18 @@ struct ZeroBlocks {
       sum += block(units[u][b] * 2.0) + (compute_only[u][b] ? 0.0 : block(units[u][b] * 4.0));
     return sum;
   }
+  // ZeRO-2: every block's buffers resident, but under bf16 a compute_only block's fp32 parameters
+  // are its owned shard alone (one buffer for all of them): its bf16 copy is what it gathers.
+  double resident_zero2(bool bf16) const {
+    if (!bf16) return every_full(4.0);
+    double sum = every_full(2.0), owned_numel = 0;
+    for (std::size_t u = 0; u < units.size(); ++u)
+      for (std::size_t b = 0; b < units[u].size(); ++b) {
+        if (compute_only[u][b]) owned_numel += units[u][b] / dp;
+        else sum += block(units[u][b] * 4.0);
+      }
+    return sum + (owned_numel > 0 ? block(owned_numel * 4.0) : 0.0);
+  }
   // ZeRO-3, bf16: the compute_only blocks' owned bf16 shards, one buffer.
   double owned_compute() const {
     double numel = 0;
@@ -404,7 +416,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   } else {
     // ZeRO-2: this rank's shard of the gradients, and the full gradients of the units in flight
     // (ZeroBlocks::in_flight) and the reduce-scatter outputs of the two being reduced; the
-    // parameters in per-block buffers. ZeRO-3 likewise for the parameters: the owned shard, and the
+    // parameters in per-block buffers (ZeroBlocks::resident_zero2). ZeRO-3 likewise for the parameters: the owned shard, and the
     // gathered units in flight with their bf16 copy under bf16 compute (the GEMM weights' copy
     // alone, gathered from their owned bf16 shards).
     const ZeroBlocks z = zero_blocks(model, plan, s, bf16);
@@ -412,7 +424,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     m.gradients += z.in_flight([&](std::size_t u) { return z.pieces(u); }, 2, /*held_pairs=*/false);
     const auto gathered = [&](std::size_t u) { return bf16 ? z.gathered_bf16(u) : z.full(u, 4.0); };
     m.parameters = layout.zero == 3 ? z.owned() + (bf16 ? z.owned_compute() : 0.0) + z.in_flight(gathered, 1 + kPrefetchUnits)
-                                    : z.every_full(4.0) + (bf16 ? z.every_full(2.0) : 0.0);
+                                    : z.resident_zero2(bf16);
   }
   // AdamW's m and v: a block per parameter tensor, or with ZeRO-1 and above per piece of one in this
   // rank's share of a bucket (parallel/zero_optimizer.h): at most a piece per tensor and one more per bucket.

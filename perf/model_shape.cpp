@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "models/gpt_sharding.h"
+#include "models/shard_blocks.h"
 
 namespace mt::perf {
 namespace {
@@ -22,7 +23,7 @@ struct Shards {
   std::vector<StageUnit> units;
 };
 
-// bf16_gathers: ZeRO-3 with bf16 compute, whose cut keeps the GEMM weights in blocks of their own.
+// bf16_gathers: ZeRO-2/3 with bf16 compute, whose cut keeps the GEMM weights in blocks of their own.
 const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition, int pieces, bool bf16_gathers) {
   static std::mutex mutex;
   static std::map<ShardKey, Shards> cache;
@@ -40,22 +41,13 @@ const Shards& shard_sizes(const ModelShape& model, const GptPartition& partition
     sizes.tensors.push_back(shard.local.numel());
     specs.push_back(shard.local);
   }
-  // A unit's blocks as zero/unit_shards.h cuts them: runs, the token embedding's own apart, and for
-  // bf16 gathers the GEMM weights (read_only_as_compute_copy) never with the others.
-  for (const ParamUnit& unit : gpt_param_units(specs)) {
-    StageUnit u{unit.name, {}, {}};
-    bool open = false;
-    for (std::size_t i = unit.first; i < unit.first + unit.count; ++i) {
-      const bool alone = specs[i].kind == ParamKind::TokenEmbedding;
-      const char only = bf16_gathers && read_only_as_compute_copy(specs[i].kind) ? 1 : 0;
-      if (alone || !open || u.compute_only.back() != only) {
-        u.blocks.push_back(0);
-        u.compute_only.push_back(only);
-      }
-      u.blocks.back() += specs[i].numel();
-      open = !alone;
-    }
-    sizes.units.push_back(std::move(u));
+  // A unit's blocks as zero/unit_shards.h cuts them (models/shard_blocks.h), before padding.
+  const std::vector<ShardBlock> blocks = gpt_shard_blocks(specs, /*dp=*/1, bf16_gathers);
+  for (const ParamUnit& unit : gpt_param_units(specs)) sizes.units.push_back(StageUnit{unit.name, {}, {}});
+  for (const ShardBlock& b : blocks) {
+    StageUnit& u = sizes.units.at(static_cast<std::size_t>(b.unit));
+    u.blocks.push_back(b.numel);
+    u.compute_only.push_back(b.compute_only ? 1 : 0);
   }
   return cache.emplace(std::move(key), std::move(sizes)).first->second;
 }
@@ -65,7 +57,7 @@ const Shards& stage_shards(const ModelShape& model, const LayoutPlan& plan, int 
   coord.pp = stage;  // tensor-parallel rank 0: every rank of the group holds shards of the same sizes
   const Layout& layout = plan.layout();
   return shard_sizes(model, plan.partition(coord), gpt_vocab_pieces(model, layout.tp, layout.zero),
-                     bf16 && layout.zero == 3);
+                     zero_gathers_compute_copy(layout.zero, bf16));
 }
 
 }  // namespace

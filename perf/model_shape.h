@@ -106,12 +106,13 @@ std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, i
 struct StageUnit {
   std::string name;
   std::vector<std::int64_t> blocks;  // elements, before padding
-  std::vector<char> compute_only;    // per block: read only through the compute copy (ZeRO-3 bf16 gathers that)
+  std::vector<char> compute_only;    // per block: read only through the compute copy (ZeRO-2/3 under bf16 gather that)
   std::int64_t numel() const;
-  // What ZeRO-3 gathers of it per use: fp32, but the compute_only blocks in bf16 under bf16 compute.
+  // What ZeRO-3 gathers of it per use (ZeRO-2 after each step): fp32, but the compute_only blocks in
+  // bf16 under bf16 compute.
   double gathered_bytes(bool bf16) const;
 };
-// bf16: the compute dtype is bf16 (with ZeRO-3, the cut that gathers the GEMM weights in bf16).
+// bf16: the compute dtype is bf16 (with ZeRO-2/3, the cut that gathers the GEMM weights in bf16).
 const std::vector<StageUnit>& stage_units(const ModelShape& model, const LayoutPlan& plan, int stage, bool bf16);
 std::vector<std::int64_t> stage_parameter_units(const ModelShape& model, const LayoutPlan& plan, int stage);
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <sstream>
 
+#include "models/gpt_weights.h"
 #include "parallel/causal_split.h"
 #include "parallel/layout_check.h"
 #include "parallel/stage_partition.h"
@@ -135,6 +136,11 @@ void ParallelTrainer::init(std::uint64_t seed) {
   // Unit by unit (the values depend on nothing else): ZeRO-3 holds one unit's full parameters.
   zero_->for_each_resident_unit(/*gather=*/false, [&](int unit) { model_->init_unit(seed, unit); });
   model_->parameters().refresh_compute_params(ctx_);
+}
+
+void ParallelTrainer::load_weights(const std::filesystem::path& path) {
+  // The files are read tensor by tensor in their own order, not unit by unit.
+  zero_->with_every_unit_resident(/*gather=*/false, [&] { load_init_weights(*model_, ctx_, path); });
 }
 
 std::vector<float> ParallelTrainer::local_parameters() {

@@ -9,6 +9,7 @@
 // defines: ParallelTrainer
 #pragma once
 
+#include <filesystem>
 #include <functional>
 
 #include <memory>
@@ -30,8 +31,8 @@ namespace mt {
 
 class ParallelTrainer {
  public:
-  // Collective over world. The model is created here (initialize with init() or load weights into
-  // model() before the first step), holding the part `plan` gives this rank; `groups` are the plan's
+  // Collective over world. The model is created here (initialize with init() or load_weights()
+  // before the first step), holding the part `plan` gives this rank; `groups` are the plan's
   // mesh's. `val` may be null. The batch sizes are the plan's.
   ParallelTrainer(DeviceContext& ctx, Communicator& world, ParallelGroups& groups, const GptConfig& config,
                   DType compute, data::DataLoader& train, data::DataLoader* val, TrainSettings settings,
@@ -39,6 +40,10 @@ class ParallelTrainer {
   ~ParallelTrainer();
 
   void init(std::uint64_t seed);
+  // --init-weights (models/gpt_weights.h load_init_weights): this rank's shards from the file, with
+  // every parameter resident meanwhile (ZeRO-3 and ZeRO-2's bf16 GEMM weights hold only owned
+  // shards between steps: the stage's fp32 parameters for the load's duration).
+  void load_weights(const std::filesystem::path& path);
   // One optimizer step; collective. Every rank returns the same loss, norm and validation loss.
   StepRecord step();
   double evaluate();  // collective; the same validation sequences as the tests' single-rank Trainer (train/tests/trainer.h)

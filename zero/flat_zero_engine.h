@@ -25,6 +25,7 @@ class FlatZeroEngine final : public ZeroEngine {
   void finish_gradients(Tensor& norm_sq) override;
   double update(float lr, float grad_scale) override;
   void for_each_resident_unit(bool gather, const std::function<void(int unit)>& use) override;
+  void with_every_unit_resident(bool /*gather*/, const std::function<void()>& use) override { use(); }
   bool keeps_compute_copy() const override { return true; }
   std::vector<OwnedPiece> owned_pieces() const override;
   std::vector<OwnedPiece> held_pieces() const override;

@@ -9,52 +9,6 @@
 
 namespace mt {
 
-std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std::span<const std::int64_t> numels,
-                                          std::span<const char> alone, int dp, std::span<const char> compute_only) {
-  MT_REQUIRE(dp >= 1, "ZeRO units: the data-parallel size must be >= 1, got ", dp);
-  MT_REQUIRE(alone.size() == numels.size(), "ZeRO units: ", alone.size(), " 'alone' flags for ", numels.size(),
-             " parameters");
-  MT_REQUIRE(compute_only.empty() || compute_only.size() == numels.size(), "ZeRO units: ", compute_only.size(),
-             " 'compute only' flags for ", numels.size(), " parameters");
-  const auto only = [&](std::size_t p) { return !compute_only.empty() && compute_only[p] != 0; };
-  std::vector<ShardBlock> blocks;
-  std::size_t next = 0;
-  std::int64_t shard_offset = 0;
-  const auto add = [&](int unit, std::size_t first, std::size_t count) {
-    ShardBlock b;
-    b.unit = unit;
-    b.first = first;
-    b.count = count;
-    for (std::size_t p = first; p < first + count; ++p) b.numel += numels[p];
-    b.padded = (b.numel + dp - 1) / dp * dp;
-    b.shard_offset = shard_offset;
-    b.compute_only = only(first);
-    shard_offset += b.padded / dp;
-    blocks.push_back(b);
-  };
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    const ParamUnit& unit = units[u];
-    MT_REQUIRE(unit.count >= 1 && unit.first == next && unit.first + unit.count <= numels.size(), "ZeRO units: unit '",
-               unit.name, "' [", unit.first, ", ", unit.first + unit.count, ") does not follow the previous one at ",
-               next, " within ", numels.size(), " parameters");
-    std::size_t run = unit.first;
-    for (std::size_t p = unit.first; p < unit.first + unit.count; ++p) {
-      if (alone[p]) {
-        if (run < p) add(static_cast<int>(u), run, p - run);
-        add(static_cast<int>(u), p, 1);
-        run = p + 1;
-      } else if (run < p && only(p) != only(run)) {
-        add(static_cast<int>(u), run, p - run);  // homogeneous blocks: one kind of gather each
-        run = p;
-      }
-    }
-    if (run < unit.first + unit.count) add(static_cast<int>(u), run, unit.first + unit.count - run);
-    next = unit.first + unit.count;
-  }
-  MT_REQUIRE(next == numels.size(), "ZeRO units cover ", next, " of ", numels.size(), " parameters");
-  return blocks;
-}
-
 std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks) {
   std::vector<StoreBlock> out;
   for (const ShardBlock& b : blocks) out.push_back({b.first, b.count, b.padded});
@@ -68,14 +22,7 @@ UnitCut make_unit_cut(std::vector<ParamUnit> units, std::span<const std::int64_t
 }
 
 UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp, bool bf16_gathers) {
-  std::vector<std::int64_t> numels;
-  std::vector<char> alone, compute_only;
-  for (const ParamSpec& spec : specs) {
-    numels.push_back(spec.numel());
-    alone.push_back(spec.kind == ParamKind::TokenEmbedding ? 1 : 0);
-    if (bf16_gathers) compute_only.push_back(read_only_as_compute_copy(spec.kind) ? 1 : 0);
-  }
-  return make_unit_cut(gpt_param_units(specs), numels, alone, dp, compute_only);
+  return {gpt_param_units(specs), gpt_shard_blocks(specs, dp, bf16_gathers), dp};
 }
 
 UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& store, UnitCut cut, int stage,
@@ -96,31 +43,45 @@ UnitShards::UnitShards(DeviceContext& ctx, Communicator& dp, ParameterStore& sto
     full_grads_.push_back(store.block_grads(b));
   }
   owned_grads_ = Tensor::zeros({owned_numel_}, DType::F32, ctx);
-  if (stage_ == 3) owned_params_ = Tensor::zeros({owned_numel_}, DType::F32, ctx);
-  // The owned compute shards: zeros, so the padding gathers as zeros; each block's are written with
-  // its owned parameters (keep_owned, the optimizer's step).
-  std::int64_t compute_numel = 0;
+  // The owned fp32 shards of a buffer of their own: every block's with stage 3, the compute-gathering
+  // blocks' with stage 2 (its other blocks' are slices of their resident parameters). The owned
+  // compute shards of a buffer of their own: stage 3's compute-gathering blocks (stage 2's are
+  // slices of the resident compute copy). Zeros, so the padding gathers as zeros; each block's are
+  // written with its owned parameters (keep_owned, the optimizer's step).
+  std::int64_t param_numel = 0, compute_numel = 0;
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
-    compute_offset_.push_back(gathers_compute(static_cast<int>(b)) ? compute_numel : -1);
-    if (compute_offset_.back() >= 0) compute_numel += blocks_[b].padded / dp.size();
+    const bool compute = gathers_compute(static_cast<int>(b));
+    const std::int64_t shard = blocks_[b].padded / dp.size();
+    param_offset_.push_back(stage_ == 3 || compute ? param_numel : -1);
+    param_numel += param_offset_.back() >= 0 ? shard : 0;
+    compute_offset_.push_back(stage_ == 3 && compute ? compute_numel : -1);
+    compute_numel += compute_offset_.back() >= 0 ? shard : 0;
   }
+  if (param_numel > 0) owned_params_ = Tensor::zeros({param_numel}, DType::F32, ctx);
   if (compute_numel > 0) owned_compute_ = Tensor::zeros({compute_numel}, store.compute_dtype(), ctx);
+  const std::size_t n = units_.size();
+  fp32_.assign(n, 0);
   if (stage_ == 2) {
-    // Every rank holds every block's parameters (the padding stays zero); the bf16 copy is cast
-    // from them before each forward.
+    // Every rank holds every block's compute copy and the fp32 parameters of the blocks read in
+    // fp32 (the padding stays zero); their bf16 copy is cast from them before each forward. A
+    // compute-gathering block's fp32 parameters exist only between materialize and keep_owned.
+    std::vector<char> refresh;
     for (std::size_t b = 0; b < blocks_.size(); ++b) {
-      full_params_[b].acquire_memory();
-      kernels::fill(ctx, full_params_[b], 0.0);
+      const bool compute = gathers_compute(static_cast<int>(b));
+      if (!compute) {
+        full_params_[b].acquire_memory();
+        kernels::fill(ctx, full_params_[b], 0.0);
+      }
       full_compute_[b].acquire_memory();
       if (bf16_) kernels::fill(ctx, full_compute_[b], 0.0);
+      refresh.push_back(compute ? 0 : 1);
     }
-    store.set_refresh_blocks(true);
+    store.set_refresh_blocks(std::move(refresh));
+    for (std::size_t u = 0; u < n; ++u) fp32_[u] = gathers_compute_copy(static_cast<int>(u)) ? 0 : 1;
   }
-  const std::size_t n = units_.size();
   grads_live_.assign(n, 0);
   reducing_.assign(n, 0);
   gathered_.assign(n, stage_ == 2 ? 1 : 0);  // stage 3: nothing resident until a use gathers it
-  fp32_.assign(n, stage_ == 2 ? 1 : 0);
   active_reads_.assign(n, 0);
   gathers_.resize(n);
 }
@@ -132,18 +93,25 @@ std::int64_t UnitShards::shard_numel(int block) const {
 std::int64_t UnitShards::owned_begin(int block) const { return dp_->rank() * shard_numel(block); }
 
 Tensor UnitShards::owned_params(int block) const {
-  const ShardBlock& b = blocks_.at(static_cast<std::size_t>(block));
-  if (stage_ == 2) return full_params_[static_cast<std::size_t>(block)].flat_slice(owned_begin(block), shard_numel(block));
-  return owned_params_.flat_slice(b.shard_offset, shard_numel(block));
+  const auto b = static_cast<std::size_t>(block);
+  if (param_offset_.at(b) < 0) return full_params_[b].flat_slice(owned_begin(block), shard_numel(block));
+  return owned_params_.flat_slice(param_offset_[b], shard_numel(block));
 }
 
 bool UnitShards::gathers_compute(int block) const {
-  return stage_ == 3 && bf16_ && blocks_.at(static_cast<std::size_t>(block)).compute_only;
+  return zero_gathers_compute_copy(stage_, bf16_) && blocks_.at(static_cast<std::size_t>(block)).compute_only;
+}
+
+bool UnitShards::gathers_compute_copy(int unit) const {
+  const std::vector<int>& blocks = unit_blocks_.at(static_cast<std::size_t>(unit));
+  return std::any_of(blocks.begin(), blocks.end(), [&](int b) { return gathers_compute(b); });
 }
 
 Tensor UnitShards::owned_compute(int block) const {
   MT_CHECK(gathers_compute(block), "block ", block, " has no owned compute shard (it gathers fp32)");
-  return owned_compute_.flat_slice(compute_offset_[static_cast<std::size_t>(block)], shard_numel(block));
+  const auto b = static_cast<std::size_t>(block);
+  if (compute_offset_[b] < 0) return full_compute_[b].flat_slice(owned_begin(block), shard_numel(block));
+  return owned_compute_.flat_slice(compute_offset_[b], shard_numel(block));
 }
 
 Tensor UnitShards::owned_grads(int block) const {
@@ -337,7 +305,11 @@ void UnitShards::finish_round() {
 
 void UnitShards::materialize(int unit, bool gather) {
   const auto u = static_cast<std::size_t>(unit);
-  if (stage_ != 3 || gathered_.at(u)) return;
+  if (stage_ == 2) {
+    materialize_compute_gathered(unit, gather);
+    return;
+  }
+  if (gathered_.at(u)) return;
   if (gather) {
     launch_gather(unit, /*fp32=*/true);
     wait_gather(unit);
@@ -354,7 +326,11 @@ void UnitShards::materialize(int unit, bool gather) {
 
 void UnitShards::keep_owned(int unit) {
   const auto u = static_cast<std::size_t>(unit);
-  if (stage_ != 3 || !gathered_.at(u)) return;
+  if (stage_ == 2) {
+    keep_owned_compute_gathered(unit);
+    return;
+  }
+  if (!gathered_.at(u)) return;
   MT_CHECK(fp32_[u], "keep_owned of unit '", units_[u].name, "', gathered for a use without its fp32 parameters");
   for (int b : unit_blocks_[u]) {
     Tensor owned = owned_params(b);
@@ -377,11 +353,55 @@ void UnitShards::keep_owned() {
   for (std::size_t u = 0; u < units_.size(); ++u) keep_owned(static_cast<int>(u));
 }
 
+// Stage 2, a unit's compute-gathering blocks (the others stay resident): their fp32 parameters,
+// gathered from the owned shards or zeroed, until keep_owned.
+void UnitShards::materialize_compute_gathered(int unit, bool gather) {
+  const auto u = static_cast<std::size_t>(unit);
+  if (fp32_.at(u)) return;
+  std::vector<WorkPtr> works;
+  for (const int b : unit_blocks_[u]) {
+    if (!gathers_compute(b)) continue;
+    Tensor& full = full_params_[static_cast<std::size_t>(b)];
+    full.acquire_memory();
+    if (!gather) {
+      kernels::fill(*ctx_, full, 0.0);
+    } else if (dp_->size() == 1) {
+      full.copy_from(owned_params(b), ctx_->stream());
+    } else {
+      works.push_back(dp_->allgather_async(owned_params(b), full));
+    }
+  }
+  for (const WorkPtr& work : works) work->wait_on(ctx_->stream());
+  fp32_[u] = 1;
+}
+
+// Stage 2: the owned shards and the whole compute copy (every rank holds the same full parameters
+// here) follow what was written into the fp32 parameters, which are released.
+void UnitShards::keep_owned_compute_gathered(int unit) {
+  const auto u = static_cast<std::size_t>(unit);
+  if (!gathers_compute_copy(unit) || !fp32_.at(u)) return;
+  for (const int b : unit_blocks_[u]) {
+    if (!gathers_compute(b)) continue;
+    Tensor& full = full_params_[static_cast<std::size_t>(b)];
+    Tensor owned = owned_params(b);
+    owned.copy_from(full.flat_slice(owned_begin(b), shard_numel(b)), ctx_->stream());
+    kernels::cast(*ctx_, full, full_compute_[static_cast<std::size_t>(b)]);
+    full.release_memory();
+  }
+  fp32_[u] = 0;
+}
+
 void UnitShards::gather_after_step() {
   if (stage_ != 2 || dp_->size() == 1) return;
   std::vector<WorkPtr> works;
-  for (std::size_t b = 0; b < blocks_.size(); ++b)
-    works.push_back(dp_->allgather_async(owned_params(static_cast<int>(b)), full_params_[b]));  // in place
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    // In place: a compute-gathering block's owned bf16 shard (AdamW's step wrote it), else the fp32.
+    const bool compute = gathers_compute(static_cast<int>(b));
+    const Tensor& full = compute ? full_compute_[b] : full_params_[b];
+    const Tensor owned = compute ? owned_compute(static_cast<int>(b)) : owned_params(static_cast<int>(b));
+    stats_.gathered_bytes += static_cast<std::int64_t>(full.nbytes());
+    works.push_back(dp_->allgather_async(owned, full));
+  }
   for (const WorkPtr& work : works) work->wait_on(ctx_->stream());
 }
 

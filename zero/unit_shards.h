@@ -1,14 +1,13 @@
 // ZeRO-2 and ZeRO-3 over a model's parameter units (models/param_use.h), driven by the model's
-// ParamUseHooks. Each unit is cut into blocks (runs of its parameters, but a parameter marked
-// `alone` gets a block of its own: the tied token embedding, so that the first and the last
-// pipeline stage cut their two copies identically; and the parameters marked `compute_only`, read
-// only through the compute copy, the GEMM weights, never share a block with the others); each
-// block is padded to a multiple of dp and this dp rank owns the r-th of its dp equal pieces. The
-// owned pieces of all blocks sit in one fp32 gradient buffer (and, with ZeRO-3, one fp32 parameter
-// buffer) of about stage_params/dp elements, where the optimizer's sharded state lives too
-// (zero/unit_sharded_adamw.h). With ZeRO-3 and bf16 compute the compute_only blocks' owned pieces
-// also have a bf16 copy (one buffer, the owned compute shards), written by the optimizer's step in
-// its update pass and by keep_owned wherever the owned parameters are set otherwise.
+// ParamUseHooks. Each unit is cut into blocks (models/shard_blocks.h: the tied token embedding
+// alone, the GEMM weights apart under bf16); each block is padded to a multiple of dp and this dp
+// rank owns the r-th of its dp equal pieces. The owned pieces of all blocks sit in one fp32
+// gradient buffer (and one fp32 parameter buffer: ZeRO-3's for every block, ZeRO-2's under bf16 for
+// the compute_only blocks) of about stage_params/dp elements, where the optimizer's sharded state
+// lives too (zero/unit_sharded_adamw.h). With bf16 compute the compute_only blocks' owned pieces
+// also have a bf16 copy (ZeRO-3: one buffer, the owned compute shards; ZeRO-2: their place in the
+// resident compute copy), written by the optimizer's step in its update pass and by keep_owned
+// wherever the owned parameters are set otherwise.
 //
 // Gradients (stage 2 and 3): a unit's full gradient exists only from the first kernel that writes
 // it (begin() of a use that writes_gradients) until its reduce-scatter, launched at that use's
@@ -20,6 +19,12 @@
 // Bound on full gradient units alive at once: the unit being computed and the one being reduced,
 // 2 (the LM head writes its tied embedding's gradient in the forward, ParamUse::ForwardWithGradient,
 // and lnf's in the backward: one unit at a time).
+//
+// Parameters (stage 2): every block's compute copy stays resident, and the fp32 parameters of the
+// blocks read in fp32, all-gathered in place after each step. With bf16 compute a compute_only block
+// has no full fp32 parameters (its owned fp32 shard lives apart) and gathers its owned bf16 shard
+// into its compute copy: 2 bytes an element instead of 4 and no cast. Outside steps materialize
+// gathers their fp32 (checkpoints, local_parameters want the master), keep_owned drops it again.
 //
 // Parameters (stage 3): the full parameters of a unit are all-gathered from the owned shards before
 // a use that reads them, kept while in use, and released after its end(). With bf16 compute a
@@ -39,7 +44,7 @@
 // created without memory and acquired and released here, so the whole stage's parameters or
 // gradients are never allocated at once (construction, initialization and checkpoints included:
 // those work unit by unit through materialize(unit)/keep_owned(unit)).
-// defines: ShardBlock, make_shard_blocks, store_blocks, UnitCut, make_unit_cut, gpt_unit_cut, UnitShardStats, UnitShards
+// defines: store_blocks, UnitCut, make_unit_cut, gpt_unit_cut, UnitShardStats, UnitShards
 #pragma once
 
 #include <cstdint>
@@ -50,27 +55,12 @@
 
 #include "comm/communicator.h"        // defines: Communicator, WorkPtr
 #include "models/param_use.h"         // defines: ParamUnit, ParamUseHooks
+#include "models/shard_blocks.h"      // defines: ShardBlock
 #include "models/parameter_store.h"   // defines: ParameterStore
 #include "runtime/context.h"          // defines: DeviceContext
 
 namespace mt {
 
-struct ShardBlock {
-  int unit = 0;
-  std::size_t first = 0, count = 0;  // store parameters [first, first + count)
-  std::int64_t numel = 0;            // their elements, contiguous in the store's order
-  std::int64_t padded = 0;           // numel rounded up to a multiple of dp
-  std::int64_t shard_offset = 0;     // this block's piece in the owned buffers (padded/dp elements)
-  bool compute_only = false;         // its parameters are read only through the compute copy
-};
-
-// Pure arithmetic: blocks of `units` (in order) over parameters of `numels` elements; `alone[p]`
-// gives parameter p a block of its own; `compute_only[p]` (empty: none) marks the parameters read
-// only through the compute copy (read_only_as_compute_copy), and a block never mixes marked and
-// unmarked ones. Error for dp < 1 or units that do not tile the parameters.
-std::vector<ShardBlock> make_shard_blocks(std::span<const ParamUnit> units, std::span<const std::int64_t> numels,
-                                          std::span<const char> alone, int dp,
-                                          std::span<const char> compute_only = {});
 // What the ParameterStore must be built in for these blocks.
 std::vector<StoreBlock> store_blocks(std::span<const ShardBlock> blocks);
 
@@ -85,15 +75,12 @@ struct UnitCut {
 };
 UnitCut make_unit_cut(std::vector<ParamUnit> units, std::span<const std::int64_t> numels,
                       std::span<const char> alone, int dp, std::span<const char> compute_only = {});
-// A Gpt stage's cut (specs: its store's, from gpt_param_shards): its units (gpt_param_units), the
-// token embedding in a block of its own (the first and the last stage then cut their two copies
-// alike) and, with `bf16_gathers` (ZeRO-3 with bf16 compute), the GEMM weights
-// (read_only_as_compute_copy) in blocks apart from the parameters read in fp32. Without it a unit
-// stays one block (one collective per unit and use, not one per run of like parameters).
+// A Gpt stage's cut (specs: its store's, from gpt_param_shards): its units (gpt_param_units) and
+// their blocks (models/shard_blocks.h gpt_shard_blocks).
 UnitCut gpt_unit_cut(const std::vector<ParamSpec>& specs, int dp, bool bf16_gathers);
 
 struct UnitShardStats {
-  std::int64_t gathered_bytes = 0;  // stage 3: bytes of the full blocks the all-gathers delivered
+  std::int64_t gathered_bytes = 0;  // bytes of the full blocks the all-gathers of steps and uses delivered
   int max_full_grad_units = 0;   // most units with a full gradient alive at once (since construction)
   int max_full_param_units = 0;  // stage 3: most units with full parameters resident at once
   int gathers = 0, prefetched = 0;  // stage 3 gathers in rounds, and how many were prefetches
@@ -128,7 +115,8 @@ class UnitShards : public ParamUseHooks {
   // A unit's full parameters outside rounds (initialization, checkpoints, gathering), one unit at
   // a time. Stage 3: materialize(unit) makes them resident, all-gathered from the owned shards
   // (gather, collective over dp) or zeroed; keep_owned(unit) copies the owned shards back out of
-  // them and releases them. Stage 2 keeps them resident anyway: both do nothing. Without a unit:
+  // them and releases them. Stage 2 keeps them resident anyway, but for the compute-gathering
+  // blocks' (bf16), which it treats likewise (keep_owned also casts their whole compute copy). Without a unit:
   // every unit at once (the whole stage's parameters resident: for small tests). The full fp32
   // parameters of every block, and their compute copy, whatever the uses would gather; keep_owned
   // also rounds the owned shards into the owned bf16 shards.
@@ -136,8 +124,8 @@ class UnitShards : public ParamUseHooks {
   void keep_owned(int unit);
   void materialize(bool gather);
   void keep_owned();
-  // Stage 2, after the optimizer updated the owned shards: all-gathers every block in place.
-  // Stage 3: nothing (the next use gathers).
+  // Stage 2, after the optimizer updated the owned shards: all-gathers every block in place (a
+  // compute-gathering block its bf16 copy). Stage 3: nothing (the next use gathers).
   void gather_after_step();
 
   int stage() const { return stage_; }
@@ -147,9 +135,11 @@ class UnitShards : public ParamUseHooks {
   std::int64_t owned_begin(int block) const;                  // first owned element of the block
   Tensor owned_params(int block) const;                       // fp32 [shard_numel]
   Tensor owned_grads(int block) const;                        // fp32 [shard_numel]
-  // Stage 3 with bf16 compute, a compute_only block: a use gathers its owned bf16 shard (the owned
-  // parameters rounded) straight into the compute copy, no fp32. Else the fp32 shard, then a cast.
+  // Stage 2 or 3 with bf16 compute, a compute_only block: a use (3) or the step's end (2) gathers
+  // its owned bf16 shard (the owned parameters rounded) straight into the compute copy, no fp32.
+  // Else the fp32 shard, then a cast. gathers_compute_copy(unit): one of its blocks does.
   bool gathers_compute(int block) const;
+  bool gathers_compute_copy(int unit) const;
   Tensor owned_compute(int block) const;                      // bf16 [shard_numel]; gathers_compute only
   std::int64_t owned_numel() const { return owned_numel_; }   // all blocks' shards
   bool params_resident(int unit) const;                       // full params held: gathered or being gathered
@@ -164,6 +154,8 @@ class UnitShards : public ParamUseHooks {
   void launch_reduction(int unit);
   void complete_oldest_reduction();
   void launch_gather(int unit, bool fp32);
+  void materialize_compute_gathered(int unit, bool gather);
+  void keep_owned_compute_gathered(int unit);
   void wait_gather(int unit);
   void release_params(int unit);
   void count_resident();
@@ -179,12 +171,15 @@ class UnitShards : public ParamUseHooks {
   std::int64_t owned_numel_ = 0;
   std::vector<Tensor> full_params_, full_compute_, full_grads_;  // per block, padded
   Tensor owned_params_, owned_grads_;
-  Tensor owned_compute_;                     // the gathers_compute blocks' owned bf16 shards
-  std::vector<std::int64_t> compute_offset_;  // per block: its shard's in owned_compute_ (-1: none)
+  Tensor owned_compute_;                     // stage 3: the gathers_compute blocks' owned bf16 shards
+  std::vector<std::int64_t> param_offset_;    // per block: its shard's in owned_params_ (-1: in full_params_)
+  std::vector<std::int64_t> compute_offset_;  // per block: its shard's in owned_compute_ (-1: none or in full_compute_)
 
   // Per unit.
   std::vector<char> grads_live_, reducing_, gathered_;
-  std::vector<char> fp32_;  // its gather (pending or done) brings every block's fp32 parameters
+  // Stage 3: its gather (pending or done) brings every block's fp32 parameters. Stage 2: its
+  // compute-gathering blocks' fp32 parameters are resident (materialized).
+  std::vector<char> fp32_;
   std::vector<int> active_reads_;
   std::vector<std::vector<WorkPtr>> gathers_;  // pending all-gathers (empty when none)
   std::deque<Reduction> reductions_;

@@ -59,6 +59,12 @@ void UnitZeroEngine::for_each_resident_unit(bool gather, const std::function<voi
   }
 }
 
+void UnitZeroEngine::with_every_unit_resident(bool gather, const std::function<void()>& use) {
+  shards_->materialize(gather);
+  use();
+  shards_->keep_owned();
+}
+
 std::vector<OwnedPiece> UnitZeroEngine::owned_pieces() const {
   std::vector<OwnedPiece> out;
   for (const UnitShardedAdamW::Piece& piece : optimizer_->owned_pieces())

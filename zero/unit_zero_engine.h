@@ -1,8 +1,9 @@
 // ZeRO 2 and 3 (zero/zero_engine.h): each parameter unit's gradients reduce-scattered per
 // micro-batch into this rank's owned shards as the model's parameter-use hooks end their use
 // (zero/unit_shards.h, which with 3 also gathers each unit before its use); UnitShardedAdamW steps
-// the owned shards, and 2 all-gathers every block after the step. With 3 and bf16 compute the step
-// also writes the GEMM weights' owned bf16 shards, which their uses gather as the compute copy.
+// the owned shards, and 2 all-gathers every block after the step. With bf16 compute the step also
+// writes the GEMM weights' owned bf16 shards, which 3's uses, or 2 after the step, gather as the
+// compute copy (2 bytes an element, no cast).
 // defines: UnitZeroEngine
 #pragma once
 
@@ -29,8 +30,10 @@ class UnitZeroEngine final : public ZeroEngine {
   void begin_evaluation() override { shards_->start_round(1); }
   void end_evaluation() override { shards_->finish_round(); }
   void for_each_resident_unit(bool gather, const std::function<void(int unit)>& use) override;
+  void with_every_unit_resident(bool gather, const std::function<void()>& use) override;
   // ZeRO-3 makes each unit's compute copy at its gather (the store has none to cast between uses);
-  // ZeRO-2 keeps every block's fp32 parameters and the model casts them (ParameterStore blocks).
+  // ZeRO-2 keeps the fp32 parameters of the blocks read in fp32 and the model casts them
+  // (ParameterStore blocks); its GEMM weights' copy under bf16 is the step's gather.
   bool keeps_compute_copy() const override { return shards_->stage() == 3; }
   std::vector<OwnedPiece> owned_pieces() const override;
   std::vector<OwnedPiece> held_pieces() const override { return owned_pieces(); }

@@ -7,7 +7,7 @@ namespace mt {
 
 std::optional<UnitCut> zero_unit_cut(int stage, const std::vector<ParamSpec>& specs, int dp, DType compute) {
   if (stage < 2) return std::nullopt;
-  return gpt_unit_cut(specs, dp, /*bf16_gathers=*/stage == 3 && compute == DType::BF16);
+  return gpt_unit_cut(specs, dp, zero_gathers_compute_copy(stage, compute == DType::BF16));
 }
 
 std::unique_ptr<ZeroEngine> make_zero_engine(DeviceContext& ctx, Communicator& dp, Communicator* tied_stages,

@@ -63,8 +63,11 @@ class ZeroEngine {
 
   // Outside steps (initialization, checkpoints): `use` each parameter unit in turn with its full
   // parameters resident (gathered from the owned shards with `gather`, else to be overwritten),
-  // then keep what use wrote into them. Collective over dp with ZeRO-3.
+  // then keep what use wrote into them. Collective over dp with ZeRO-3, and ZeRO-2 under bf16 (its
+  // GEMM weights keep only their owned fp32 shard).
   virtual void for_each_resident_unit(bool gather, const std::function<void(int unit)>& use) = 0;
+  // The same with every unit resident at once, for `use` (loading a file in its own order).
+  virtual void with_every_unit_resident(bool gather, const std::function<void()>& use) = 0;
   // Whether update() writes the store's bf16 copy itself (the model then need not cast it).
   virtual bool keeps_compute_copy() const = 0;
 
@@ -81,7 +84,7 @@ class ZeroEngine {
 
 // The cut a stage's store must be built in, known before the model: ZeRO 2/3's units at dp
 // (zero/unit_shards.h); nothing for 0/1 (one flat store). specs: the stage's, gpt_param_shards';
-// compute: the model's compute dtype (ZeRO-3 in bf16 keeps the GEMM weights in blocks of their own,
+// compute: the model's compute dtype (ZeRO-2/3 in bf16 keep the GEMM weights in blocks of their own,
 // gathered in bf16).
 std::optional<UnitCut> zero_unit_cut(int stage, const std::vector<ParamSpec>& specs, int dp, DType compute);
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Hugging Face safetensors folders end to end: llm.c weights -> safetensors -> llm.c weights byte for
 # byte (fp32 and bf16, one file and sharded), a checkpoint through safetensors, training started
-# from a safetensors folder with the same loss bits as from the llm.c file (1 rank and tp 2), and
-# bad folders as one line from rank 0. Tiny model, bytes tokenizer, generated text. Then a llama
+# from a safetensors folder with the same loss bits as from the llm.c file (1 rank and tp 2) and under
+# ZeRO 1-3 (dp 2, bf16) with ZeRO-1's, and bad folders as one line from rank 0. Tiny model, bytes tokenizer, generated text. Then a llama
 # folder (random weights in LlamaForCausalLM's names, made by make_hf_folder) through checkpoints of
 # tp 2 x pp 2 and of tp 4 (kv heads replicated) back to the same bytes, one file or sharded bf16, and
 # what llama refuses (llm.c weights either way, tied embeddings). About 25 s.
@@ -60,6 +60,17 @@ expect_ok "tp 2 from the llm.c file" np 2 "${base[@]}" --tp 2 --steps 2 --init-w
 expect_ok "tp 2 from the sharded folder" np 2 "${base[@]}" --tp 2 --steps 2 --init-weights "$dir/st-sharded" \
   --metrics "$dir/m2-st.jsonl"
 same_losses "tp 2: safetensors or llm.c start: losses bit for bit" "$dir/m2-llmc.jsonl" "$dir/m2-st.jsonl" 1 2 0
+# ZeRO-2 (its bf16 GEMM weights) and ZeRO-3 hold owned shards only between steps: the load holds every
+# unit resident meanwhile. Step 1 is the loaded weights' loss, bit for bit; step 2 within the
+# reductions' orders.
+for zero in 1 2 3; do
+  expect_ok "dp 2 ZeRO-$zero bf16 from the llm.c file" np 2 "${base[@]}" --dp 2 --zero $zero --compute-dtype bf16 \
+    --steps 2 --init-weights "$dir/w.bin" --metrics "$dir/mz$zero.jsonl"
+done
+for zero in 2 3; do
+  same_losses "ZeRO-$zero bf16 from the file: step 1 as ZeRO-1's" "$dir/mz1.jsonl" "$dir/mz$zero.jsonl" 1 1 0
+  same_losses "ZeRO-$zero bf16 from the file: step 2 as ZeRO-1's" "$dir/mz1.jsonl" "$dir/mz$zero.jsonl" 2 2 1e-5
+done
 
 # --- bad folders and options: one line, from rank 0.
 cp -r "$dir/st" "$dir/cut"

@@ -253,6 +253,8 @@ std::vector<Case> cases_for(int world_size) {
               Case{1, 2, 1}.with_sp(), Case{1, 2, 1}.with_sp().with_recompute(R::Full),
               // ZeRO-2/3: the owned shards and the units in flight.
               Case{2, 1, 1}.with_zero(2), Case{2, 1, 1}.with_zero(3), Case{2, 1, 1}.with_zero(3).with_bf16(),
+              // ZeRO-2 in bf16: the GEMM weights' owned fp32 shard and their resident bf16 copy.
+              Case{2, 1, 1}.with_zero(2).with_bf16(), Case{2, 1, 1}.with_llama().with_zero(2).with_bf16(),
               // llama: tp 2 splits its 2 kv heads; the head on the last stage; the head its own ZeRO-3 unit.
               Case{1, 2, 1}.with_llama(), Case{1, 2, 1}.with_llama().with_sp(), Case{1, 1, 2}.with_llama(),
               Case{2, 1, 1}.with_llama().with_zero(3), Case{2, 1, 1}.with_zero(3).with_vocab_pieces(),
@@ -268,7 +270,8 @@ std::vector<Case> cases_for(int world_size) {
       return {{2, 1, 2}, {1, 2, 2}, {1, 1, 4, K::ZeroBubbleH1}, zb_h1_long, {2, 1, 2, K::ZeroBubbleV, 2},
               {1, 2, 2, K::ZeroBubbleV, 2},
               Case{1, 2, 2}.with_sp(), Case{1, 2, 2, K::ZeroBubbleH1}.with_sp(),
-              Case{4, 1, 1}.with_zero(2), Case{4, 1, 1}.with_zero(3), Case{2, 2, 1}.with_zero(3),
+              Case{4, 1, 1}.with_zero(2), Case{4, 1, 1}.with_zero(2).with_bf16(), Case{4, 1, 1}.with_zero(3),
+              Case{2, 2, 1}.with_zero(3),
               Case{2, 1, 2}.with_zero(3), Case{4, 1, 1}.with_zero(3).with_vocab_pieces(),
               // A full recomputation holds a layer's two ZeRO-3 units through its backward.
               Case{4, 1, 1}.with_zero(3).with_recompute(R::Full),

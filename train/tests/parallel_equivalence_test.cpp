@@ -419,6 +419,17 @@ TEST(ParallelEquivalence, Bf16TrainsTheFp32ModelWithinItsRounding) {
     check_layout({1, 1, 1}, 1, 2, family, 256, kParamTolerance, DType::BF16);
 }
 
+// ZeRO-2 and 3 in bf16 gather the GEMM weights' copy from owned bf16 shards AdamW writes (ZeRO-2
+// after the step, 3 at each use), and gather_parameters brings their fp32 master: held to what bf16
+// costs one rank. np 4: over two stages (the tied embedding's two copies, fp32 blocks of their own).
+TEST(ParallelEquivalence, ZeroInBf16TrainsTheFp32ModelWithinItsRounding) {
+  const int n = test_world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "2 and 4 ranks";
+  const Layout layout = n == 2 ? Layout{2, 1, 1} : Layout{2, 1, 2};
+  for (const ModelFamily family : {ModelFamily::Gpt2, ModelFamily::Llama})
+    for (const int zero : {2, 3}) check_layout(layout, zero, 2, family, 256, kParamTolerance, DType::BF16);
+}
+
 // Trains `layout` for kSteps steps: every step's loss and norm, then the gathered parameters.
 std::vector<double> train_bits(const Layout& layout, int micro_batch, int zero = 1) {
   Communicator& world = test_world();
