@@ -42,11 +42,12 @@ HostView stage_sync(const CollectiveDesc& d, Device device) {
   return v;
 }
 
-// Ops whose finish works on the result in host memory (an average's division, the move of an
-// in-place reduce_scatter's block): staged even under cuda-aware.
-bool finishes_on_host(const CollectiveDesc& d) {
+// Ops that work on the data in host memory, staged even under cuda-aware: a bf16 reduction (a
+// user-defined MPI_Op, whose function runs on the host), an average's division, the move of an
+// in-place reduce_scatter's block (both in finish).
+bool needs_host_memory(const CollectiveDesc& d) {
   const bool reduces = d.kind == CollectiveKind::Allreduce || d.kind == CollectiveKind::ReduceScatter;
-  return (reduces && d.op == ReduceOp::Avg) ||
+  return (reduces && (d.op == ReduceOp::Avg || d.input.dtype() == DType::BF16)) ||
          (d.kind == CollectiveKind::ReduceScatter && d.in_place() && d.group_rank != 0);
 }
 
@@ -54,13 +55,13 @@ HostView stage(const CollectiveDesc& d, MpiDeviceStaging* staging) {
   HostView v;
   const Tensor& any = d.input.defined() ? d.input : d.output;
   if (!any.defined()) return v;
-  if (any.device().is_cpu()) {
+  if (any.device().is_cpu() && (staging == nullptr || !staging->stages_host_tensors())) {
     v.input = d.input.defined() ? static_cast<char*>(d.input.data()) : nullptr;
     v.output = d.output.defined() ? static_cast<char*>(d.output.data()) : nullptr;
     return v;
   }
   if (staging == nullptr) return stage_sync(d, any.device());
-  const bool direct = staging->mode() == MpiDeviceComm::CudaAware && !finishes_on_host(d);
+  const bool direct = staging->mode() == MpiDeviceComm::CudaAware && !needs_host_memory(d);
   v.staged = staging->stage(d, direct);
   v.input = v.staged->input();
   v.output = v.staged->output();

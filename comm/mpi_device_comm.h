@@ -4,7 +4,8 @@
 //               buffer made for the op, copy on a fresh stream, block the host in Work::wait_on
 //   async       pinned staging buffers cached by the communicator family and reused, copies on a
 //               copy stream ordered by events, wait_on makes the stream wait for the result copy
-//   cuda-aware  device pointers straight to MPI (the library must report CUDA support)
+//   cuda-aware  device pointers straight to MPI (the library must report CUDA support); ops that
+//               work on host memory (averages, bf16 reductions, in-place reduce_scatter) as async
 // async and cuda-aware have not yet run on a GPU: never the default until they pass there
 // (comm/tests/mpi_device_staging_test.cpp, scripts/device_gpu_speed.sh).
 // defines: MpiDeviceComm, kMpiDeviceCommEnv, parse_mpi_device_comm, mpi_device_comm_name,

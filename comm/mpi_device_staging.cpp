@@ -1,6 +1,7 @@
 #include "comm/mpi_device_staging.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -23,6 +24,19 @@ class EventFence final : public StagingFence {
   std::shared_ptr<Event> event_;
   Tensor keep_;
 };
+
+// On the copy stream; on the CPU (the test seam, stage_host_tensors) a plain copy.
+void queue_copy(void* dst, const void* src, std::size_t bytes, const Stream& stream) {
+  if (stream.handle() == nullptr) {
+    std::memmove(dst, src, bytes);
+  } else {
+    cuda::copy_async(dst, src, bytes, stream.handle());
+  }
+}
+
+void select(Device device) {
+  if (device.is_cuda()) cuda::set_device(device.index);  // this thread's current device
+}
 
 }  // namespace
 
@@ -57,8 +71,8 @@ struct MpiDeviceStaging::PerDevice {
   Event produced;  // re-recorded per op: the copy stream's wait takes the record of the moment
 };
 
-MpiDeviceStaging::MpiDeviceStaging(MpiDeviceComm mode, const Stream* compute_stream)
-    : mode_(mode), compute_(compute_stream) {}
+MpiDeviceStaging::MpiDeviceStaging(MpiDeviceComm mode, const Stream* compute_stream, bool stage_host_tensors)
+    : mode_(mode), compute_(compute_stream), stage_host_(stage_host_tensors) {}
 
 MpiDeviceStaging::~MpiDeviceStaging() = default;
 
@@ -75,8 +89,10 @@ void MpiDeviceStaging::order_after_producer(StagedOp& op, PerDevice* dev) {
   const bool known = compute_ != nullptr && compute_->device() == op.device_;
   if (!known) {
     // No stream to wait on: drain the device, as the sync path does (a host wait, counted).
-    cuda::synchronize_device();
-    count_host_sync();
+    if (op.device_.is_cuda()) {
+      cuda::synchronize_device();
+      count_host_sync();
+    }
     return;
   }
   if (dev == nullptr) {  // device pointers: the engine thread waits for the producer itself
@@ -91,8 +107,8 @@ void MpiDeviceStaging::order_after_producer(StagedOp& op, PerDevice* dev) {
 std::shared_ptr<StagedOp> MpiDeviceStaging::stage(const CollectiveDesc& d, bool device_pointers) {
   const Tensor& any = d.input.defined() ? d.input : d.output;
   const Device device = any.device();
-  MT_CHECK(device.is_cuda(), "staging ", d.describe(), " on ", device.str());
-  cuda::set_device(device.index);
+  MT_CHECK(device.is_cuda() || stage_host_, "staging ", d.describe(), " on ", device.str());
+  select(device);
   auto op = std::make_shared<StagedOp>(device, Event(device));
   if (device_pointers) {
     op->input_ = d.input.defined() ? static_cast<char*>(d.input.data()) : nullptr;
@@ -114,7 +130,7 @@ std::shared_ptr<StagedOp> MpiDeviceStaging::stage(const CollectiveDesc& d, bool 
   // overtake work queued before the op that still uses the output.
   order_after_producer(*op, dev.get());
   if (w.copy_bytes > 0) {
-    cuda::copy_async(base, w.copy_from, w.copy_bytes, dev->copy.handle());
+    queue_copy(base, w.copy_from, w.copy_bytes, dev->copy);
     op->ready_.record(dev->copy);
     op->wait_ready_ = true;
   }
@@ -128,15 +144,15 @@ std::shared_ptr<StagedOp> MpiDeviceStaging::stage(const CollectiveDesc& d, bool 
 
 void StagedOp::before_mpi() {
   if (!wait_ready_) return;
-  cuda::set_device(device_.index);  // the engine thread's current device
+  select(device_);
   ready_.synchronize();
 }
 
 void StagedOp::after_mpi() {
   if (!lease_.held()) return;
-  cuda::set_device(device_.index);
+  select(device_);
   if (result_) {
-    cuda::copy_async(back_.data(), lease_.data() + back_offset_, back_.nbytes(), copy_stream_->handle());
+    queue_copy(back_.data(), lease_.data() + back_offset_, back_.nbytes(), *copy_stream_);
     result_->record(*copy_stream_);
     lease_.release_after(std::make_shared<EventFence>(result_, std::exchange(back_, Tensor())));
   } else if (wait_ready_) {

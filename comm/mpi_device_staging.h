@@ -78,12 +78,15 @@ class StagedOp {
 class MpiDeviceStaging {
  public:
   // `compute_stream`: where the tensors' producers and consumers run (may be nullptr: not known).
-  MpiDeviceStaging(MpiDeviceComm mode, const Stream* compute_stream);
+  // stage_host_tensors: a test seam, staging host tensors too (CPU streams and events are no-ops,
+  // copies memmoves), so that the staging's offsets, copies back and pool reuse run on any machine.
+  MpiDeviceStaging(MpiDeviceComm mode, const Stream* compute_stream, bool stage_host_tensors = false);
   ~MpiDeviceStaging();
   MpiDeviceStaging(const MpiDeviceStaging&) = delete;
   MpiDeviceStaging& operator=(const MpiDeviceStaging&) = delete;
 
   MpiDeviceComm mode() const { return mode_; }
+  bool stages_host_tensors() const { return stage_host_; }
   // The caller's thread: queues what comes before MPI for an op on device tensors. device_pointers:
   // hand MPI the tensors' own addresses (cuda-aware), else stage through the pool.
   std::shared_ptr<StagedOp> stage(const CollectiveDesc& d, bool device_pointers);
@@ -97,6 +100,7 @@ class MpiDeviceStaging {
 
   MpiDeviceComm mode_;
   const Stream* compute_;
+  bool stage_host_;
   std::mutex mutex_;
   std::map<int, std::shared_ptr<PerDevice>> devices_;
 };
@@ -108,8 +112,8 @@ class MpiDeviceStaging {
 // instead of the host. test() reports the MPI part (the copies are ordered by wait and wait_on).
 class StagedWork final : public Work {
  public:
-  StagedWork(CollectiveDesc desc, std::chrono::milliseconds default_timeout, std::vector<std::shared_ptr<Event>> results,
-             StagingPool pool);
+  StagedWork(CollectiveDesc desc, std::chrono::milliseconds default_timeout,
+             std::vector<std::shared_ptr<Event>> results, StagingPool pool);
   using Work::wait;
   void wait(std::chrono::milliseconds timeout) override;
   void wait_on(const Stream& stream) override;
