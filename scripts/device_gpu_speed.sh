@@ -5,9 +5,8 @@
 #   mkdir -p .device/peers && cp ../shared/peers/torch_gpt.py .device/peers/
 #   OUT=$OUT scripts/device_gpu_speed.sh [STEPS]
 # 1. the CUDA tests of every op family (ctest -L cuda), then their GPU cases once under
-#    compute-sanitizer memcheck;
-#    The MPI backend's async staging of device tensors (MESHTRAIN_MPI_DEVICE_COMM=async,
-#    comm/tests/comm_device_staging_test) under memcheck too, at 2 ranks sharing the GPU;
+#    compute-sanitizer memcheck, with the MPI backend's async staging of device tensors
+#    (comm/tests/comm_device_staging_test, MESHTRAIN_MPI_DEVICE_COMM=async) at 2 ranks sharing the GPU;
 # 2. meshbench train for gpt2 and llama-125m at B=16 T=1024 in bf16 on the defaults, and on the
 #    fast paths still behind switches (MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm
 #    MESHTRAIN_CUDA_KERNELS=all);
