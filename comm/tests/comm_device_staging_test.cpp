@@ -365,6 +365,24 @@ TEST_F(MpiDeviceGpu, AsyncSteadyStateAllocatesNoStaging) {
   EXPECT_GE((device_counters() - sync_before).allocations, 9u);
 }
 
+// Where this MPI passes device pointers (Open MPI built with CUDA): the same bits as the sync path.
+TEST_F(MpiDeviceGpu, CudaAwareGivesTheSyncPathsBits) {
+  std::string why;
+  if (!mpi_cuda_aware(&why)) GTEST_SKIP() << why;  // the same library, the same answer on every rank
+  auto engine = std::make_shared<MpiEngine>(kOptions.timeout);
+  auto staging = std::make_shared<MpiDeviceStaging>(MpiDeviceComm::CudaAware, &ctx().stream());
+  MpiCommunicator aware(MpiComm::world().dup(), engine, kOptions, std::move(staging));
+  for (i64 n : {1, 1000, 300000}) {
+    StepTensors sync_step(ctx(), n, sync_->size(), sync_->rank());
+    sync_step.fill(ctx());
+    sync_step.run(*sync_, ctx(), Waiting::TogetherOnHost);
+    StepTensors step(ctx(), n, aware.size(), aware.rank());
+    step.fill(ctx());
+    step.run(aware, ctx(), Waiting::TogetherOnStream);
+    expect_same_bits(sync_step.results(), step.results(), "cuda-aware");
+  }
+}
+
 // The producer runs on the compute stream with no host wait before the op; the consumer too, after
 // wait_on: the async path orders both by events.
 TEST_F(MpiDeviceGpu, AsyncOrdersAfterTheProducerAndBeforeTheConsumer) {
@@ -387,6 +405,27 @@ TEST_F(MpiDeviceGpu, AsyncOrdersAfterTheProducerAndBeforeTheConsumer) {
 // The async staging on any machine, through its test seam: host tensors staged like device ones
 // (windows, offsets, in-place layouts, copies back, fenced returns) give the bits of the direct
 // path, and the pool stops allocating after a warm-up.
+// The cuda-aware routing likewise: tensors' own addresses to MPI after the producer's event, the
+// ops that need host memory (averages, bf16 sums, in-place reduce_scatter) staged as by async.
+TEST(MpiDeviceCommWorld, CudaAwareRoutingOfHostTensorsGivesTheDirectPathsBits) {
+  DeviceContext ctx(DeviceOptions{});
+  auto engine = std::make_shared<MpiEngine>(kOptions.timeout);
+  MpiCommunicator direct(MpiComm::world().dup(), engine, kOptions);
+  MpiCommunicator aware(MpiComm::world().dup(), engine, kOptions,
+                        std::make_shared<MpiDeviceStaging>(MpiDeviceComm::CudaAware, &ctx.stream(), true));
+  StepTensors want(ctx, 999, direct.size(), direct.rank());
+  want.fill(ctx);
+  want.run(direct, ctx, Waiting::TogetherOnHost);
+  for (Waiting how : {Waiting::TogetherOnStream, Waiting::EachOnHost}) {
+    StepTensors got(ctx, 999, aware.size(), aware.rank());
+    got.fill(ctx);
+    got.run(aware, ctx, how);
+    expect_same_bits(want.results(), got.results(), waiting_name(how));
+  }
+  const std::size_t staged_ops = aware.size() > 1 ? 3 : 2;  // avg, bf16, in-place reduce_scatter off rank 0
+  EXPECT_LE(aware.staging_pool(Device::cpu()).stats().allocations, 2 * staged_ops);
+}
+
 TEST(MpiDeviceCommWorld, AsyncStagingOfHostTensorsGivesTheDirectPathsBits) {
   DeviceContext ctx(DeviceOptions{});
   auto engine = std::make_shared<MpiEngine>(kOptions.timeout);
