@@ -68,7 +68,7 @@ std::unique_ptr<Communicator> make_world_communicator(const BackendChoice& choic
   if (choice.backend == CommBackend::Nccl) {
     return make_nccl_communicator(MpiComm::world().dup(), ctx.device(), ctx.stream().handle(), options);
   }
-  return MpiCommunicator::world(options);
+  return MpiCommunicator::world(options, &ctx.stream());
 }
 
 }  // namespace mt

@@ -27,7 +27,8 @@ struct BackendChoice {
 // is an error on every rank.
 BackendChoice choose_backend(CommBackend requested, Device device, const std::string& gpu_identity);
 
-// Collective over MPI_COMM_WORLD. NCCL orders its ops after the work queued on ctx's stream.
+// Collective over MPI_COMM_WORLD. NCCL orders its ops after the work queued on ctx's stream, and so does
+// MPI on device tensors with MESHTRAIN_MPI_DEVICE_COMM=async or cuda-aware; ctx must outlive it.
 std::unique_ptr<Communicator> make_world_communicator(const BackendChoice& choice, DeviceContext& ctx,
                                                       CommOptions options);
 

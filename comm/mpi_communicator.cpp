@@ -4,9 +4,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "comm/mpi_types.h"
 #include "runtime/cuda_api.h"
+#include "runtime/device_counters.h"
 #include "runtime/pinned_buffer.h"
 #include "runtime/ops/elementwise.h"
 
@@ -14,56 +16,85 @@ namespace mt {
 namespace {
 
 // Host addresses the MPI calls use. For host tensors, the tensors themselves; for device tensors,
-// a pinned copy of the storage window both tensors live in (so in-place layouts stay in place).
+// a pinned copy of the storage window both tensors live in (so in-place layouts stay in place), or
+// with cuda-aware MPI the device addresses themselves.
 struct HostView {
   char* input = nullptr;
   char* output = nullptr;
-  std::shared_ptr<PinnedHostBuffer> staging;  // page-locked: fast DMA both ways
+  std::shared_ptr<PinnedHostBuffer> staging;  // the sync path's, made for this op: fast DMA both ways
+  std::shared_ptr<StagedOp> staged;           // the async and cuda-aware paths' (comm/mpi_device_staging.h)
 };
 
-HostView stage(const CollectiveDesc& d) {
+// The sync path (MESHTRAIN_MPI_DEVICE_COMM unset): drain the device, a pinned buffer made for the
+// op, copies on a stream of their own that the host waits for.
+HostView stage_sync(const CollectiveDesc& d, Device device) {
+  HostView v;
+  // The producer of the data runs on the caller's streams: let it finish before copying out.
+  cuda::set_device(device.index);
+  cuda::synchronize_device();
+  count_host_sync();
+  const StagingWindow w = staging_window(d);
+  v.staging = std::make_shared<PinnedHostBuffer>(w.bytes, device);
+  if (w.bytes > 0) count_allocation();  // cudaMallocHost, every op
+  if (w.copy_bytes > 0) copy_bytes(v.staging->data(), Device::cpu(), w.copy_from, device, w.copy_bytes, Stream(device));
+  v.input = d.input.defined() ? v.staging->data() + w.input_offset : nullptr;
+  v.output = d.output.defined() ? v.staging->data() + w.output_offset : nullptr;
+  return v;
+}
+
+// Ops that work on the data in host memory, staged even under cuda-aware: a bf16 reduction (a
+// user-defined MPI_Op, whose function runs on the host), an average's division, the move of an
+// in-place reduce_scatter's block (both in finish).
+bool needs_host_memory(const CollectiveDesc& d) {
+  const bool reduces = d.kind == CollectiveKind::Allreduce || d.kind == CollectiveKind::ReduceScatter;
+  return (reduces && (d.op == ReduceOp::Avg || d.input.dtype() == DType::BF16)) ||
+         (d.kind == CollectiveKind::ReduceScatter && d.in_place() && d.group_rank != 0);
+}
+
+HostView stage(const CollectiveDesc& d, MpiDeviceStaging* staging) {
   HostView v;
   const Tensor& any = d.input.defined() ? d.input : d.output;
   if (!any.defined()) return v;
-  if (any.device().is_cpu()) {
+  if (any.device().is_cpu() && (staging == nullptr || !staging->stages_host_tensors())) {
     v.input = d.input.defined() ? static_cast<char*>(d.input.data()) : nullptr;
     v.output = d.output.defined() ? static_cast<char*>(d.output.data()) : nullptr;
     return v;
   }
-  // The producer of the data runs on the caller's streams: let it finish before copying out.
-  const int device = any.device().index;
-  cuda::set_device(device);
-  cuda::synchronize_device();
-  const bool shared = d.input.defined() && d.output.defined() && d.input.same_storage(d.output);
-  if (shared) {
-    // One pinned copy of the window from the lower start to the higher end of the two tensors.
-    const char* in = static_cast<const char*>(d.input.data());
-    const char* out = static_cast<const char*>(d.output.data());
-    const char* lo = std::min(in, out);
-    const char* hi = std::max(in + d.input.nbytes(), out + d.output.nbytes());
-    const auto bytes = static_cast<std::size_t>(hi - lo);
-    v.staging = std::make_shared<PinnedHostBuffer>(bytes, Device::cuda(device));
-    copy_bytes(v.staging->data(), Device::cpu(), lo, d.input.device(), bytes, Stream(d.input.device()));
-    v.input = v.staging->data() + (in - lo);
-    v.output = v.staging->data() + (out - lo);
-    return v;
-  }
-  // Separate storage: one buffer, input first, then output.
-  const std::size_t in_bytes = d.input.defined() ? d.input.nbytes() : 0;
-  const std::size_t out_bytes = d.output.defined() ? d.output.nbytes() : 0;
-  v.staging = std::make_shared<PinnedHostBuffer>(in_bytes + out_bytes, Device::cuda(device));
-  if (in_bytes) {
-    v.input = v.staging->data();
-    copy_bytes(v.input, Device::cpu(), d.input.data(), d.input.device(), in_bytes, Stream(d.input.device()));
-  }
-  if (out_bytes) v.output = v.staging->data() + in_bytes;
+  if (staging == nullptr) return stage_sync(d, any.device());
+  const bool direct = staging->mode() == MpiDeviceComm::CudaAware && !needs_host_memory(d);
+  v.staged = staging->stage(d, direct);
+  v.input = v.staged->input();
+  v.output = v.staged->output();
   return v;
+}
+
+// Engine thread, before the MPI calls: the staged bytes must be on the host.
+void before_mpi(const HostView& v) {
+  if (v.staged) v.staged->before_mpi();
 }
 
 // Device tensors get the staged result back.
 void unstage(const CollectiveDesc& d, const HostView& v) {
+  if (v.staged) {
+    v.staged->after_mpi();
+    return;
+  }
   if (!v.staging || !d.output.defined() || d.kind == CollectiveKind::Send) return;
   copy_bytes(d.output.data(), d.output.device(), v.output, Device::cpu(), d.output.nbytes(), Stream(d.output.device()));
+}
+
+// The Work of an op: where results come back by copies queued after MPI, one that orders them.
+WorkPtr make_work(CollectiveDesc desc, std::chrono::milliseconds timeout, const std::vector<const HostView*>& views) {
+  std::vector<std::shared_ptr<Event>> results;
+  std::optional<StagingPool> pool;
+  for (const HostView* v : views) {
+    if (v->staged && v->staged->result()) {
+      results.push_back(v->staged->result());
+      pool = v->staged->pool();
+    }
+  }
+  if (results.empty()) return std::make_shared<Work>(std::move(desc), timeout);
+  return std::make_shared<StagedWork>(std::move(desc), timeout, std::move(results), std::move(*pool));
 }
 
 void divide(char* data, DType dtype, std::int64_t n, int divisor) {
@@ -81,22 +112,38 @@ int checked_count(std::int64_t n, const CollectiveDesc& d) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MpiComm comm, std::shared_ptr<MpiEngine> engine, CommOptions options)
+MpiCommunicator::MpiCommunicator(MpiComm comm, std::shared_ptr<MpiEngine> engine, CommOptions options,
+                                 std::shared_ptr<MpiDeviceStaging> staging)
     : Communicator(comm.rank(), comm.size(), options),
       control_(std::move(comm)),
       data_(std::make_shared<MpiComm>(control_.dup())),
       engine_(std::move(engine)),
+      staging_(std::move(staging)),
       world_ranks_(control_.world_ranks()) {}
 
-std::unique_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options) {
+std::unique_ptr<MpiCommunicator> MpiCommunicator::world(CommOptions options, const Stream* compute_stream) {
+  const MpiDeviceComm mode = mpi_device_comm_from_env();
+  std::shared_ptr<MpiDeviceStaging> staging;
+  if (mode == MpiDeviceComm::CudaAware) {
+    std::string why;
+    if (!mpi_cuda_aware(&why)) {
+      MT_FAIL_AS(EnvironmentError, kMpiDeviceCommEnv, "=cuda-aware, but ", why, "; use async or sync instead");
+    }
+  }
+  if (mode != MpiDeviceComm::Sync) staging = std::make_shared<MpiDeviceStaging>(mode, compute_stream);
   return std::make_unique<MpiCommunicator>(MpiComm::world().dup(), std::make_shared<MpiEngine>(options.timeout),
-                                           options);
+                                           options, std::move(staging));
+}
+
+StagingPool MpiCommunicator::staging_pool(Device device) const {
+  MT_CHECK(staging_ != nullptr, "the sync path (", kMpiDeviceCommEnv, " unset) keeps no staging pool");
+  return staging_->pool(device);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split_by_color(int color, int key, const std::vector<int>& members) {
   MpiComm group = control_.split_by_color(color, key, members);
   if (!group.valid()) return nullptr;
-  return std::make_unique<MpiCommunicator>(std::move(group), engine_, options());
+  return std::make_unique<MpiCommunicator>(std::move(group), engine_, options(), staging_);
 }
 
 void MpiCommunicator::allgather_host_bytes(const void* mine, void* all, std::size_t bytes) {
@@ -125,15 +172,18 @@ WorkPtr MpiCommunicator::launch_batch(CollectiveDesc desc) {
     part.peer = m.peer;
     part.tag = m.tag;
     checked_count(m.tensor.numel(), desc);
-    HostView view = stage(part);
+    HostView view = stage(part, staging_.get());
     messages->push_back(Message{std::move(part), std::move(view), mpi_datatype(m.tensor.dtype())});
   }
-  auto work = std::make_shared<Work>(std::move(desc), options().wait_limit());
+  std::vector<const HostView*> views;
+  for (const Message& m : *messages) views.push_back(&m.view);
+  WorkPtr work = make_work(std::move(desc), options().wait_limit(), views);
   MpiTask task;
   task.work = work;
   // Started in the caller's order, so per peer (and tag) they match the other side's in order.
   task.start = [messages, data = data_](std::vector<MPI_Request>& requests) {
     const MPI_Comm comm = data->get();
+    for (const Message& m : *messages) before_mpi(m.view);
     for (const Message& m : *messages) {
       MPI_Request req = MPI_REQUEST_NULL;
       if (m.part.kind == CollectiveKind::Send) {
@@ -160,8 +210,8 @@ WorkPtr MpiCommunicator::launch(CollectiveDesc desc) {
   // Created here, on the caller's thread, before the engine thread needs them.
   const MPI_Datatype type = mpi_datatype(dtype);
   const MPI_Op op = mpi_reduce_op(desc.op, dtype);
-  auto work = std::make_shared<Work>(desc, options().wait_limit());
-  auto view = std::make_shared<HostView>(stage(desc));
+  auto view = std::make_shared<HostView>(stage(desc, staging_.get()));
+  WorkPtr work = make_work(desc, options().wait_limit(), {view.get()});
   const int size = this->size();
   const int rank = this->rank();
   const std::size_t esize = dtype_size(dtype);
@@ -170,6 +220,7 @@ WorkPtr MpiCommunicator::launch(CollectiveDesc desc) {
   task.work = work;
   task.start = [desc, view, type, op, data = data_, size](std::vector<MPI_Request>& requests) {
     const MPI_Comm comm = data->get();
+    before_mpi(*view);
     MPI_Request req = MPI_REQUEST_NULL;
     const bool in_place = desc.in_place();
     char* in = view->input;

@@ -4,7 +4,9 @@
 // launches (an op call: a kernel launch on CUDA, an OpenMP loop or BLAS call on the CPU) and bytes
 // copied between host memory and a device tensor. On the CPU the waits cost nothing and the copies
 // are memmoves, but they are counted where CUDA would pay for them. Process-wide (a rank is a
-// process); communication waits are comm/'s and not counted here.
+// process); communication waits are comm/'s and not counted here, but the MPI backend's staging of
+// device tensors is: its pinned buffers as allocations, its device drains and event waits as host
+// syncs (comm/mpi_communicator.cpp, comm/staging_pool.h).
 // defines: DeviceCounters, device_counters, count_allocation, count_host_sync, count_launch, count_copy
 #pragma once
 

@@ -5,13 +5,16 @@
 #   mkdir -p .device/peers && cp ../shared/peers/torch_gpt.py .device/peers/
 #   OUT=$OUT scripts/device_gpu_speed.sh [STEPS]
 # 1. the CUDA tests of every op family (ctest -L cuda), then their GPU cases once under
-#    compute-sanitizer memcheck;
+#    compute-sanitizer memcheck, with the MPI backend's async staging of device tensors
+#    (comm/tests/comm_device_staging_test, MESHTRAIN_MPI_DEVICE_COMM=async) at 2 ranks sharing the GPU;
 # 2. meshbench train for gpt2 and llama-125m at B=16 T=1024 in bf16 on the defaults, and on the
 #    fast paths still behind switches (MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm
 #    MESHTRAIN_CUDA_KERNELS=all);
 # 3. the PyTorch peer on the same GPU and shapes, its settings untouched;
 # 4. where the step goes: nsys's kernel summary of one gpt2 run, where nsys is installed;
-# 5. a short table last. Full logs under $OUT. About 6-8 minutes after the machine is up.
+# 5. meshbench coll on device tensors over the MPI backend at np 2, 4, 8 sharing the GPU, with
+#    MESHTRAIN_MPI_DEVICE_COMM=sync (the default) and async (coll_<mode>_np<N>.txt);
+# 6. a short table last. Full logs under $OUT. About 8-11 minutes after the machine is up.
 set -u
 OUT=${OUT:?set OUT to a folder for the findings}
 STEPS=${1:-10}
@@ -39,6 +42,14 @@ for t in runtime/tests/gemm_epilogue_test runtime/tests/attention_test runtime/t
     grep -E "ERROR SUMMARY|PASSED|FAILED|SKIPPED|Invalid|Failure" | head -12
   echo "exit ${PIPESTATUS[0]}"
 done > "$OUT/memcheck.txt" 2>&1
+# The MPI backend's async path on device tensors: 2 ranks on the one GPU, each under memcheck.
+{
+  echo "=== comm/tests/comm_device_staging_test np 2 MESHTRAIN_MPI_DEVICE_COMM=async"
+  MESHTRAIN_MPI_DEVICE_COMM=async timeout 120 $R exec mpirun -np 2 --oversubscribe -x MESHTRAIN_MPI_DEVICE_COMM \
+    "$SAN" --tool memcheck --error-exitcode 9 "$B/comm/tests/comm_device_staging_test" --gtest_filter='*Gpu*' 2>&1 |
+    grep -E "ERROR SUMMARY|PASSED|FAILED|SKIPPED|Invalid|Failure" | head -12
+  echo "exit ${PIPESTATUS[0]}"
+} >> "$OUT/memcheck.txt" 2>&1
 cat "$OUT/memcheck.txt"
 
 train() {  # label model env...
@@ -66,6 +77,17 @@ else
   echo "nsys is not installed: no per-kernel profile" > "$OUT/nsys_kernels.csv"
 fi
 
+# The MPI backend on device tensors, ranks sharing the GPU: the sync path against async staging.
+for np in 2 4 8; do
+  for mode in sync async; do
+    stamp "meshbench coll np $np: MPI backend, device tensors, MESHTRAIN_MPI_DEVICE_COMM=$mode"
+    MESHTRAIN_MPI_DEVICE_COMM=$mode timeout 90 $R exec mpirun -np $np --oversubscribe -x MESHTRAIN_MPI_DEVICE_COMM \
+      "$MB" coll --device cuda --virtual-devices --comm-backend mpi --op all --min-bytes 1K --max-bytes 4M \
+      --step-factor 64 --iters 10 --warmup 2 --check --json "$OUT/coll_${mode}_np${np}.jsonl" > "$OUT/coll_${mode}_np${np}.txt" 2>&1
+    echo "exit $?" >> "$OUT/coll_${mode}_np${np}.txt"
+  done
+done
+
 stamp "summary"
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
 import csv, json, os, sys
@@ -91,6 +113,19 @@ for label, r in rows:
     mfu = r["model_flops_per_step"] / r["step_s"] / peak
     print(f"{r['model']:<11} {label:<8} {tps:>11.0f} {ptps:>11.0f} {tps / ptps:>6.3f} {mfu:>6.3f} "
           f"{p.get('mfu', float('nan')):>8.3f} {r['activation_peak_bytes'] / 2**30:>8.2f}")
+coll = {}  # (np, op, bytes) -> {mode: out-of-place seconds}
+for np in (2, 4, 8):
+    for mode in ("sync", "async"):
+        path = os.path.join(out, f"coll_{mode}_np{np}.jsonl")
+        for line in open(path) if os.path.exists(path) else []:
+            r = json.loads(line)
+            if r.get("out_of_place_time_s"):
+                coll.setdefault((np, r["op"], r["bytes"]), {})[mode] = r["out_of_place_time_s"]
+if coll:
+    print("\nMPI backend on device tensors, out of place, us per op: sync -> async (MESHTRAIN_MPI_DEVICE_COMM)")
+    for (np, op, size), t in sorted(coll.items()):
+        s, a = t.get("sync", float("nan")), t.get("async", float("nan"))
+        print(f"  np {np} {op:<15} {size:>9} B  {s * 1e6:10.1f} -> {a * 1e6:10.1f}  x{s / a:5.2f}")
 kern = os.path.join(out, "nsys_kernels.csv")
 try:
     with open(kern) as f:
