@@ -345,7 +345,7 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
   if (layout.zero == 3 && gradient_ranks(layout) > 1)
     zero3_exposed_gathers(model, training, plan, rate, dp_link, head_chunks_on_cuda(cluster), s, st);
   const double kv_rows = replicated_kv_rows(model, layout.tp);
-  // Summed in every micro-batch's backward (models/gpt.cpp qkv_backward_weights).
+  // Summed in every micro-batch's backward (models/tp_linear.cpp, the qkv weight gradient).
   if (kv_rows > 0) st.kv_sum = plan.micro_batches() * allreduce_s(layout.tp, layers * kv_rows * C * 4.0, tp_link);
   return st;
 }

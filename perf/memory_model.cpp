@@ -440,7 +440,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
   // The slots each chunk keeps. With the backward split
   // (zero-bubble), a slot gains what B keeps for W at its first B and keeps it in the pool: counted
   // for every slot, an upper bound (the pool hands its slots round, so in a long run each runs a B).
-  // With recomputation the layers' part of it is a set B takes and W gives back (models/gpt.cpp
+  // With recomputation the layers' part of it is a set B takes and W gives back (models/gpt_buffers.cpp
   // WeightInputs, pooled per chunk): as many per chunk as the stage defers W's at once, at most.
   const int v = layout.virtual_stages;
   const bool split = splits_backward(layout.schedule);
@@ -464,7 +464,7 @@ MemoryBreakdown estimate_stage_memory(const ModelShape& model, const TrainingSha
     if (head) m.logits = logits_bytes(model, training, layout, head_chunks_on_cuda(cluster));
   }
   m.activations += m.deferred_weight;
-  // Scratch (models/gpt.cpp Gpt::Scratch): branch, dln [N,C]; datty, dqkv and dfch as wide as
+  // Scratch (models/gpt_state.h Gpt::Scratch): branch, dln [N,C]; datty, dqkv and dfch as wide as
   // atty, qkv and fch (layer_widths; llama's also the gradient at SwiGLU's output [N, F/tp], and
 // with kv heads replicated over tp a layer's kv weight gradient);
   // with tp the vocab-parallel loss statistics, 3 x [N] fp32; with sequence parallelism the

@@ -1,7 +1,7 @@
 // Memory per device of one layout: an upper bound on the allocator's peak (runtime/allocator.h),
 // counted the way meshtrain allocates, block by block: fp32 master parameters and gradients in one
 // flat buffer each (plus a bf16 copy with bf16 compute), AdamW's two fp32 moments per parameter
-// tensor (per owned piece with ZeRO-1), the activation slots each model chunk keeps (models/gpt.cpp
+// tensor (per owned piece with ZeRO-1), the activation slots each model chunk keeps (models/gpt_buffers.cpp
 // pools a released slot for later micro-batches, so a chunk keeps the most it ever had in flight,
 // in training or in validation), the scratch every chunk shares, and the buffers a step allocates
 // and frees. Every block is rounded up to the allocator's 256 bytes; the step's temporary buffers
@@ -20,7 +20,7 @@
 // the ring's kv blocks and dK/dV accumulators are scratch; the parameters, gradients and AdamW
 // moments are replicated over cp, unless ZeRO, which shards them over dp x cp.
 // With the zero-bubble schedules (backward split into B and W), each slot also keeps what B leaves
-// for W (models/gpt.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it;
+// for W (models/gpt_split_backward.cpp Gpt::backward_chunk_input), allocated at its first B and pooled with it;
 // with recomputation the layers' part of it (and what W reads that the slot dropped) is a set held
 // from B to W only, counted as many times per chunk as the schedule defers W's at once.
 // defines: MemoryBreakdown, held_slots, layer_bytes, slot_bytes, weight_inputs_bytes,
@@ -81,7 +81,7 @@ double layer_activation_bytes(const ModelShape& model, const TrainingShape& trai
 double layer_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
 // What recomputation rebuilds in the scratch, one layer at a time: the rest of layer_activation_bytes.
 double recompute_scratch_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout);
-// One slot's bytes (models/gpt.cpp Gpt::acquire) for a chunk of `layers` layers (the head keeps no logits).
+// One slot's bytes (models/gpt_buffers.cpp Gpt::acquire) for a chunk of `layers` layers (the head keeps no logits).
 double slot_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                   bool embedding, bool head);
 // The head's one chunk of logits [R, Vp/tp], R = head_chunk_rows of a micro-batch's rows with the
@@ -97,7 +97,7 @@ std::int64_t head_chunks(const ModelShape& model, const TrainingShape& training,
 // rows [N/tp, C], and the embedding's input gradient gathered [N, C].
 double weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout, int layers,
                            bool head, bool embedding = false);
-// With recomputation, what B keeps for W of `layers` layers in a set of its own (models/gpt.cpp
+// With recomputation, what B keeps for W of `layers` layers in a set of its own (models/gpt_buffers.cpp
 // WeightInputs, held from B to W): the layers' part of weight_inputs_bytes, and what the slot
 // dropped that W reads (selective: the GELU or SwiGLU output; full: all but qkv and the probabilities).
 double recomputed_weight_inputs_bytes(const ModelShape& model, const TrainingShape& training, const Layout& layout,
