@@ -78,15 +78,19 @@ TrainData open_data(Session& session, const TrainJob& job) {
 
 // The matrix-multiply peak per rank for MFU: given, or measured on the CPU. The measurement is
 // only for MFU: under a cap too small for its matrices, MFU goes unreported. Nothing is allocated
-// yet, so every rank decides alike.
+// yet, so every rank decides alike. Its matrices (12 MiB) leave neither cached blocks nor the
+// allocator's peak behind: the peak reported at the end is the training's.
 double peak_flops(const TrainJob& job, DeviceContext& ctx) {
   if (job.peak_tflops) return *job.peak_tflops * 1e12;
   if (!ctx.device().is_cpu()) return 0;
+  double flops = 0;
   try {
-    return measure_gemm_flops(ctx);
+    flops = measure_gemm_flops(ctx);
   } catch (const OutOfMemoryError&) {
-    return 0;
   }
+  ctx.allocator().release_cached();
+  ctx.allocator().reset_peak();
+  return flops;
 }
 
 // No collective runs while the trainer is built: a rank that cannot build its part (out of memory

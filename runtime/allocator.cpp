@@ -167,6 +167,11 @@ void Allocator::release_cached_locked() {
   stats_.cached = 0;
 }
 
+void Allocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.in_use;
+}
+
 MemoryStats Allocator::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;

@@ -53,6 +53,9 @@ class Allocator {
   void deallocate(void* ptr);
   // Returns every cached block to the device.
   void release_cached();
+  // The peak starts again from the bytes in use now: what a measurement allocated and freed (the
+  // GEMM rate for MFU) is not the run's peak.
+  void reset_peak();
 
   Device device() const { return device_; }
   MemoryStats stats() const;

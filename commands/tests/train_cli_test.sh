@@ -67,6 +67,17 @@ if expect_ok "train 20 steps" "$meshtrain" train --device cpu --tokenizer bytes 
   # The memory split at start: tiny's 220,544 fp32 parameters, as many gradients, AdamW's two moments.
   grep -q -E '^  memory per rank \(estimate\): parameters 861.5 KiB, gradients 861.5 KiB, optimizer state 1.7 MiB, activations [0-9.]+ [KM]iB in [0-9]+ slot\(s\), workspace [0-9.]+ [KM]iB \(the LM head'"'"'s logits chunk [0-9.]+ [KM]iB\); total [0-9.]+ [KM]iB$' "$out" \
     || { fail "train: no memory split line at start"; show; }
+  # The peak at the end is the training's (not the MFU's GEMM measurement before it, 12 MiB): at
+  # most the estimate, and more than half of it.
+  peak_line=$(grep -E '^peak memory per rank \(the allocator.s\): ' "$out")
+  python3 - "$peak_line" <<'PY' || { fail "train: peak memory against the estimate: $peak_line"; show; }
+import re, sys
+unit = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+m = re.match(r"peak memory per rank \(the allocator's\): ([0-9.]+) (\w+) on rank \d+, lowest .*; estimate ([0-9.]+) (\w+)$",
+             sys.argv[1])
+peak, estimate = float(m[1]) * unit[m[2]], float(m[3]) * unit[m[4]]
+sys.exit(0 if estimate / 2 < peak <= estimate * 1.01 else 1)
+PY
   # Only notices may reach stderr (a CUDA build on a machine without a GPU says so, once).
   grep -v '^meshtrain: notice: ' "$err" | grep -q . && { fail "train: wrote to stderr"; show; }
 fi
