@@ -12,9 +12,9 @@
 #    MESHTRAIN_CUDA_KERNELS=all);
 # 3. the PyTorch peer on the same GPU and shapes, its settings untouched;
 # 4. where the step goes: nsys's kernel summary of one gpt2 run, where nsys is installed;
-# 5. meshbench coll on device tensors over the MPI backend at np 2, 4, 8 sharing the GPU, with
-#    MESHTRAIN_MPI_DEVICE_COMM=sync (the default) and async (coll_<mode>_np<N>.txt);
-# 6. a short table last. Full logs under $OUT. About 8-11 minutes after the machine is up.
+# 5. a short table last. Full logs under $OUT. Within 8 minutes after the machine is up.
+# The MPI backend's staging on device tensors is measured apart (scripts/device_mpi_staging.sh),
+# in a second call when the lease has time left.
 set -u
 OUT=${OUT:?set OUT to a folder for the findings}
 STEPS=${1:-10}
@@ -77,17 +77,6 @@ else
   echo "nsys is not installed: no per-kernel profile" > "$OUT/nsys_kernels.csv"
 fi
 
-# The MPI backend on device tensors, ranks sharing the GPU: the sync path against async staging.
-for np in 2 4 8; do
-  for mode in sync async; do
-    stamp "meshbench coll np $np: MPI backend, device tensors, MESHTRAIN_MPI_DEVICE_COMM=$mode"
-    MESHTRAIN_MPI_DEVICE_COMM=$mode timeout 90 $R exec mpirun -np $np --oversubscribe -x MESHTRAIN_MPI_DEVICE_COMM \
-      "$MB" coll --device cuda --virtual-devices --comm-backend mpi --op all --min-bytes 1K --max-bytes 4M \
-      --step-factor 64 --iters 10 --warmup 2 --check --json "$OUT/coll_${mode}_np${np}.jsonl" > "$OUT/coll_${mode}_np${np}.txt" 2>&1
-    echo "exit $?" >> "$OUT/coll_${mode}_np${np}.txt"
-  done
-done
-
 stamp "summary"
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
 import csv, json, os, sys
@@ -113,19 +102,6 @@ for label, r in rows:
     mfu = r["model_flops_per_step"] / r["step_s"] / peak
     print(f"{r['model']:<11} {label:<8} {tps:>11.0f} {ptps:>11.0f} {tps / ptps:>6.3f} {mfu:>6.3f} "
           f"{p.get('mfu', float('nan')):>8.3f} {r['activation_peak_bytes'] / 2**30:>8.2f}")
-coll = {}  # (np, op, bytes) -> {mode: out-of-place seconds}
-for np in (2, 4, 8):
-    for mode in ("sync", "async"):
-        path = os.path.join(out, f"coll_{mode}_np{np}.jsonl")
-        for line in open(path) if os.path.exists(path) else []:
-            r = json.loads(line)
-            if r.get("out_of_place_time_s"):
-                coll.setdefault((np, r["op"], r["bytes"]), {})[mode] = r["out_of_place_time_s"]
-if coll:
-    print("\nMPI backend on device tensors, out of place, us per op: sync -> async (MESHTRAIN_MPI_DEVICE_COMM)")
-    for (np, op, size), t in sorted(coll.items()):
-        s, a = t.get("sync", float("nan")), t.get("async", float("nan"))
-        print(f"  np {np} {op:<15} {size:>9} B  {s * 1e6:10.1f} -> {a * 1e6:10.1f}  x{s / a:5.2f}")
 kern = os.path.join(out, "nsys_kernels.csv")
 try:
     with open(kern) as f:
