@@ -2,7 +2,8 @@
 # Checkpoints across ZeRO stages: --zero 3 (and 2) save their owned shards as global tensors like
 # 0/1, so a checkpoint moves between every stage and data-parallel size. Same layout and stage:
 # losses bit for bit and identical step-8 files; another stage or layout: 1e-5 relative (sums in
-# another order, as checkpoint_cli_test.sh). Tiny model, 8 steps, a checkpoint every 4. About 40 s.
+# another order, as checkpoint_cli_test.sh; 1e-4 in bf16). Tiny model, 8 steps, a checkpoint every 4.
+# About 50 s.
 # Usage: zero_checkpoint_cli_test.sh MESHTRAIN MPIEXEC COMPARE_LOSSES
 set -u
 meshtrain=$1
@@ -63,6 +64,19 @@ same_losses "zero 3 pieces, same layout: losses of steps 5-8 bit for bit" "$dir/
 expect_ok "resume zero 3 pieces dp 2 x pp 2 -> dp 4 zero 0" \
   np 4 "${pieces[@]}" --dp 4 --zero 0 --resume "$dir/cv/step_00000004" --metrics "$dir/mv-0.jsonl"
 same_losses "zero 3 pieces -> zero 0 dp 4: steps 5-8 within 1e-5" "$dir/mv.jsonl" "$dir/mv-0.jsonl" 5 8 1e-5
+
+# --- zero 2 in bf16 over dp 2 x pp 2: the GEMM weights keep only owned fp32 shards (their bf16 copy
+# gathered after each step), saved as global tensors; resume bit for bit, then reshard to zero 1.
+expect_ok "train dp 2 x pp 2 zero 2 bf16, checkpoints at 4 and 8" \
+  np 4 "${train[@]}" --dp 2 --pp 2 --zero 2 --compute-dtype bf16 --checkpoint-dir "$dir/c2b" --save-every 4 \
+  --metrics "$dir/m2b.jsonl"
+expect_ok "resume it on the same layout from step 4" \
+  np 4 "${train[@]}" --dp 2 --pp 2 --zero 2 --compute-dtype bf16 --resume "$dir/c2b/step_00000004" \
+  --metrics "$dir/m2b-resume.jsonl"
+same_losses "zero 2 bf16, same layout: losses of steps 5-8 bit for bit" "$dir/m2b.jsonl" "$dir/m2b-resume.jsonl" 5 8 0
+expect_ok "resume zero 2 bf16 dp 2 x pp 2 -> dp 4 zero 1 bf16" \
+  np 4 "${train[@]}" --dp 4 --zero 1 --compute-dtype bf16 --resume "$dir/c2b/step_00000004" --metrics "$dir/m2b-1.jsonl"
+same_losses "zero 2 bf16 -> zero 1 bf16 dp 4: steps 5-8 within 1e-4" "$dir/m2b.jsonl" "$dir/m2b-1.jsonl" 5 8 1e-4
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
