@@ -499,16 +499,14 @@ Prediction predict(const ModelShape& model, const TrainingShape& training, const
       })->kv_sum;
   p.time.tp_comm += kv_sum;
 
-  const double params = std::max_element(stages.begin(), stages.end(), [](const StageTimes& x, const StageTimes& y) {
-                          return x.params < y.params;
-                        })->params;
+  // Each per-stage figure at the stage where it is largest.
   const auto most = [&](double StageTimes::*field) {
     double m = 0;
     for (const StageTimes& st : stages) m = std::max(m, st.*field);
     return m;
   };
-  add_data_parallel(layout, plan.micro_batches(), params, most(&StageTimes::update_gather_bytes), slow, cluster,
-                    link_for(p.dp_crosses_nodes, cluster), p);
+  add_data_parallel(layout, plan.micro_batches(), most(&StageTimes::params), most(&StageTimes::update_gather_bytes),
+                    slow, cluster, link_for(p.dp_crosses_nodes, cluster), p);
   p.time.optimizer += most(&StageTimes::cast_s);
   add_synchronization(model, plan, mesh, cluster, p);
 
