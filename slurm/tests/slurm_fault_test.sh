@@ -116,15 +116,20 @@ requeue_case() {
   fi
   scancel "$@" "$job"
   if ! wait_for "$bound" grep -q "requeueing job $job" "$log" || ! wait_for 10 eval '[ "$(state)" = PENDING ]'; then
-    fail "$name: not requeued (state $(state))"; cat "$log"; scancel "$job"; return 1
+    fail "$name: not requeued (state $(state))"; cat "$log"; slurm_says "$job"; scancel "$job"; return 1
   fi
-  # Release it once the first run's step daemons are gone: started while Slurm still ends the first
-  # run, the new run's step was aborted at launch (Slurm's own 120 s hold leaves users clear of this).
+  # Release it once the first run's step daemons are gone and the clock has passed the second they
+  # ended in. slurmd revokes the job's credential at the requeue, to the second, and refuses a
+  # credential made in that same second ("Killing non-startable batch JobId=N: Job credential
+  # revoked" in slurmctld's log, the job FAILED with exit 1). Slurm's own 120 s hold keeps users clear.
   wait_for "$bound" eval '! pgrep -f "slurmstepd: \[$job\." >/dev/null' ||
     fail "$name: the first run's slurmstepd still running after $bound s"
+  local ended=$(date +%s)
+  wait_for 5 eval '[ "$(date +%s)" -gt "$((ended + 1))" ]'
   scontrol update JobId="$job" StartTime=now
   if ! wait_for "$bound" eval '[ "$(state)" = COMPLETED ]'; then
-    fail "$name: the requeued job did not complete (state $(state))"; cat "$log"; scancel "$job"; return 1
+    fail "$name: the requeued job did not complete (state $(state))"; cat "$log"; slurm_says "$job"; scancel "$job"
+    return 1
   fi
   line=$(grep -m1 "^stopped by [A-Z0-9]* at step" "$log")
   stopped=$(sed -E 's/^stopped by [A-Z0-9]+ at step ([0-9]+):.*/\1/' <<<"$line")
