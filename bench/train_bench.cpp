@@ -24,6 +24,7 @@
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
 #include "runtime/device_counters.h"
+#include "runtime/op_profile.h"
 
 namespace po = boost::program_options;
 
@@ -119,7 +120,11 @@ po::options_description train_options() {
       ("device", po::value<std::string>()->default_value("cpu"), "cpu, or cuda:N (one GPU)")
       ("dtype", po::value<std::string>()->default_value("fp32"),
        "compute precision of the matrix products: fp32, or bf16 (bf16 operands, fp32 accumulation and master weights)")
-      ("gemm-size", po::value<int>()->default_value(0), "n of the n^3 sgemm that measures the ceiling (0: 2048 on CPU, 8192 on GPU)");
+      ("gemm-size", po::value<int>()->default_value(0), "n of the n^3 sgemm that measures the ceiling (0: 2048 on CPU, 8192 on GPU)")
+      ("profile-ops", po::value<int>()->default_value(0),
+       "after the timed steps, this many more with every op timed (each drained before and after: slower "
+       "steps, apart from the timed ones), and a table per model of where a step's device time goes, op by op "
+       "(GEMMs by shape); 0: none");
   add_json_option(desc, "append one JSON line per model to this file (for meshtrain plan --calibrate)");
   return desc;
 }
@@ -148,6 +153,7 @@ struct TrainOptions {
   std::string dtype_name;  // fp32 or bf16
   DType compute = DType::F32;
   int gemm_size = 0;  // 0: decided by the device
+  int profile_steps = 0;
   std::string json;
 };
 
@@ -167,6 +173,8 @@ TrainOptions read_options(const po::variables_map& vm) {
     throw std::runtime_error("--dtype must be fp32 or bf16, not " + o.dtype_name);
   o.compute = o.dtype_name == "bf16" ? DType::BF16 : DType::F32;
   o.gemm_size = vm["gemm-size"].as<int>();
+  o.profile_steps = vm["profile-ops"].as<int>();
+  if (o.profile_steps < 0) throw std::runtime_error("--profile-ops must be >= 0");
   o.json = vm["json"].as<std::string>();
   return o;
 }
@@ -183,6 +191,9 @@ struct ModelRun {
   // AdamW's moments): activations, scratch and a step's temporary buffers, as allocated.
   double activation_peak = 0;
   double logits = 0;  // of it: the head's one chunk of logits [R, Vp] (models/head_chunks.h), which no recompute mode drops
+  // --profile-ops: the profiled steps' ops, most time first, and their wall time per step.
+  std::vector<OpTiming> ops;
+  double profiled_step_s = 0;
 };
 
 // One preset: its model and optimizer built, its steps timed, on a fresh device context (so that
@@ -203,6 +214,13 @@ ModelRun run_model(const TrainOptions& o, const std::string& name, Recompute rec
   const double held = static_cast<double>(ctx.allocator().stats().in_use);
   run.time = run_steps(ctx, model, opt, o.batch, o.seq_len, o.warmup, o.steps);
   run.activation_peak = static_cast<double>(ctx.allocator().stats().peak) - held;
+  if (o.profile_steps > 0) {  // after the timed steps: their times stay those of unprofiled steps
+    reset_op_timings();
+    set_op_profiling(true);
+    run.profiled_step_s = run_steps(ctx, model, opt, o.batch, o.seq_len, 0, o.profile_steps).total();
+    set_op_profiling(false);
+    run.ops = op_timings();
+  }
   const std::int64_t rows = static_cast<std::int64_t>(o.batch) * o.seq_len;
   const auto elem = static_cast<std::int64_t>(dtype_size(o.compute));
   run.logits = static_cast<double>(head_chunk_rows(rows, run.config.vocab_rows(), elem, ctx.device().is_cuda())) *
@@ -260,7 +278,46 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
   row["host_syncs_per_step"] = host_syncs;
   row["launches_per_step"] = launches;
   row["copy_bytes_per_step"] = copy_bytes;
+  if (o.profile_steps > 0) {
+    row["profiled_step_s"] = r.profiled_step_s;
+    nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+    const double steps = o.profile_steps;
+    for (const OpTiming& op : r.ops)
+      ops.push_back({{"op", op.name}, {"calls_per_step", static_cast<double>(op.calls) / steps},
+                     {"s_per_step", op.seconds / steps}, {"share_of_step", op.seconds / steps / r.profiled_step_s}});
+    row["op_profile"] = std::move(ops);
+  }
   return row;
+}
+
+// Where a profiled step's time went: the `top` ops by time, the rest summed, and what no op held
+// (the host between ops: the bench's loop, the model's host code, launches not yet issued).
+void print_op_profile(const ModelRun& r, int steps, std::size_t top) {
+  const double n = steps;
+  double in_ops = 0;
+  for (const OpTiming& op : r.ops) in_ops += op.seconds / n;
+  const double step = r.profiled_step_s;
+  TextTable table({"op", "calls/step", "ms/step", "of step"});
+  double rest = 0;
+  std::uint64_t rest_calls = 0;
+  for (std::size_t i = 0; i < r.ops.size(); ++i) {
+    const OpTiming& op = r.ops[i];
+    if (i >= top) {
+      rest += op.seconds / n;
+      rest_calls += op.calls;
+      continue;
+    }
+    table.add_row({op.name, format_cell("%.1f", static_cast<double>(op.calls) / n), format_cell("%.3f", 1e3 * op.seconds / n),
+                   format_cell("%.1f%%", 100.0 * op.seconds / n / step)});
+  }
+  if (r.ops.size() > top)
+    table.add_row({format_cell("(%.0f more ops)", static_cast<double>(r.ops.size() - top)), format_cell("%.1f", static_cast<double>(rest_calls) / n),
+                   format_cell("%.3f", 1e3 * rest), format_cell("%.1f%%", 100.0 * rest / step)});
+  table.add_row({"(outside ops: the host between them)", "", format_cell("%.3f", 1e3 * (step - in_ops)),
+                 format_cell("%.1f%%", 100.0 * (step - in_ops) / step)});
+  std::printf("\nWhere a step goes, %s %s (%d profiled step(s) of %.1f ms, every op drained before and after; the\n"
+              "timed steps above ran without this):\n%s",
+              r.name.c_str(), recompute_name(r.recompute), steps, 1e3 * step, table.render().c_str());
 }
 
 }  // namespace
@@ -287,6 +344,7 @@ int train_bench(const std::vector<std::string>& args) {
   TextTable table({"model", "recompute", "params", "tokens", "step ms", "fwd ms", "bwd ms", "opt ms", "tokens/s",
                    "GFLOP/s", "MFU", "act peak", "w/o head chunk", "vs first mode", "peak RSS"});
   TextTable work({"model", "recompute", "allocations", "host syncs", "launches", "copied"});
+  std::vector<ModelRun> profiled;
   for (const std::string& name : o.models) {
     std::vector<ModelRun> runs;
     for (Recompute mode : o.recompute) {
@@ -294,6 +352,7 @@ int train_bench(const std::vector<std::string>& args) {
       table.add_row(table_cells(runs.back(), runs.front(), sgemm));
       work.add_row(work_cells(runs.back()));
       json.append(json_row(runs.back(), o, ctx.cpu_threads(), sgemm));
+      if (o.profile_steps > 0) profiled.push_back(runs.back());
     }
   }
   std::printf("%s", table.render().c_str());
@@ -307,6 +366,7 @@ int train_bench(const std::vector<std::string>& args) {
   std::printf("allocations = reaching malloc or cudaMalloc; host syncs = the host waiting for the device (streams,\n"
               "  events, reductions, copies to or from host memory); launches = op calls (a kernel each on CUDA);\n"
               "  copied = bytes between host memory and device tensors\n");
+  for (const ModelRun& r : profiled) print_op_profile(r, o.profile_steps, 20);
   return 0;
 }
 

@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "runtime/backend.h"          // defines: backend::Cpu::adamw_multi, backend::Cuda::adamw, adamw_multi, cast
-#include "runtime/device_counters.h"  // defines: count_launch
+#include "runtime/op_profile.h"       // defines: OpScope
 
 namespace mt {
 namespace {
@@ -113,10 +113,10 @@ void AdamW::step(float lr, float grad_scale) {
   args.grad_scale = grad_scale;
   const auto chunks = static_cast<std::int64_t>(chunks_.size());
   if (ctx_->device().is_cpu()) {
-    count_launch();
+    const OpScope scope(*ctx_, "adamw_multi");
     backend::Cpu::adamw_multi(args, table_.data(), chunks_.data(), chunks, ctx_->cpu_threads());
   } else if (ctx_->cuda_kernels().uses(OpFamily::Optimizer)) {
-    count_launch();
+    const OpScope scope(*ctx_, "adamw_multi");
     // No device table when no slot has elements (chunks == 0: nothing to launch).
     const auto* table = device_table_.defined() ? static_cast<const char*>(device_table_.data()) : nullptr;
     const auto* chunk_table =
@@ -127,10 +127,12 @@ void AdamW::step(float lr, float grad_scale) {
     // The reference: one launch per slot, then the bf16 copy cast from the result.
     for (const AdamWTensor& e : table_) {
       args.weight_decay = e.weight_decay;
-      count_launch();
-      backend::Cuda::adamw(args, e.param, e.grad, e.m, e.v, e.numel, ctx_->stream().handle());
+      {
+        const OpScope scope(*ctx_, "adamw");
+        backend::Cuda::adamw(args, e.param, e.grad, e.m, e.v, e.numel, ctx_->stream().handle());
+      }
       if (e.param_bf16 == nullptr || e.numel == 0) continue;
-      count_launch();
+      const OpScope scope(*ctx_, "cast");
       backend::Cuda::cast(e.param, DType::F32, e.param_bf16, DType::BF16, e.numel, ctx_->stream().handle());
     }
   }

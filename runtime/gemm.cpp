@@ -6,6 +6,7 @@
 #include "runtime/backend.h"
 #include "runtime/device_counters.h"
 #include "runtime/nn_run.h"
+#include "runtime/op_profile.h"
 
 namespace mt {
 
@@ -161,7 +162,18 @@ void gemm(DeviceContext& ctx, const GemmArgs& args) {
            "GEMM leading dimensions too small: lda=", args.lda, " ldb=", args.ldb, " ldc=", args.ldc);
   check_epilogue(args);
   if (args.m == 0 || args.n == 0 || args.batch == 0) return;
-  count_launch();
+  // The profile tells GEMMs apart by what they compute: "gemm bf16->fp32 NT 8192x2304x768 bias".
+  const OpScope scope = OpScope::named(ctx, [&] {
+    std::string name = std::string("gemm ") + dtype_name(args.dtype);
+    if (args.c_type() != args.dtype) name += std::string("->") + dtype_name(args.c_type());
+    name += ' ';
+    name += args.trans_a ? 'T' : 'N';
+    name += args.trans_b ? 'T' : 'N';
+    name += ' ' + std::to_string(args.m) + 'x' + std::to_string(args.n) + 'x' + std::to_string(args.k);
+    if (args.batch > 1) name += " batch " + std::to_string(args.batch);
+    if (args.epilogue != GemmEpilogue::None) name += std::string(" ") + gemm_epilogue_name(args.epilogue);
+    return name;
+  });
   if (ctx.device().is_cpu()) {
     backend::Cpu::gemm(args, ctx.cpu_threads());
   } else if (backend::Cuda::uses_lt(ctx.blas_handle())) {

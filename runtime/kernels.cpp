@@ -6,6 +6,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/device_counters.h"
+#include "runtime/op_profile.h"
 #include "runtime/nn_run.h"
 
 namespace mt::kernels {
@@ -16,7 +17,7 @@ void check_device(const DeviceContext& ctx, const Tensor& t) {
 }  // namespace
 
 void fill(DeviceContext& ctx, Tensor& x, double value) {
-  count_launch();
+  const OpScope scope(ctx, "fill");
   check_device(ctx, x);
   if (ctx.device().is_cpu()) {
     backend::Cpu::fill(x.data(), x.dtype(), x.numel(), value, ctx.cpu_threads());
@@ -26,7 +27,7 @@ void fill(DeviceContext& ctx, Tensor& x, double value) {
 }
 
 void binary(DeviceContext& ctx, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  count_launch();
+  const OpScope scope(ctx, "binary");
   check_device(ctx, a);
   check_device(ctx, b);
   check_device(ctx, out);
@@ -41,7 +42,7 @@ void binary(DeviceContext& ctx, BinaryOp op, const Tensor& a, const Tensor& b, T
 }
 
 void scale(DeviceContext& ctx, Tensor& x, double alpha) {
-  count_launch();
+  const OpScope scope(ctx, "scale");
   check_device(ctx, x);
   if (ctx.device().is_cpu()) {
     backend::Cpu::scale(x.data(), x.dtype(), x.numel(), alpha, ctx.cpu_threads());
@@ -51,7 +52,7 @@ void scale(DeviceContext& ctx, Tensor& x, double alpha) {
 }
 
 void cast(DeviceContext& ctx, const Tensor& src, Tensor& dst) {
-  count_launch();
+  const OpScope scope(ctx, "cast");
   check_device(ctx, src);
   check_device(ctx, dst);
   MT_CHECK(src.numel() == dst.numel(), "cast from ", src.describe(), " into ", dst.describe());
@@ -63,7 +64,7 @@ void cast(DeviceContext& ctx, const Tensor& src, Tensor& dst) {
 }
 
 double reduce(DeviceContext& ctx, ReduceKind kind, const Tensor& x) {
-  count_launch();
+  const OpScope scope(ctx, "reduce");
   count_host_sync();  // the result comes back to the host
   check_device(ctx, x);
   if (ctx.device().is_cpu()) return backend::Cpu::reduce(kind, x.data(), x.dtype(), x.numel(), ctx.cpu_threads());

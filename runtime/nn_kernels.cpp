@@ -11,6 +11,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/nn_run.h"
+#include "runtime/op_profile.h"
 
 namespace mt::nn {
 
@@ -256,7 +257,7 @@ void layernorm_backward_params(DeviceContext& ctx, const Tensor& dout, const Ten
     const nn_math::LayerNormBackwardParams<T_> op{ptr<const T_>(dout), ptr<const T_>(x),      ptr<const float>(mean),
                                                   ptr<const float>(rstd), ptr<float>(dweight), ptr<float>(dbias),
                                                   N,                      C,                   unit_width(ctx)};
-    count_launch();
+    const OpScope scope(ctx, "LayerNormBackwardParams");
     if (ctx.device().is_cpu()) {
       backend::Cpu::run(op, ctx.cpu_threads());
     } else {

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <typeinfo>
 
 #include "runtime/backend.h"
-#include "runtime/device_counters.h"
+#include "runtime/op_profile.h"
 #include "runtime/error.h"
 #include "runtime/tensor.h"
 
@@ -18,7 +20,10 @@ namespace mt::nn {
 // CPU is slow (no vector bf16 arithmetic) and meant for testing the bf16 path without a GPU.
 template <template <class> class Op, class Fill>
 void run(DeviceContext& ctx, DType activations, Fill&& fill) {
-  count_launch();
+  const OpScope scope = OpScope::named(ctx, [] {
+    static const std::string name = op_type_name(typeid(Op<float>).name());
+    return name;
+  });
   auto go = [&](auto tag) {
     using T = decltype(tag);
     Op<T> op{};

@@ -11,8 +11,10 @@
 #    fast paths still behind switches (MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm
 #    MESHTRAIN_CUDA_KERNELS=all);
 # 3. the PyTorch peer on the same GPU and shapes, its settings untouched;
-# 4. where the step goes: nsys's kernel summary of one gpt2 run, where nsys is installed;
-# 5. a short table last. Full logs under $OUT. Within 8 minutes after the machine is up.
+# 4. where the step goes: after each run's timed steps, 2 more with every op timed
+#    (meshbench train --profile-ops; the lent machines have no Nsight Systems);
+# 5. a short table last, with the top ops of each fast-path run. Full logs under $OUT. Within 8
+#    minutes after the machine is up.
 # The MPI backend's staging on device tensors is measured apart (scripts/device_mpi_staging.sh),
 # in a second call when the lease has time left.
 set -u
@@ -55,7 +57,7 @@ cat "$OUT/memcheck.txt"
 train() {  # label model env...
   local label=$1 model=$2; shift 2
   env "$@" timeout 150 $R exec "$MB" train --device cuda:0 --dtype bf16 --models "$model" --batch 16 --seq-len 1024 \
-    --steps "$STEPS" --warmup 3 --json "$OUT/bench_${label}_${model}.jsonl" > "$OUT/train_${label}_${model}.txt" 2>&1
+    --steps "$STEPS" --warmup 3 --profile-ops 2 --json "$OUT/bench_${label}_${model}.jsonl" > "$OUT/train_${label}_${model}.txt" 2>&1
   echo "exit $?" >> "$OUT/train_${label}_${model}.txt"
 }
 for model in gpt2 llama-125m; do
@@ -68,18 +70,9 @@ for model in gpt2 llama-125m; do
   echo "exit $?" >> "$OUT/peer_${model}.txt"
 done
 
-if command -v nsys > /dev/null; then
-  stamp "nsys: gpt2 on the fast paths"
-  MESHTRAIN_GEMM=cublaslt MESHTRAIN_ATTENTION=gemm MESHTRAIN_CUDA_KERNELS=all timeout 150 $R exec nsys profile -o /tmp/gpt2 --force-overwrite true \
-    "$MB" train --device cuda:0 --dtype bf16 --models gpt2 --batch 16 --seq-len 1024 --steps 3 --warmup 1 > /dev/null 2>&1
-  nsys stats --report cuda_gpu_kern_sum --format csv /tmp/gpt2.nsys-rep > "$OUT/nsys_kernels.csv" 2>/dev/null
-else
-  echo "nsys is not installed: no per-kernel profile" > "$OUT/nsys_kernels.csv"
-fi
-
 stamp "summary"
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
-import csv, json, os, sys
+import json, os, sys
 out = sys.argv[1]
 peak = 989e12  # H100 SXM bf16 dense, the peer's own MFU convention
 rows = []
@@ -102,14 +95,14 @@ for label, r in rows:
     mfu = r["model_flops_per_step"] / r["step_s"] / peak
     print(f"{r['model']:<11} {label:<8} {tps:>11.0f} {ptps:>11.0f} {tps / ptps:>6.3f} {mfu:>6.3f} "
           f"{p.get('mfu', float('nan')):>8.3f} {r['activation_peak_bytes'] / 2**30:>8.2f}")
-kern = os.path.join(out, "nsys_kernels.csv")
-try:
-    with open(kern) as f:
-        reader = list(csv.DictReader(f))
-    print("\ntop kernels of a gpt2 step (nsys, fast paths):")
-    for k in reader[:12]:
-        print(f"  {float(k['Time (%)']):5.1f}%  {k['Name'][:90]}")
-except Exception as e:
-    print(f"\nno kernel profile ({e})")
+for label, r in rows:
+    ops = r.get("op_profile", [])
+    if not ops:
+        continue
+    print(f"\ntop ops of a {r['model']} step ({label}; {len(ops)} ops, profiled step "
+          f"{1e3 * r['profiled_step_s']:.0f} ms against {1e3 * r['step_s']:.0f} ms unprofiled):")
+    for op in ops[:12]:
+        print(f"  {100 * op['share_of_step']:5.1f}%  {1e3 * op['s_per_step']:8.2f} ms  "
+              f"{op['calls_per_step']:6.1f} calls  {op['op'][:70]}")
 EOF
 stamp "done"
