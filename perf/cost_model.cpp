@@ -369,6 +369,7 @@ double add_pipeline(const LayoutPlan& plan, const StageTimes& slow, double makes
   p.time.cp_comm = M * (slow.cp_f + slow.cp_b);
   p.time.cp_total = M * slow.cp_total;
   p.time.bubble = std::max(0.0, makespan - p.time.compute - p.time.tp_comm - p.time.zero_gather - p.time.cp_comm);
+  if (p.time.bubble < 1e-9 * makespan) p.time.bubble = 0.0;  // the sum's rounding (no pipeline), not a bubble
   if (P > 1) {
     // Fill and drain cross every chunk boundary between two stages once each way (zb-v's turn at
     // the last stage stays on it); without overlap every send is also waited for by its sender.

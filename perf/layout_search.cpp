@@ -60,14 +60,14 @@ std::vector<Variant> variants(const MeshShape& mesh, const SearchOptions& option
   return out;
 }
 
-// Whether a variant costs time that a variant already found to fit (same structure) saves: more
-// recomputation, or ZeRO 2 or 3 over a lower stage, never makes a step faster in the model, so it
-// can only rank below. ZeRO 0 and 1 are both always predicted (as before memory_options).
+// Whether a variant only costs time over one already found to fit with the same structure, ZeRO
+// stage and sequence parallelism: more recomputation never makes a step faster in the model, so it
+// can only rank below. Every ZeRO stage is predicted: a higher one can be faster (ZeRO-3's gathers
+// hide under compute where ZeRO-1/2's gather after the update does not, and under bf16 ZeRO-2 and 3
+// gather half of ZeRO-1's bytes), so it is never skipped for a lower one that fits.
 bool dominated(const Variant& v, const std::vector<Variant>& fitting) {
   return std::any_of(fitting.begin(), fitting.end(), [&](const Variant& f) {
-    if (f.sequence_parallel != v.sequence_parallel || f.recompute > v.recompute || f.zero > v.zero) return false;
-    if (f.recompute == v.recompute && (f.zero == v.zero || v.zero <= 1)) return false;
-    return true;
+    return f.sequence_parallel == v.sequence_parallel && f.zero == v.zero && f.recompute < v.recompute;
   });
 }
 
