@@ -228,7 +228,9 @@ po::options_description plan_options() {
        "sequence over cp ranks, as `train --cp`)")
       ("top", po::value<int>()->default_value(10), "how many of the best layouts to list")
       ("bucket-mb", po::value<double>()->default_value(25.0), "data-parallel gradient bucket size (as `train`)")
-      ("no-overlap", po::bool_switch(), "predict `train --no-overlap`: no communication hidden under compute")
+      ("no-overlap", po::bool_switch(),
+       "predict `train --no-overlap`: no bucket, gather or pipeline transfer hidden under compute (ring "
+       "attention's transfers stay overlapped, as in train)")
       ("allow-cross-node-tp", po::bool_switch(), "also try tensor-parallel groups larger than a node")
       ("recompute", po::value<std::string>()->default_value("none"),
        "recomputation of every layout (as `train --recompute`): none; selective (attention probabilities and "

@@ -158,7 +158,8 @@ po::options_description layout_options() {
        "gradients are complete")
       ("no-overlap", po::bool_switch(),
        "do not overlap communication with compute (buckets reduced after backward, pipeline transfers waited "
-       "for in place): the baseline that shows what overlap gains");
+       "for in place): the baseline that shows what overlap gains. Ring attention (--cp) still overlaps its "
+       "block transfers, as the plan assumes");
   return layout;
 }
 
