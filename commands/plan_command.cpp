@@ -242,9 +242,10 @@ po::options_description plan_options() {
        "and the messages between stages fall by tp, the tensor-parallel time stays the same")
       ("memory-options", po::bool_switch(),
        "search every memory option too: recompute none/selective/full, sequence parallelism off and on "
-       "(tp >= 2, not zb-h1 or zb-v), ZeRO 0-3 (1-3 with dp >= 2), and list the fastest that fit; an option "
-       "that only costs time over one of the same layout that already fits is not predicted. Slower: a few "
-       "times the plain search")
+       "(tp >= 2, not zb-h1 or zb-v), ZeRO 0-3 (1-3 with dp >= 2), and list the fastest that fit; every ZeRO "
+       "stage is predicted, but more recomputation than a variant of the same layout, ZeRO stage and "
+       "sequence parallelism that already fits is not (it only costs time). Slower: a few times the plain "
+       "search")
       ("largest", po::value<std::string>(),
        ("FAMILY: the largest model of a preset family that fits the cluster (families: " + joined(preset_families()) +
         "), each of its presets searched with --memory-options, smallest first, with the fastest layout that "
