@@ -73,7 +73,7 @@ void OpScope::start(std::string name) {
   began_ = std::chrono::steady_clock::now();
 }
 
-OpScope::~OpScope() {
+OpScope::~OpScope() noexcept(false) {
   if (!timed_) return;
   --timed_depth;
   if (std::uncaught_exceptions() > 0) return;  // the op failed: no wait, no timing, no second error

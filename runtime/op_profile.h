@@ -52,7 +52,9 @@ class OpScope {
     if (scope.timed_) scope.start(make());
     return scope;
   }
-  ~OpScope();
+  // May throw: a failed drain (a fault of this or an earlier kernel) is the op's error, as the
+  // next wait would report it unprofiled; never while an exception is already on its way.
+  ~OpScope() noexcept(false);
   OpScope(OpScope&& other) noexcept;
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
