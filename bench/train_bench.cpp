@@ -191,8 +191,12 @@ struct ModelRun {
   // AdamW's moments): activations, scratch and a step's temporary buffers, as allocated.
   double activation_peak = 0;
   double logits = 0;  // of it: the head's one chunk of logits [R, Vp] (models/head_chunks.h), which no recompute mode drops
-  // --profile-ops: the profiled steps' ops, most time first, and their wall time per step.
-  std::vector<OpTiming> ops;
+  // --profile-ops: the profiled steps' ops per step, most time first, and the profiled step's wall time.
+  struct OpPerStep {
+    std::string name;
+    double calls = 0, seconds = 0;
+  };
+  std::vector<OpPerStep> ops;
   double profiled_step_s = 0;
 };
 
@@ -219,7 +223,8 @@ ModelRun run_model(const TrainOptions& o, const std::string& name, Recompute rec
     set_op_profiling(true);
     run.profiled_step_s = run_steps(ctx, model, opt, o.batch, o.seq_len, 0, o.profile_steps).total();
     set_op_profiling(false);
-    run.ops = op_timings();
+    for (const OpTiming& op : op_timings())
+      run.ops.push_back({op.name, static_cast<double>(op.calls) / o.profile_steps, op.seconds / o.profile_steps});
   }
   const std::int64_t rows = static_cast<std::int64_t>(o.batch) * o.seq_len;
   const auto elem = static_cast<std::int64_t>(dtype_size(o.compute));
@@ -281,10 +286,9 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
   if (o.profile_steps > 0) {
     row["profiled_step_s"] = r.profiled_step_s;
     nlohmann::ordered_json ops = nlohmann::ordered_json::array();
-    const double steps = o.profile_steps;
-    for (const OpTiming& op : r.ops)
-      ops.push_back({{"op", op.name}, {"calls_per_step", static_cast<double>(op.calls) / steps},
-                     {"s_per_step", op.seconds / steps}, {"share_of_step", op.seconds / steps / r.profiled_step_s}});
+    for (const ModelRun::OpPerStep& op : r.ops)
+      ops.push_back({{"op", op.name}, {"calls_per_step", op.calls}, {"s_per_step", op.seconds},
+                     {"share_of_step", op.seconds / r.profiled_step_s}});
     row["op_profile"] = std::move(ops);
   }
   return row;
@@ -293,26 +297,24 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
 // Where a profiled step's time went: the `top` ops by time, the rest summed, and what no op held
 // (the host between ops: the bench's loop, the model's host code, launches not yet issued).
 void print_op_profile(const ModelRun& r, int steps, std::size_t top) {
-  const double n = steps;
   double in_ops = 0;
-  for (const OpTiming& op : r.ops) in_ops += op.seconds / n;
+  for (const ModelRun::OpPerStep& op : r.ops) in_ops += op.seconds;
   const double step = r.profiled_step_s;
   TextTable table({"op", "calls/step", "ms/step", "of step"});
-  double rest = 0;
-  std::uint64_t rest_calls = 0;
+  ModelRun::OpPerStep rest{format_cell("(%.0f more ops)", static_cast<double>(r.ops.size()) - static_cast<double>(top))};
   for (std::size_t i = 0; i < r.ops.size(); ++i) {
-    const OpTiming& op = r.ops[i];
+    const ModelRun::OpPerStep& op = r.ops[i];
     if (i >= top) {
-      rest += op.seconds / n;
-      rest_calls += op.calls;
+      rest.seconds += op.seconds;
+      rest.calls += op.calls;
       continue;
     }
-    table.add_row({op.name, format_cell("%.1f", static_cast<double>(op.calls) / n), format_cell("%.3f", 1e3 * op.seconds / n),
-                   format_cell("%.1f%%", 100.0 * op.seconds / n / step)});
+    table.add_row({op.name, format_cell("%.1f", op.calls), format_cell("%.3f", 1e3 * op.seconds),
+                   format_cell("%.1f%%", 100.0 * op.seconds / step)});
   }
   if (r.ops.size() > top)
-    table.add_row({format_cell("(%.0f more ops)", static_cast<double>(r.ops.size() - top)), format_cell("%.1f", static_cast<double>(rest_calls) / n),
-                   format_cell("%.3f", 1e3 * rest), format_cell("%.1f%%", 100.0 * rest / step)});
+    table.add_row({rest.name, format_cell("%.1f", rest.calls), format_cell("%.3f", 1e3 * rest.seconds),
+                   format_cell("%.1f%%", 100.0 * rest.seconds / step)});
   table.add_row({"(outside ops: the host between them)", "", format_cell("%.3f", 1e3 * (step - in_ops)),
                  format_cell("%.1f%%", 100.0 * (step - in_ops) / step)});
   std::printf("\nWhere a step goes, %s %s (%d profiled step(s) of %.1f ms, every op drained before and after; the\n"

@@ -13,7 +13,7 @@
 # 3. the PyTorch peer on the same GPU and shapes, its settings untouched;
 # 4. where the step goes: after each run's timed steps, 2 more with every op timed
 #    (meshbench train --profile-ops; the lent machines have no Nsight Systems);
-# 5. a short table last, with the top ops of each fast-path run. Full logs under $OUT. Within 8
+# 5. a short table last, with the top ops of each run. Full logs under $OUT. Within 8
 #    minutes after the machine is up.
 # The MPI backend's staging on device tensors is measured apart (scripts/device_mpi_staging.sh),
 # in a second call when the lease has time left.
