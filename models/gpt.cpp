@@ -27,7 +27,7 @@ Gpt::Gpt(DeviceContext& ctx, const GptConfig& config, DType compute, GptPartitio
         std::vector<ParamSpec> local;
         for (const ParamShard& s : shards_) local.push_back(s.local);
         return local;
-      }(), compute, pad_multiple, options_.store_blocks),
+      }(), compute, pad_multiple, options_.store_blocks, options_.flat_regions),
       units_(options_.param_units.empty() ? gpt_param_units(store_.specs()) : options_.param_units) {
   MT_CHECK(tp_.size() == partition_.tp_size && tp_.rank() == partition_.tp_rank, "the tensor-parallel group (rank ",
            tp_.rank(), " of ", tp_.size(), ") does not match the partition (", partition_.tp_rank, " of ",

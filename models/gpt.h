@@ -86,6 +86,10 @@ struct GptOptions {
   // The parameter units those blocks were cut from (zero/unit_shards.h: UnitCut), which become
   // param_units(). Empty: gpt_param_units of the stage's parameters.
   std::vector<ParamUnit> param_units = {};
+  // ZeRO-1 under bf16: the flat store's region of each parameter (ParameterStore), so that no
+  // gradient bucket mixes the GEMM weights with the parameters read in fp32 (zero_flat_regions).
+  // Empty: one region, the specs' order.
+  std::vector<int> flat_regions = {};
   // Rows per chunk of the LM head's logits; 0: from the byte budget (models/head_chunks.h). Tests
   // force several chunks on tiny models.
   std::int64_t head_chunk_rows = 0;

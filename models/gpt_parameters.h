@@ -59,10 +59,11 @@ constexpr bool read_only_as_compute_copy(ParamKind kind) {
   }
 }
 
-// ZeRO-2 and 3 under bf16 compute gather the GEMM weights as their compute copy alone (2 bytes an
+// ZeRO 1-3 under bf16 compute gather the GEMM weights as their compute copy alone (2 bytes an
 // element, from owned bf16 shards AdamW's step writes), so their cut keeps those weights in blocks
-// apart (zero/unit_shards.h; the perf models cut alike).
-constexpr bool zero_gathers_compute_copy(int zero_stage, bool bf16_compute) { return bf16_compute && zero_stage >= 2; }
+// apart (zero/unit_shards.h), or in a region of the flat store apart (ZeRO-1, zero_flat_regions);
+// the perf models cut alike.
+constexpr bool zero_gathers_compute_copy(int zero_stage, bool bf16_compute) { return bf16_compute && zero_stage >= 1; }
 
 struct ParamSpec {
   std::string name;             // "wte", "h.3.attn.qkv.weight", "lnf.bias"

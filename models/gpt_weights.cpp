@@ -103,9 +103,15 @@ void save_llmc_weights(const Gpt& model, const std::filesystem::path& path, DTyp
   MT_CHECK(p.tp_size == 1 && p.embedding && p.head && p.chunks.size() == 1 &&
                p.chunks[0].size() == model.config().layers,
            "saving a shard alone: gather the full parameters first");
-  const std::vector<float> host = model.parameters().flat_params().to_host<float>();
-  save_llmc_weights(model.config(), std::span<const float>(host.data(), static_cast<std::size_t>(model.parameters().param_numel())),
-                    path, stored);
+  // In the specs' order, whatever the store's flat order.
+  const ParameterStore& store = model.parameters();
+  std::vector<float> host;
+  host.reserve(static_cast<std::size_t>(store.param_numel()));
+  for (std::size_t i = 0; i < store.size(); ++i) {
+    const std::vector<float> values = store.param(i).to_host<float>();
+    host.insert(host.end(), values.begin(), values.end());
+  }
+  save_llmc_weights(model.config(), std::span<const float>(host), path, stored);
 }
 
 }  // namespace mt

@@ -1,22 +1,36 @@
 #include "models/parameter_store.h"
 
+#include <algorithm>
+
 #include "runtime/kernels.h"
 
 namespace mt {
 
 ParameterStore::ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute,
-                               std::int64_t pad_multiple, std::vector<StoreBlock> blocks)
+                               std::int64_t pad_multiple, std::vector<StoreBlock> blocks, std::vector<int> flat_regions)
     : specs_(std::move(specs)), compute_dtype_(compute), blocks_(std::move(blocks)) {
   MT_CHECK(pad_multiple >= 1, "pad multiple ", pad_multiple);
   MT_CHECK(compute == DType::F32 || compute == DType::BF16, "parameters compute in fp32 or bf16, not ",
            dtype_name(compute));
+  MT_CHECK(flat_regions.empty() || (flat_regions.size() == specs_.size() && !placed()), "flat regions: ",
+           flat_regions.size(), " for ", specs_.size(), " parameters", placed() ? " of a store built in blocks" : "");
+  const int regions = flat_regions.empty() ? 1 : *std::max_element(flat_regions.begin(), flat_regions.end()) + 1;
+  MT_CHECK(flat_regions.empty() || *std::min_element(flat_regions.begin(), flat_regions.end()) >= 0,
+           "flat regions are numbered from 0");
+  const auto padded = [pad_multiple](std::int64_t n) { return (n + pad_multiple - 1) / pad_multiple * pad_multiple; };
+  offsets_.assign(specs_.size(), 0);
   std::int64_t total = 0;
-  for (const ParamSpec& s : specs_) {
-    offsets_.push_back(total);
-    total += s.numel();
+  for (int r = 0; r < regions; ++r) {
+    if (r > 0) total = padded(total);  // each region starts at a multiple of the pad multiple
+    region_starts_.push_back(total);
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      if (!flat_regions.empty() && flat_regions[i] != r) continue;
+      offsets_[i] = total;
+      total += specs_[i].numel();
+      param_numel_ += specs_[i].numel();
+    }
   }
-  param_numel_ = total;
-  numel_ = (total + pad_multiple - 1) / pad_multiple * pad_multiple;
+  numel_ = padded(total);
   if (placed()) {
     build_blocks(ctx);
     return;

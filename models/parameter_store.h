@@ -11,6 +11,11 @@
 // parameters gets buffers of its own (parameters, compute copy, gradients), created without
 // memory, so that a unit's buffers exist only while it is used and no buffer ever holds the whole
 // stage. Such a store has no flat buffers.
+//
+// A flat store may instead be laid out in regions (ZeRO-1 under bf16, zero/flat_zero_engine.h):
+// each parameter names its region, the regions follow each other in increasing order, each
+// starting at a multiple of the pad multiple, and keep their parameters in spec order. The
+// offsets then follow the regions, not the specs: read them from offset().
 // defines: ParameterStore, StoreBlock
 #pragma once
 
@@ -37,8 +42,10 @@ class ParameterStore {
   // cuts them into dp equal blocks); the padding belongs to no parameter.
   // blocks (ZeRO-2/3): if not empty, they tile the parameters in order and the store is built in
   // blocks, every buffer without memory until its owner acquires it (Tensor::acquire_memory).
+  // flat_regions (flat stores only): per parameter its region, 0 to R-1; empty: one region.
   ParameterStore(DeviceContext& ctx, std::vector<ParamSpec> specs, DType compute = DType::F32,
-                 std::int64_t pad_multiple = 1, std::vector<StoreBlock> blocks = {});
+                 std::int64_t pad_multiple = 1, std::vector<StoreBlock> blocks = {},
+                 std::vector<int> flat_regions = {});
 
   std::size_t size() const { return specs_.size(); }
   const std::vector<ParamSpec>& specs() const { return specs_; }
@@ -58,6 +65,8 @@ class ParameterStore {
   const Tensor& flat_grads() const;
   std::int64_t numel() const { return numel_; }              // the flat order's, padding included
   std::int64_t param_numel() const { return param_numel_; }  // without the padding
+  // Where each region of the flat order starts, ascending, the first at 0 (one region: {0}).
+  const std::vector<std::int64_t>& region_starts() const { return region_starts_; }
 
   void zero_grads(DeviceContext& ctx);  // Error in blocks (ZeRO-2/3 zero each unit's gradients)
 
@@ -90,6 +99,7 @@ class ParameterStore {
   Tensor flat_params_, flat_grads_, flat_compute_;  // flat_compute_ shares flat_params_ for fp32
   std::vector<Tensor> params_, grads_, compute_;
   std::int64_t param_numel_ = 0, numel_ = 0;
+  std::vector<std::int64_t> region_starts_;
   std::vector<StoreBlock> blocks_;
   std::vector<Tensor> block_params_, block_compute_, block_grads_;
   std::vector<char> refresh_blocks_;  // per block, or empty: none

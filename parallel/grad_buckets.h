@@ -21,11 +21,14 @@ struct FlatParam {
   // 1: counts in the global gradient norm; 0: not (a replica counted elsewhere: tp-replicated
   // layernorm/bias on tp rank != 0, the tied embedding's copy on the last pipeline stage).
   double norm_weight = 1.0;
+  // Read only through the bf16 compute copy (read_only_as_compute_copy: the GEMM weights): ZeRO-1
+  // under bf16 gathers a bucket of such parameters as its copy (parallel/zero_optimizer.h).
+  bool compute_only = false;
 };
 
 struct Bucket {
   std::int64_t begin = 0, end = 0;  // element range [begin, end) of the flat buffer
-  std::vector<int> params;          // indices of the params overlapping it, ascending
+  std::vector<int> params;          // indices of the params overlapping it, in address order
 
   std::int64_t numel() const { return end - begin; }
 };
@@ -50,9 +53,11 @@ struct BucketLayout {
 // to a multiple of dp (at least dp); the lowest bucket (starting at 0) takes the remainder, so it
 // may be shorter. A param may straddle buckets. Requires dp >= 1, flat_numel >= 0 and a multiple of
 // dp, bucket_bytes > 0, and params with unique non-empty names, numel > 0, finite norm_weight >= 0,
-// in increasing offset order without overlap, ending inside flat_numel (gaps belong to no param).
-// bucket_bytes is --bucket-mb * 2^20.
+// inside flat_numel without overlap, in any order (gaps belong to no param).
+// bucket_bytes is --bucket-mb * 2^20. boundaries: flat offsets no bucket straddles (the regions of
+// a store, models/parameter_store.h), each a multiple of dp inside [0, flat_numel]: the cutting
+// starts again from each, so the lowest bucket of every region takes that region's remainder.
 BucketLayout make_bucket_layout(std::span<const FlatParam> params, std::int64_t flat_numel, int dp,
-                                std::int64_t bucket_bytes);
+                                std::int64_t bucket_bytes, std::span<const std::int64_t> boundaries = {});
 
 }  // namespace mt

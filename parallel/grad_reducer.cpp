@@ -14,7 +14,7 @@ GradReducer::GradReducer(DeviceContext& ctx, Communicator& dp, Tensor flat_grads
            "the flat gradient buffer must be a 1-D fp32 tensor, got ", flat_grads_.describe());
   MT_CHECK(flat_grads_.device() == ctx.device(), "the flat gradient buffer ", flat_grads_.describe(),
            " is not on the context's device ", ctx.device().str());
-  layout_ = make_bucket_layout(params_, flat_grads_.numel(), dp.size(), options_.bucket_bytes);
+  layout_ = make_bucket_layout(params_, flat_grads_.numel(), dp.size(), options_.bucket_bytes, options_.boundaries);
   buckets_of_param_.resize(params_.size());
   for (int b = 0; b < layout_.size(); ++b) {
     for (int p : layout_.buckets[static_cast<std::size_t>(b)].params) {

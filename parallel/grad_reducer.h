@@ -25,6 +25,7 @@ struct ReducerOptions {
   std::int64_t bucket_bytes = 25 << 20;  // --bucket-mb * 2^20
   bool shard = false;    // ZeRO-1: reduce-scatter instead of allreduce
   bool overlap = true;   // launch buckets from mark_ready; false: all at once from finish()
+  std::vector<std::int64_t> boundaries = {};  // flat offsets no bucket straddles (make_bucket_layout)
 };
 
 class GradReducer {

@@ -5,10 +5,9 @@
 #include <string>
 #include <utility>
 
+#include "optim/grad_norm.h"
 #include "runtime/error.h"
 #include "runtime/kernels.h"  // defines: kernels::cast
-#include "optim/grad_norm.h"
-#include "runtime/kernels.h"
 
 namespace mt {
 
@@ -29,10 +28,19 @@ DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const G
            flat_params_.describe());
   const BucketLayout& layout = reducer.layout();
   const std::vector<FlatParam>& params = reducer.params();
-  // The pass writes the copy where this rank updates every element; else one cast after the gathers.
+  // With shard over several ranks a bucket of GEMM weights alone gathers its bf16 copy, which the
+  // pass writes; the others gather fp32 and are cast after it. Unsharded (or on one rank) the pass
+  // writes the copy of every element.
   const bool copy_in_pass = flat_compute_.defined() && (!shard_ || dp.size() == 1);
-  const auto copy_of = [&](std::int64_t offset, std::int64_t numel) {
-    return copy_in_pass ? flat_compute_.flat_slice(offset, numel) : Tensor{};
+  for (const Bucket& bucket : layout.buckets) {
+    const bool compute_only = std::all_of(bucket.params.begin(), bucket.params.end(), [&](int p) {
+      return params[static_cast<std::size_t>(p)].compute_only;
+    });
+    gathers_compute_.push_back(flat_compute_.defined() && shard_ && dp.size() > 1 && compute_only ? 1 : 0);
+  }
+  const auto copy_of = [&](int bucket, std::int64_t offset, std::int64_t numel) {
+    const bool in_pass = copy_in_pass || (bucket >= 0 && gathers_compute_[static_cast<std::size_t>(bucket)]);
+    return in_pass ? flat_compute_.flat_slice(offset, numel) : Tensor{};
   };
 
   // The pieces of params in this rank's owned block of each bucket.
@@ -62,7 +70,7 @@ DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const G
     for (const FlatParam& fp : params) {
       slots.push_back({fp.name, flat_params_.flat_slice(fp.offset, fp.numel), grads.flat_slice(fp.offset, fp.numel),
                        fp.decay});
-      copies.push_back(copy_of(fp.offset, fp.numel));
+      copies.push_back(copy_of(-1, fp.offset, fp.numel));
     }
     optimizers_.emplace_back(ctx, std::move(slots), config, std::move(copies));
     return;
@@ -87,7 +95,7 @@ DistributedAdamW::DistributedAdamW(DeviceContext& ctx, Communicator& dp, const G
       }
       slots.push_back({std::move(name), flat_params_.flat_slice(piece.offset, piece.numel),
                        grads.flat_slice(piece.offset, piece.numel), fp.decay});
-      copies.push_back(copy_of(piece.offset, piece.numel));
+      copies.push_back(copy_of(b, piece.offset, piece.numel));
     }
     optimizers_.emplace_back(ctx, std::move(slots), config, std::move(copies));
   }
@@ -121,20 +129,51 @@ void DistributedAdamW::step(float lr, float grad_scale) {
   const BucketLayout& layout = reducer_->layout();
   std::vector<WorkPtr> gathers;
   gathers.reserve(optimizers_.size());
+  gather_bytes_ = 0;
   for (int b = 0; b < layout.size(); ++b) {
     optimizers_[static_cast<std::size_t>(b)].step(lr, grad_scale);
     if (dp_->size() == 1) continue;
-    const Bucket& bucket = layout.buckets[static_cast<std::size_t>(b)];
-    const auto [lo, hi] = layout.owned(b, dp_->rank());
     // In place: the output (the whole bucket) holds this rank's input at its block.
-    gathers.push_back(dp_->allgather_async(flat_params_.flat_slice(lo, hi - lo),
-                                           flat_params_.flat_slice(bucket.begin, bucket.numel())));
+    const Tensor& from = gathers_compute_[static_cast<std::size_t>(b)] ? flat_compute_ : flat_params_;
+    gathers.push_back(gather_bucket(b, from));
+    gather_bytes_ += layout.buckets[static_cast<std::size_t>(b)].numel() * static_cast<std::int64_t>(dtype_size(from.dtype()));
   }
   const auto wait_start = std::chrono::steady_clock::now();
   for (const WorkPtr& work : gathers) work->wait_on(ctx_->stream());
   gather_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-  // Once per step, after the gathers: the pieces other ranks updated came as fp32.
-  if (flat_compute_.defined() && dp_->size() > 1) kernels::cast(*ctx_, flat_params_, flat_compute_);
+  if (dp_->size() == 1) return;
+  if (std::any_of(gathers_compute_.begin(), gathers_compute_.end(), [](char c) { return c != 0; })) master_stale_ = true;
+  if (!flat_compute_.defined()) return;
+  // The buckets gathered in fp32 took the other ranks' pieces unrounded: one cast per run of them
+  // (the buckets are contiguous, in decreasing address order).
+  for (int b = 0; b < layout.size();) {
+    if (gathers_compute_[static_cast<std::size_t>(b)]) {
+      ++b;
+      continue;
+    }
+    const std::int64_t end = layout.buckets[static_cast<std::size_t>(b)].end;
+    while (b + 1 < layout.size() && !gathers_compute_[static_cast<std::size_t>(b + 1)]) ++b;
+    const std::int64_t begin = layout.buckets[static_cast<std::size_t>(b)].begin;
+    ++b;
+    Tensor compute = flat_compute_.flat_slice(begin, end - begin);
+    kernels::cast(*ctx_, flat_params_.flat_slice(begin, end - begin), compute);
+  }
+}
+
+WorkPtr DistributedAdamW::gather_bucket(int b, const Tensor& flat) {
+  const BucketLayout& layout = reducer_->layout();
+  const Bucket& bucket = layout.buckets[static_cast<std::size_t>(b)];
+  const auto [lo, hi] = layout.owned(b, dp_->rank());
+  return dp_->allgather_async(flat.flat_slice(lo, hi - lo), flat.flat_slice(bucket.begin, bucket.numel()));
+}
+
+void DistributedAdamW::gather_master() {
+  if (!master_stale_) return;
+  std::vector<WorkPtr> gathers;
+  for (int b = 0; b < reducer_->layout().size(); ++b)
+    if (gathers_compute_[static_cast<std::size_t>(b)]) gathers.push_back(gather_bucket(b, flat_params_));
+  for (const WorkPtr& work : gathers) work->wait_on(ctx_->stream());
+  master_stale_ = false;
 }
 
 std::int64_t DistributedAdamW::updated_numel() const {

@@ -7,6 +7,14 @@
 // offsets of both buffers, the decay of the param they belong to; padding gets no slot); after the
 // update each bucket's parameters are all-gathered in place.
 //
+// With a bf16 working copy, sharded over several ranks: a bucket whose params are all
+// compute_only (the GEMM weights, read only through the copy) gathers the copy itself, 2 bytes an
+// element, which the AdamW pass writes for the owned block; its fp32 master is then current only
+// in this rank's owned blocks until gather_master() (checkpoints read the owned pieces alone;
+// anything that reads the whole master gathers it first). The other buckets gather fp32 and are
+// cast after it. A store in regions (models/parameter_store.h) keeps the buckets of GEMM weights
+// apart; without them most buckets mix and gather fp32.
+//
 // Memory bound (sharded): rank r holds m and v for exactly the param elements of its owned blocks,
 // which total flat_numel/dp elements minus the padding among them, so
 //   state_bytes(r) = 8 * (flat_numel/dp - padding elements owned by r) <= 8 * flat_numel/dp,
@@ -63,11 +71,21 @@ class DistributedAdamW {
   // all-gathers each bucket's parameters in place, bucket by bucket as each bucket's update is
   // queued (so the gathers overlap the remaining updates), and waits for all (Work::wait_on the
   // compute stream). Call after GradReducer::finish(). The bf16 copy, if any, is written in the
-  // AdamW pass where this rank updates every element (unsharded, or dp 1); with shard over dp > 1
-  // it is cast once from the gathered parameters instead (the other ranks' pieces arrive in fp32).
+  // AdamW pass where this rank updates every element (unsharded, or dp 1) and for the buckets that
+  // gather it; with shard over dp > 1 the buckets gathered in fp32 are cast after their gathers.
   void step(float lr, float grad_scale = 1.0f);
   // Host time the last step() spent waiting for its all-gathers (0 without shard).
   double last_gather_wait_seconds() const { return gather_wait_s_; }
+  // Bytes of the buckets the last step() all-gathered (whole buckets; 0 without shard or on one rank).
+  std::int64_t last_gather_bytes() const { return gather_bytes_; }
+  // Whether bucket b (reduction order) gathers the bf16 copy instead of fp32.
+  bool gathers_compute(int bucket) const { return gathers_compute_.at(static_cast<std::size_t>(bucket)) != 0; }
+  // Makes the whole fp32 master current where a step gathered only the copy (collective over dp:
+  // every rank calls it at the same point; nothing to do otherwise). master_current(): no need.
+  void gather_master();
+  bool master_current() const { return !master_stale_; }
+  // The whole master was set outside a step, the same on every rank (initialization, a load).
+  void master_written() { master_stale_ = false; }
 
   bool sharded() const { return shard_; }
   // Bytes of m and v held by this rank (8 per element updated here; without the allocator's rounding).
@@ -107,7 +125,12 @@ class DistributedAdamW {
   std::vector<NormRange> norm_ranges_;  // owned pieces merged where contiguous with equal weight
   std::vector<AdamW> optimizers_;
   std::vector<std::size_t> slot_of_piece_;  // with shard: piece i is slot slot_of_piece_[i] of its bucket's AdamW
+  std::vector<char> gathers_compute_;        // per bucket
+  bool master_stale_ = false;                // a step gathered some buckets as the copy alone
   double gather_wait_s_ = 0.0;
+  std::int64_t gather_bytes_ = 0;
+
+  WorkPtr gather_bucket(int bucket, const Tensor& flat);  // this rank's block of it into the whole, in place
 };
 
 }  // namespace mt

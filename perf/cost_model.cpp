@@ -336,9 +336,9 @@ StageTimes stage_times(const ModelShape& model, const TrainingShape& training, c
   // bf16: the compute copy is written once per step (by AdamW's pass or one cast after the
   // gathers): charged as a cast of the stage's master, read 4 and write 2 bytes each.
   if (training.precision == Precision::BF16) st.cast_s = st.params * 6.0 / cluster.memory_bandwidth;
-  if (layout.zero == 1) st.update_gather_bytes = st.params * 4.0;
-  if (layout.zero == 2) {
-    // Per block, as zero/unit_shards.h gathers it: under bf16 the GEMM weights as their bf16 copy.
+  if (layout.zero == 1 || layout.zero == 2) {
+    // Per block, as zero/unit_shards.h gathers it (ZeRO-1's regions keep its buckets of GEMM
+    // weights apart alike, zero/zero_engine.h): under bf16 the GEMM weights as their bf16 copy.
     const bool bf16 = training.precision == Precision::BF16;
     for (const StageUnit& u : stage_units(model, plan, s, bf16)) st.update_gather_bytes += u.gathered_bytes(bf16);
   }

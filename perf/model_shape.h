@@ -106,9 +106,9 @@ std::int64_t stage_parameters(const ModelShape& model, const LayoutPlan& plan, i
 struct StageUnit {
   std::string name;
   std::vector<std::int64_t> blocks;  // elements, before padding
-  std::vector<char> compute_only;    // per block: read only through the compute copy (ZeRO-2/3 under bf16 gather that)
+  std::vector<char> compute_only;    // per block: read only through the compute copy (ZeRO 1-3 under bf16 gather that)
   std::int64_t numel() const;
-  // What ZeRO-3 gathers of it per use (ZeRO-2 after each step): fp32, but the compute_only blocks in
+  // What ZeRO-3 gathers of it per use (ZeRO-1/2 after each step): fp32, but the compute_only blocks in
   // bf16 under bf16 compute.
   double gathered_bytes(bool bf16) const;
 };

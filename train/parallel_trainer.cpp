@@ -96,7 +96,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
   // The ranks that hold the same weights: the gradients are reduced, and ZeRO shards, over them.
   const int replicas = groups_.gradient_group().size();
   // ZeRO 2/3: the store is built in the units' shard blocks from the start (no buffer of the whole
-  // stage), cut here once for the model and the engine.
+  // stage), cut here once for the model and the engine; ZeRO-1 in bf16 in two flat regions.
   std::vector<ParamSpec> specs;
   for (const ParamShard& shard : gpt_param_shards(config, partition, options.vocab_pieces)) specs.push_back(shard.local);
   std::optional<UnitCut> cut = zero_unit_cut(zero, specs, replicas, compute);
@@ -104,6 +104,7 @@ ParallelTrainer::ParallelTrainer(DeviceContext& ctx, Communicator& world, Parall
     options.store_blocks = cut->store_blocks();
     options.param_units = cut->units;
   }
+  options.flat_regions = zero_flat_regions(zero, specs, replicas, compute);  // ZeRO-1 in bf16
   model_ = std::make_unique<Gpt>(ctx_, config, compute, partition,
                                  TensorParallel(groups_.tp.get(), &ctx_.stream(), &tp_stats_), replicas,
                                  std::move(options));

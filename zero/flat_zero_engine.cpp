@@ -7,11 +7,14 @@
 namespace mt {
 namespace {
 
-ReducerOptions reducer_options(const ZeroOptions& options) {
+ReducerOptions reducer_options(const ZeroOptions& options, const ParameterStore& store) {
   ReducerOptions ro;
   ro.bucket_bytes = static_cast<std::int64_t>(options.bucket_mb * 1024.0 * 1024.0);
   ro.shard = options.stage == 1;
   ro.overlap = options.overlap;
+  // A store in regions (zero_flat_regions): no bucket mixes two.
+  for (const std::int64_t start : store.region_starts())
+    if (start > 0) ro.boundaries.push_back(start);
   return ro;
 }
 
@@ -22,7 +25,7 @@ FlatZeroEngine::FlatZeroEngine(DeviceContext& ctx, Communicator& dp, Communicato
     : ctx_(ctx), tied_stages_(tied_stages), model_(model), tied_(tied) {
   MT_CHECK(options.stage == 0 || options.stage == 1, "FlatZeroEngine is ZeRO 0 or 1, not ", options.stage);
   ParameterStore& store = model.parameters();
-  reducer_ = std::make_unique<GradReducer>(ctx, dp, store.flat_grads(), std::move(params), reducer_options(options));
+  reducer_ = std::make_unique<GradReducer>(ctx, dp, store.flat_grads(), std::move(params), reducer_options(options, store));
   // With bf16 compute the update writes the GEMMs' copy: the model need not cast it every step.
   Tensor compute = store.compute_dtype() == DType::F32 ? Tensor{} : store.flat_compute_params();
   optimizer_ = std::make_unique<DistributedAdamW>(ctx, dp, *reducer_, store.flat_params(), options.adamw,
@@ -70,9 +73,18 @@ double FlatZeroEngine::update(float lr, float grad_scale) {
   return waited;
 }
 
-void FlatZeroEngine::for_each_resident_unit(bool /*gather*/, const std::function<void(int unit)>& use) {
-  // Every parameter is resident on every rank.
+void FlatZeroEngine::for_each_resident_unit(bool gather, const std::function<void(int unit)>& use) {
+  // Every parameter is resident on every rank; in bf16 ZeRO-1 the GEMM weights' master is current
+  // in the owned blocks alone until gathered.
+  if (gather) optimizer_->gather_master();
   for (std::size_t u = 0; u < model_.param_units().size(); ++u) use(static_cast<int>(u));
+  if (!gather) optimizer_->master_written();
+}
+
+void FlatZeroEngine::with_every_unit_resident(bool gather, const std::function<void()>& use) {
+  if (gather) optimizer_->gather_master();
+  use();
+  if (!gather) optimizer_->master_written();
 }
 
 std::vector<OwnedPiece> FlatZeroEngine::owned_pieces() const {

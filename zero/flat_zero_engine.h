@@ -1,7 +1,10 @@
 // ZeRO 0 and 1 (zero/zero_engine.h): the store's one flat gradient buffer reduced over dp in
 // buckets as the backward completes them (parallel/grad_reducer.h), and DistributedAdamW
 // (parallel/zero_optimizer.h) stepping every element (0) or this rank's block of each bucket and
-// all-gathering them (1). With bf16 compute the optimizer writes the store's bf16 copy itself.
+// all-gathering them (1). With bf16 compute the optimizer writes the store's bf16 copy itself; over
+// dp > 1 ZeRO-1's store is laid out in regions (zero_flat_regions) and its buckets of GEMM weights
+// gather that copy alone, their fp32 master current in the owned blocks until a gathering
+// for_each_resident_unit or with_every_unit_resident (collective over dp then).
 // defines: FlatZeroEngine
 #pragma once
 
@@ -25,7 +28,7 @@ class FlatZeroEngine final : public ZeroEngine {
   void finish_gradients(Tensor& norm_sq) override;
   double update(float lr, float grad_scale) override;
   void for_each_resident_unit(bool gather, const std::function<void(int unit)>& use) override;
-  void with_every_unit_resident(bool /*gather*/, const std::function<void()>& use) override { use(); }
+  void with_every_unit_resident(bool gather, const std::function<void()>& use) override;
   bool keeps_compute_copy() const override { return true; }
   std::vector<OwnedPiece> owned_pieces() const override;
   std::vector<OwnedPiece> held_pieces() const override;

@@ -10,6 +10,13 @@ std::optional<UnitCut> zero_unit_cut(int stage, const std::vector<ParamSpec>& sp
   return gpt_unit_cut(specs, dp, zero_gathers_compute_copy(stage, compute == DType::BF16));
 }
 
+std::vector<int> zero_flat_regions(int stage, const std::vector<ParamSpec>& specs, int dp, DType compute) {
+  if (stage != 1 || dp == 1 || !zero_gathers_compute_copy(stage, compute == DType::BF16)) return {};
+  std::vector<int> regions;
+  for (const ParamSpec& spec : specs) regions.push_back(read_only_as_compute_copy(spec.kind) ? 1 : 0);
+  return regions;
+}
+
 std::unique_ptr<ZeroEngine> make_zero_engine(DeviceContext& ctx, Communicator& dp, Communicator* tied_stages,
                                              Gpt& model, std::optional<UnitCut> cut, const ZeroOptions& options) {
   MT_CHECK(options.stage >= 0 && options.stage <= 3, "ZeRO stage ", options.stage, " is not 0 to 3");
@@ -28,7 +35,8 @@ std::unique_ptr<ZeroEngine> make_zero_engine(DeviceContext& ctx, Communicator& d
       ++tied_pieces;
     }
     const double weight = is_primary_copy(shard, model.partition()) ? 1.0 : 0.0;
-    params.push_back({shard.local.name, store.offset(i), shard.local.numel(), shard.local.decay, weight});
+    params.push_back({shard.local.name, store.offset(i), shard.local.numel(), shard.local.decay, weight,
+                      read_only_as_compute_copy(shard.local.kind)});
   }
   if (options.stage < 2)
     return std::make_unique<FlatZeroEngine>(ctx, dp, tied_stages, model, std::move(params), tied, options);

@@ -63,8 +63,8 @@ class ZeroEngine {
 
   // Outside steps (initialization, checkpoints): `use` each parameter unit in turn with its full
   // parameters resident (gathered from the owned shards with `gather`, else to be overwritten),
-  // then keep what use wrote into them. Collective over dp with ZeRO-3, and ZeRO-2 under bf16 (its
-  // GEMM weights keep only their owned fp32 shard).
+  // then keep what use wrote into them. Collective over dp with ZeRO-3, and ZeRO-1/2 under bf16
+  // (their GEMM weights keep only their owned fp32 shard current).
   virtual void for_each_resident_unit(bool gather, const std::function<void(int unit)>& use) = 0;
   // The same with every unit resident at once, for `use` (loading a file in its own order).
   virtual void with_every_unit_resident(bool gather, const std::function<void()>& use) = 0;
@@ -87,6 +87,12 @@ class ZeroEngine {
 // compute: the model's compute dtype (ZeRO-2/3 in bf16 keep the GEMM weights in blocks of their own,
 // gathered in bf16).
 std::optional<UnitCut> zero_unit_cut(int stage, const std::vector<ParamSpec>& specs, int dp, DType compute);
+// The regions of a flat store (GptOptions::flat_regions): ZeRO-1 in bf16 over dp > 1 puts the
+// parameters read in fp32 in region 0 and the GEMM weights in region 1, so that its buckets of
+// GEMM weights gather their bf16 copy alone (parallel/zero_optimizer.h); empty otherwise (one
+// region in the specs' order). Region 0 comes first, reduced last: it holds the embeddings, whose
+// gradients complete last anyway, and the layers' norms and biases, a small part of a layer.
+std::vector<int> zero_flat_regions(int stage, const std::vector<ParamSpec>& specs, int dp, DType compute);
 
 // The engine for options.stage over `model` (built with `cut` from zero_unit_cut; its store's
 // gradients belong to the engine from now on). dp: the data-parallel group; tied_stages: the

@@ -172,6 +172,28 @@ TEST(GradBuckets, InvariantsOverManyShapes) {
   }
 }
 
+// A store in regions (models/parameter_store.h) lists its params out of address order and asks
+// that no bucket straddle a region's start: each region is cut from its own end, its lowest bucket
+// taking the remainder, and each bucket lists its params in address order.
+TEST(GradBuckets, RegionsAreCutApartAndParamsMayComeInAnyOrder) {
+  // p0 (10) and p2 (6) in region 0 at [0, 16), p1 (20) and p3 (8) in region 1 from 16.
+  std::vector<FlatParam> params{{"p0", 0, 10}, {"p1", 16, 20}, {"p2", 10, 6}, {"p3", 36, 8}};
+  const std::vector<std::int64_t> boundaries{16};
+  const BucketLayout layout = make_bucket_layout(params, 44, 2, 12 * 4, boundaries);
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  for (const Bucket& b : layout.buckets) ranges.emplace_back(b.begin, b.end);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> want{{32, 44}, {20, 32}, {16, 20}, {4, 16}, {0, 4}};
+  EXPECT_EQ(ranges, want) << layout.describe();
+  EXPECT_EQ(layout.buckets[0].params, (std::vector<int>{1, 3}));
+  EXPECT_EQ(layout.buckets[2].params, (std::vector<int>{1}));
+  EXPECT_EQ(layout.buckets[3].params, (std::vector<int>{0, 2}));
+  EXPECT_EQ(layout.buckets[4].params, (std::vector<int>{0}));
+  // Without the boundary the region's start falls inside a bucket.
+  const BucketLayout one = make_bucket_layout(params, 44, 2, 12 * 4);
+  EXPECT_EQ(one.buckets[2].begin, 8);
+  EXPECT_EQ(one.buckets[2].params, (std::vector<int>{0, 2, 1}));
+}
+
 TEST(GradBuckets, RejectsBadInputs) {
   const auto params = contiguous({10, 20});
   EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(params, 31, 2, 64); }),
@@ -180,15 +202,16 @@ TEST(GradBuckets, RejectsBadInputs) {
   EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(params, 30, 2, -4); }), "bucket size must be > 0 bytes"));
   EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(params, 30, 0, 64); }), "data-parallel size must be >= 1"));
   EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(params, 28, 2, 64); }),
-                       "parameter 'p1' [10, 30) ends beyond the flat buffer of 28 elements"));
+                       "parameter 'p1' [10, 30) lies outside the flat buffer of 28 elements"));
 
   auto overlapping = params;
   overlapping[1].offset = 9;
   EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(overlapping, 30, 2, 64); }),
-                       "parameter 'p1' at offset 9 overlaps or precedes the previous parameter, which ends at 10"));
-  auto reversed = params;
-  std::swap(reversed[0], reversed[1]);
-  EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(reversed, 30, 2, 64); }), "increasing offset order"));
+                       "parameter 'p1' at offset 9 overlaps 'p0', which ends at 10"));
+  EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(params, 30, 2, 64, std::vector<std::int64_t>{7}); }),
+                       "boundary at element 7 is not a multiple of the data-parallel size 2"));
+  EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(params, 30, 2, 64, std::vector<std::int64_t>{32}); }),
+                       "boundary at element 32"));
   auto unnamed = params;
   unnamed[1].name.clear();
   EXPECT_TRUE(contains(error_of([&] { make_bucket_layout(unnamed, 30, 2, 64); }), "parameter 1 has no name"));

@@ -336,7 +336,7 @@ TEST(GradReducer, RefusesMisuse) {
   }
   Tensor short_grads = Tensor::zeros({world.size() * 10}, DType::F32, ctx);
   EXPECT_TRUE(contains(error_of([&] { GradReducer bad(ctx, world, short_grads, params, ReducerOptions{}); }),
-                       "ends beyond the flat buffer"));
+                       "lies outside the flat buffer"));
 }
 
 }  // namespace

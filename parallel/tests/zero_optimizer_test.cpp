@@ -206,6 +206,79 @@ void run_bf16_copy_case(bool shard) {
 TEST(DistributedAdamW, Bf16CopyIsTheRoundedMasterAfterEveryStepUnsharded) { run_bf16_copy_case(false); }
 TEST(DistributedAdamW, Bf16CopyIsTheRoundedMasterAfterEveryStepSharded) { run_bf16_copy_case(true); }
 
+// ZeRO-1 under bf16 with the GEMM weights in a region of their own (zero_flat_regions): over
+// several ranks each bucket of that region gathers the bf16 copy its AdamW pass wrote (2 bytes an
+// element), the others fp32 and a cast. After every step the copy is the plain optimizer's master
+// rounded, everywhere; the fp32 master agrees in region 0 and in this rank's owned blocks, and
+// gather_master() makes all of it the plain optimizer's bits.
+TEST(DistributedAdamW, Bf16BucketsOfGemmWeightsGatherTheCopy) {
+  Communicator& world = test_world();
+  DeviceContext& ctx = test_context();
+  const int n = world.size();
+  // Region 0: a and b, read in fp32; region 1 from a multiple of dp: c, d, e, compute_only.
+  const std::int64_t region1 = (42 + n - 1) / n * n;
+  const std::vector<FlatParam> params{{"a", 0, 37, true, 1.0},          {"b", 37, 5, false, 1.0},
+                                      {"c", region1, 100, true, 1.0, true}, {"d", region1 + 100, 64, false, 1.0, true},
+                                      {"e", region1 + 164, 250, true, 1.0, true}};
+  const std::int64_t flat = (region1 + 414 + n - 1) / n * n;
+  std::vector<float> initial(static_cast<std::size_t>(flat), 0.0f), grads(static_cast<std::size_t>(flat), 0.0f);
+  for (const FlatParam& p : params)
+    for (std::int64_t i = p.offset; i < p.offset + p.numel; ++i)
+      initial[static_cast<std::size_t>(i)] = static_cast<float>((i * 37) % 101 - 50) / 100.0f;
+  Tensor flat_params = load(initial, ctx);
+  Tensor flat_grads = Tensor::zeros({flat}, DType::F32, ctx);
+  Tensor flat_copy = Tensor::zeros({flat}, DType::BF16, ctx);
+  ReducerOptions options{96, true, true};
+  options.boundaries = {region1};
+  GradReducer reducer(ctx, world, flat_grads, params, options);
+  DistributedAdamW opt(ctx, world, reducer, flat_params, AdamWConfig{}, flat_copy);
+  Tensor plain_params = load(initial, ctx);
+  Tensor plain_grads = Tensor::zeros({flat}, DType::F32, ctx);
+  GradReducer plain_reducer(ctx, world, plain_grads, params, {96, true, true});
+  DistributedAdamW plain(ctx, world, plain_reducer, plain_params, AdamWConfig{});
+
+  std::int64_t want_bytes = 0;
+  for (int b = 0; b < reducer.layout().size(); ++b) {
+    const Bucket& bucket = reducer.layout().buckets[static_cast<std::size_t>(b)];
+    EXPECT_EQ(opt.gathers_compute(b), n > 1 && bucket.begin >= region1) << "bucket " << b;
+    EXPECT_TRUE(bucket.end <= region1 || bucket.begin >= region1) << "bucket " << b << " straddles the regions";
+    want_bytes += n > 1 ? bucket.numel() * (bucket.begin >= region1 ? 2 : 4) : 0;
+  }
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step + 1));
+    for (const FlatParam& p : params)
+      for (std::int64_t i = p.offset; i < p.offset + p.numel; ++i)
+        grads[static_cast<std::size_t>(i)] = grad_value(i, world.rank(), step);
+    flat_grads.copy_from_host(grads.data(), flat_grads.nbytes(), ctx.stream());
+    plain_grads.copy_from_host(grads.data(), plain_grads.nbytes(), ctx.stream());
+    reduce_all(reducer);
+    reduce_all(plain_reducer);
+    opt.step(3e-2f, 0.5f);
+    plain.step(3e-2f, 0.5f);
+    EXPECT_EQ(opt.last_gather_bytes(), want_bytes);
+    EXPECT_EQ(opt.master_current(), n == 1);
+    const std::vector<float> want = plain_params.to_host<float>();
+    const std::vector<bf16> copy = flat_copy.to_host<bf16>();
+    std::size_t stale = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) stale += copy[i].bits != bf16::from_float(want[i]).bits;
+    EXPECT_EQ(stale, 0u) << "elements whose bf16 copy is not the rounded master";
+    // Region 0 and the owned blocks hold the master's bits before any gather of it.
+    const std::vector<float> master = flat_params.to_host<float>();
+    std::vector<char> current(static_cast<std::size_t>(flat), 0);
+    std::fill(current.begin(), current.begin() + region1, 1);
+    for (const DistributedAdamW::Piece& piece : opt.owned_pieces())
+      std::fill(current.begin() + piece.offset, current.begin() + piece.offset + piece.numel, 1);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      differ += current[i] && std::memcmp(&master[i], &want[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << "elements of region 0 or an owned block";
+    opt.gather_master();
+    EXPECT_TRUE(opt.master_current());
+    const std::vector<float> gathered = flat_params.to_host<float>();
+    EXPECT_EQ(std::memcmp(gathered.data(), want.data(), want.size() * sizeof(float)), 0);
+  }
+}
+
 TEST(DistributedAdamW, SlotsCoverTheOwnedParamElementsWithUniqueNames) {
   Communicator& world = test_world();
   DeviceContext& ctx = test_context();

@@ -1,9 +1,11 @@
 // bf16 compute in ParallelTrainer: the optimizer's update writes the GEMMs' bf16 copy (ZeRO 0/1:
-// in the AdamW pass, or one cast after ZeRO-1's gathers; the tied embedding's last-stage copy
-// recast after it takes the first stage's bits), so the model no longer casts its master at each
-// step. Against a trainer whose model casts the copy itself at micro-batch 0: the same losses and
+// in the AdamW pass, ZeRO-1's buckets read in fp32 cast after their gathers; the tied embedding's
+// last-stage copy recast after it takes the first stage's bits), so the model no longer casts its
+// master at each step. Against a trainer whose model casts the copy itself at micro-batch 0: the same losses and
 // norms bit for bit, on every layout of the world and ZeRO 0-3, the copy is the master rounded after
-// every step, and with ZeRO 0/1 a step launches less.
+// every step, and with ZeRO 0/1 a step launches less. ZeRO-1 over dp > 1 gathers its GEMM weights'
+// bf16 copy alone (zero_flat_regions): the master is gathered after each step, so that the cast
+// run's model casts the whole of it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -65,7 +67,9 @@ Bf16Run train(const Mesh& mesh, int zero, bool optimizer_writes_copy) {
     run.losses.push_back(r.loss);
     run.norms.push_back(r.grad_norm);
     if (store.placed()) continue;  // ZeRO 2/3: the copy lives per unit (zero/unit_shards.h)
-    const std::vector<float> master = store.flat_params().to_host<float>();
+    // The master as gathered (collective): ZeRO-1 over dp > 1 gathers its GEMM weights' copy alone
+    // in a step, the master current in the owned blocks only; the cast run's next forward reads it.
+    const std::vector<float> master = trainer.local_parameters();
     const std::vector<bf16> copy = store.flat_compute_params().to_host<bf16>();
     for (std::size_t j = 0; j < master.size(); ++j) run.stale += copy[j].bits != bf16::from_float(master[j]).bits;
   }
