@@ -166,6 +166,19 @@ WaitChain follow_wait_chain(int self, const PeerOp& expired, const std::map<int,
         }
       }
     }
+    if (!waits) {
+      // Every member has started x's ops. A member that answered only after a pause (stopped
+      // inside the op, then resumed as the job ends) is why the transfer does not move.
+      for (const PeerOp& op : ops) {
+        for (int y : op.members) {
+          auto theirs = answers.find(y);
+          if (y == x || theirs == answers.end() || theirs->second.unpolled_s <= paused_s) continue;
+          waits = true;
+          chain.links.push_back(WaitLink{x, y, op.what});
+          if (followed.insert(y).second) chain.silent.push_back(y);
+        }
+      }
+    }
     if (!waits) chain.stuck.push_back(x);
   }
   std::ranges::sort(chain.silent);

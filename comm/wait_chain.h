@@ -75,8 +75,9 @@ struct WaitChain {
 // (`self`'s own status included); `asked` every rank asked so far: an asked rank without an answer
 // counts as silent, a rank never asked is put in `to_ask` (and counts as silent too, for a chain
 // that has to end now). A rank that answered after not looking for questions for more than
-// `paused_s` (stopped, and resumed as the job ends) counts as silent. Each rank is followed once,
-// so cycles end.
+// `paused_s` (stopped, and resumed as the job ends) counts as silent, also where it had started
+// the op it is waited in: a rank blocked in ops every member has started waits for such members,
+// and is `stuck` only when none paused. Each rank is followed once, so cycles end.
 WaitChain follow_wait_chain(int self, const PeerOp& expired, const std::map<int, PeerStatus>& answers,
                             const std::set<int>& asked, double paused_s);
 

@@ -249,6 +249,27 @@ TEST(WaitChain, EndsAtTheRankThatDoesNotAnswer) {
   EXPECT_EQ(chain.busy, std::vector<int>{3});
 }
 
+// A rank stopped inside a collective it had started, and resumed as the job ends, answers that it
+// started it: the rank blocked in that collective waits for it (hang_culprit_test saw "culprit:
+// none" here under load), and without the pause the transfer is stuck.
+TEST(WaitChain, AMemberThatPausedInsideAStartedOpIsTheCulprit) {
+  // 0 waits in {0,1} #0 for 1, which waits in {1,2} #3; 2 has started it too (its count is past 3).
+  const PeerOp mine = op_on({0, 1}, 0);
+  const PeerOp theirs = op_on({1, 2}, 3);
+  std::map<int, PeerStatus> answers{{0, in_op(mine)}, {1, in_op(theirs, 4)}, {2, in_op(theirs, 4)}};
+  answers[2].unpolled_s = 9.0;
+  WaitChain chain = follow_wait_chain(0, mine, answers, {0, 1, 2}, 2.0);
+  EXPECT_EQ(chain.silent, std::vector<int>{2});
+  EXPECT_TRUE(chain.stuck.empty());
+  ASSERT_EQ(chain.links.size(), 2u);
+  EXPECT_EQ(chain.links[1].from, 1);
+  EXPECT_EQ(chain.links[1].to, 2);
+  answers[2].unpolled_s = 0.3;  // it ran all along: the transfer itself is stuck
+  chain = follow_wait_chain(0, mine, answers, {0, 1, 2}, 2.0);
+  EXPECT_FALSE(chain.has_culprit());
+  EXPECT_EQ(chain.stuck, std::vector<int>{1});
+}
+
 TEST(WaitChain, ACycleEndsWithNoCulprit) {
   // 0 waits in {0,1} #0 for 1; 1 waits in {1,0}-ordered group "b" #0 for 0, which never started it.
   const PeerOp a = op_on({0, 1}, 0);
