@@ -135,7 +135,8 @@ po::options_description layout_options() {
       ("zero", po::value<int>()->default_value(0),
        "ZeRO stage over the dp group (per-rank bytes per parameter, fp32, AdamW: 16 at 0): 0: every "
        "data-parallel rank keeps the whole AdamW state; 1: the state (8 bytes) is sharded over dp "
-       "(gradients reduce-scattered, parameters all-gathered after the update: an allreduce's bytes); "
+       "(gradients reduce-scattered, parameters all-gathered after the update: an allreduce's bytes; "
+       "under bf16 the GEMM weights are gathered as their bf16 copy, 2 bytes, for all of ZeRO 1-3); "
        "2: the gradients (4 bytes) too: each parameter unit (a layer's attention, its MLP, the embedding) is "
        "reduce-scattered after its backward in every micro-batch "
        "and only the owned shard kept (gradient accumulation then communicates once per micro-batch); "
