@@ -1,7 +1,8 @@
 // What a training step asks of the device layer once warm (runtime/device_counters.h).
 // - The single-rank Trainer (no communicator): the steps after the first two allocate nothing (every
 //   tensor a step makes comes from the allocator's cached blocks).
-// - ParallelTrainer on one rank (dp 1), on dp 2 x pp 2, with and without ZeRO-1, and with context
+// - ParallelTrainer on one rank (dp 1), on dp 2 x pp 2, with and without ZeRO-1 (and ZeRO-1 in bf16,
+//   its GEMM weights gathered as their bf16 copy), and with context
 //   parallelism (cp 2 x pp 2, dp 2 x cp 2: ring attention's buffers made once): no allocation
 //   and at most one host wait per step (the read of the loss and the norm; train/step_batch.h), and
 //   the counts of launches and host copies repeat from step to step (no step does extra work). A
@@ -35,6 +36,7 @@ constexpr std::uint64_t kSeed = 99;
 
 struct Layout {
   int dp, tp, pp, zero, cp = 1;
+  DType compute = DType::F32;
   int world_size() const { return dp * tp * pp * cp; }
 };
 
@@ -100,14 +102,15 @@ std::vector<DeviceCounters> counts_per_step(const Layout& layout) {
   const LayoutPlan plan(request, layout_dims(config, s.seq_len), request.world_size(), kGlobalBatch);
   ParallelGroups groups = build_groups(world, Mesh(plan.mesh()));
   data::DataLoader train = data::DataLoader::for_split(corpus().path(), "train", s.seq_len, kSeed, 256);
-  ParallelTrainer trainer(ctx, world, groups, config, DType::F32, train, nullptr, s, plan);
+  ParallelTrainer trainer(ctx, world, groups, config, layout.compute, train, nullptr, s, plan);
   trainer.init(kSeed);
   return counted_steps([&] { trainer.step(); });
 }
 
 void expect_steady(const Layout& layout) {
   const std::string what = "dp" + std::to_string(layout.dp) + (layout.cp > 1 ? " cp" + std::to_string(layout.cp) : "") +
-                           " pp" + std::to_string(layout.pp) + " zero " + std::to_string(layout.zero);
+                           " pp" + std::to_string(layout.pp) + " zero " + std::to_string(layout.zero) +
+                           (layout.compute == DType::BF16 ? " bf16" : "");
   SCOPED_TRACE(what);
   const std::vector<DeviceCounters> counts = counts_per_step(layout);
   ASSERT_EQ(counts.size(), static_cast<std::size_t>(kCountedSteps));
@@ -143,6 +146,8 @@ TEST(StepCounters, AWarmParallelStepRepeatsItsWork) {
     expect_steady({2, 1, 2, 1});
     expect_steady({1, 1, 2, 0, 2});
     expect_steady({2, 1, 1, 1, 2});
+    // ZeRO-1 in bf16: the GEMM weights' buckets gather their bf16 copy, the others fp32 and a cast.
+    expect_steady({2, 1, 2, 1, 1, DType::BF16});
   } else {
     GTEST_SKIP() << "runs on 1 and 4 ranks";
   }
