@@ -136,14 +136,13 @@ void DistributedAdamW::step(float lr, float grad_scale) {
     // In place: the output (the whole bucket) holds this rank's input at its block.
     const Tensor& from = gathers_compute_[static_cast<std::size_t>(b)] ? flat_compute_ : flat_params_;
     gathers.push_back(gather_bucket(b, from));
+    if (gathers_compute_[static_cast<std::size_t>(b)]) master_stale_ = true;
     gather_bytes_ += layout.buckets[static_cast<std::size_t>(b)].numel() * static_cast<std::int64_t>(dtype_size(from.dtype()));
   }
   const auto wait_start = std::chrono::steady_clock::now();
   for (const WorkPtr& work : gathers) work->wait_on(ctx_->stream());
   gather_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-  if (dp_->size() == 1) return;
-  if (std::any_of(gathers_compute_.begin(), gathers_compute_.end(), [](char c) { return c != 0; })) master_stale_ = true;
-  if (!flat_compute_.defined()) return;
+  if (dp_->size() == 1 || !flat_compute_.defined()) return;
   // The buckets gathered in fp32 took the other ranks' pieces unrounded: one cast per run of them
   // (the buckets are contiguous, in decreasing address order).
   for (int b = 0; b < layout.size();) {

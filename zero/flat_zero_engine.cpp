@@ -74,14 +74,14 @@ double FlatZeroEngine::update(float lr, float grad_scale) {
 }
 
 void FlatZeroEngine::for_each_resident_unit(bool gather, const std::function<void(int unit)>& use) {
-  // Every parameter is resident on every rank; in bf16 ZeRO-1 the GEMM weights' master is current
-  // in the owned blocks alone until gathered.
-  if (gather) optimizer_->gather_master();
-  for (std::size_t u = 0; u < model_.param_units().size(); ++u) use(static_cast<int>(u));
-  if (!gather) optimizer_->master_written();
+  // Every parameter is resident on every rank: the units one after another.
+  with_every_unit_resident(gather, [&] {
+    for (std::size_t u = 0; u < model_.param_units().size(); ++u) use(static_cast<int>(u));
+  });
 }
 
 void FlatZeroEngine::with_every_unit_resident(bool gather, const std::function<void()>& use) {
+  // In bf16 ZeRO-1 the GEMM weights' master is current in the owned blocks alone until gathered.
   if (gather) optimizer_->gather_master();
   use();
   if (!gather) optimizer_->master_written();

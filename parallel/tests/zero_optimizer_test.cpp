@@ -163,6 +163,26 @@ TEST(DistributedAdamW, ShardedMatchesPlainAdamWBitwise) { run_matches_plain_adam
 TEST(DistributedAdamW, ShardedWithoutOverlapMatchesPlainAdamWBitwise) { run_matches_plain_adamw(true, false); }
 TEST(DistributedAdamW, UnshardedMatchesPlainAdamWBitwise) { run_matches_plain_adamw(false, true); }
 
+// One step of an optimizer with a bf16 copy and of the plain one beside it, on the same gradients.
+void step_both(const std::vector<float>& mine, Tensor& grads, GradReducer& reducer, DistributedAdamW& opt,
+               Tensor& plain_grads, GradReducer& plain_reducer, DistributedAdamW& plain) {
+  DeviceContext& ctx = test_context();
+  grads.copy_from_host(mine.data(), grads.nbytes(), ctx.stream());
+  plain_grads.copy_from_host(mine.data(), plain_grads.nbytes(), ctx.stream());
+  reduce_all(reducer);
+  reduce_all(plain_reducer);
+  opt.step(3e-2f, 0.5f);
+  plain.step(3e-2f, 0.5f);
+}
+
+// Elements of the bf16 copy that are not `master` rounded to nearest even.
+std::size_t unrounded(const Tensor& copy, const std::vector<float>& master) {
+  const std::vector<bf16> bits = copy.to_host<bf16>();
+  std::size_t stale = 0;
+  for (std::size_t i = 0; i < master.size(); ++i) stale += bits[i].bits != bf16::from_float(master[i]).bits;
+  return stale;
+}
+
 // With a bf16 working copy (a bf16 model's compute parameters), after every step the copy is the
 // master rounded to nearest even, element by element, on every rank: written in the AdamW pass
 // (unsharded, or one rank), cast once after the gathers (sharded over several). The master's bits
@@ -182,18 +202,11 @@ void run_bf16_copy_case(bool shard) {
   GradReducer plain_reducer(ctx, world, plain_grads, params, {96, shard, true});
   DistributedAdamW plain(ctx, world, plain_reducer, plain_params, AdamWConfig{});
   for (int step = 0; step < 3; ++step) {
-    const std::vector<float> mine = step_grads(params, flat, world.rank(), step);
-    flat_grads.copy_from_host(mine.data(), flat_grads.nbytes(), ctx.stream());
-    plain_grads.copy_from_host(mine.data(), plain_grads.nbytes(), ctx.stream());
-    reduce_all(reducer);
-    reduce_all(plain_reducer);
-    opt.step(3e-2f, 0.5f);
-    plain.step(3e-2f, 0.5f);
+    step_both(step_grads(params, flat, world.rank(), step), flat_grads, reducer, opt, plain_grads, plain_reducer,
+              plain);
     const std::vector<float> master = flat_params.to_host<float>();
-    const std::vector<bf16> copy = flat_copy.to_host<bf16>();
-    std::size_t stale = 0;
-    for (std::size_t i = 0; i < master.size(); ++i) stale += copy[i].bits != bf16::from_float(master[i]).bits;
-    EXPECT_EQ(stale, 0u) << "step " << step + 1 << ": elements whose bf16 copy is not the rounded master";
+    EXPECT_EQ(unrounded(flat_copy, master), 0u)
+        << "step " << step + 1 << ": elements whose bf16 copy is not the rounded master";
     const std::vector<float> want = plain_params.to_host<float>();
     EXPECT_EQ(std::memcmp(master.data(), want.data(), master.size() * sizeof(float)), 0) << "step " << step + 1;
   }
@@ -249,19 +262,11 @@ TEST(DistributedAdamW, Bf16BucketsOfGemmWeightsGatherTheCopy) {
     for (const FlatParam& p : params)
       for (std::int64_t i = p.offset; i < p.offset + p.numel; ++i)
         grads[static_cast<std::size_t>(i)] = grad_value(i, world.rank(), step);
-    flat_grads.copy_from_host(grads.data(), flat_grads.nbytes(), ctx.stream());
-    plain_grads.copy_from_host(grads.data(), plain_grads.nbytes(), ctx.stream());
-    reduce_all(reducer);
-    reduce_all(plain_reducer);
-    opt.step(3e-2f, 0.5f);
-    plain.step(3e-2f, 0.5f);
+    step_both(grads, flat_grads, reducer, opt, plain_grads, plain_reducer, plain);
     EXPECT_EQ(opt.last_gather_bytes(), want_bytes);
     EXPECT_EQ(opt.master_current(), n == 1);
     const std::vector<float> want = plain_params.to_host<float>();
-    const std::vector<bf16> copy = flat_copy.to_host<bf16>();
-    std::size_t stale = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) stale += copy[i].bits != bf16::from_float(want[i]).bits;
-    EXPECT_EQ(stale, 0u) << "elements whose bf16 copy is not the rounded master";
+    EXPECT_EQ(unrounded(flat_copy, want), 0u) << "elements whose bf16 copy is not the rounded master";
     // Region 0 and the owned blocks hold the master's bits before any gather of it.
     const std::vector<float> master = flat_params.to_host<float>();
     std::vector<char> current(static_cast<std::size_t>(flat), 0);
