@@ -24,6 +24,7 @@
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
 #include "runtime/device_counters.h"
+#include "launch/op_profile_table.h"
 #include "runtime/op_profile.h"
 
 namespace po = boost::program_options;
@@ -192,10 +193,6 @@ struct ModelRun {
   double activation_peak = 0;
   double logits = 0;  // of it: the head's one chunk of logits [R, Vp] (models/head_chunks.h), which no recompute mode drops
   // --profile-ops: the profiled steps' ops per step, most time first, and the profiled step's wall time.
-  struct OpPerStep {
-    std::string name;
-    double calls = 0, seconds = 0;
-  };
   std::vector<OpPerStep> ops;
   double profiled_step_s = 0;
 };
@@ -286,7 +283,7 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
   if (o.profile_steps > 0) {
     row["profiled_step_s"] = r.profiled_step_s;
     nlohmann::ordered_json ops = nlohmann::ordered_json::array();
-    for (const ModelRun::OpPerStep& op : r.ops)
+    for (const OpPerStep& op : r.ops)
       ops.push_back({{"op", op.name}, {"calls_per_step", op.calls}, {"s_per_step", op.seconds},
                      {"share_of_step", op.seconds / r.profiled_step_s}});
     row["op_profile"] = std::move(ops);
@@ -297,29 +294,10 @@ nlohmann::ordered_json json_row(const ModelRun& r, const TrainOptions& o, int th
 // Where a profiled step's time went: the `top` ops by time, the rest summed, and what no op held
 // (the host between ops: the bench's loop, the model's host code, launches not yet issued).
 void print_op_profile(const ModelRun& r, int steps, std::size_t top) {
-  double in_ops = 0;
-  for (const ModelRun::OpPerStep& op : r.ops) in_ops += op.seconds;
-  const double step = r.profiled_step_s;
-  TextTable table({"op", "calls/step", "ms/step", "of step"});
-  ModelRun::OpPerStep rest{format_cell("(%.0f more ops)", static_cast<double>(r.ops.size()) - static_cast<double>(top))};
-  for (std::size_t i = 0; i < r.ops.size(); ++i) {
-    const ModelRun::OpPerStep& op = r.ops[i];
-    if (i >= top) {
-      rest.seconds += op.seconds;
-      rest.calls += op.calls;
-      continue;
-    }
-    table.add_row({op.name, format_cell("%.1f", op.calls), format_cell("%.3f", 1e3 * op.seconds),
-                   format_cell("%.1f%%", 100.0 * op.seconds / step)});
-  }
-  if (r.ops.size() > top)
-    table.add_row({rest.name, format_cell("%.1f", rest.calls), format_cell("%.3f", 1e3 * rest.seconds),
-                   format_cell("%.1f%%", 100.0 * rest.seconds / step)});
-  table.add_row({"(outside ops: the host between them)", "", format_cell("%.3f", 1e3 * (step - in_ops)),
-                 format_cell("%.1f%%", 100.0 * (step - in_ops) / step)});
   std::printf("\nWhere a step goes, %s %s (%d profiled step(s) of %.1f ms, every op drained before and after; the\n"
               "timed steps above ran without this):\n%s",
-              r.name.c_str(), recompute_name(r.recompute), steps, 1e3 * step, table.render().c_str());
+              r.name.c_str(), recompute_name(r.recompute), steps, 1e3 * r.profiled_step_s,
+              op_profile_table(r.ops, r.profiled_step_s, top, "(outside ops: the host between them)").c_str());
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "comm/agreement.h"
+#include "commands/train_op_profile.h"
 #include "commands/train_options.h"
 #include "commands/train_progress.h"
 #include "data/loader.h"
@@ -262,7 +263,7 @@ void report_stop(int signal, int step, const std::filesystem::path& saved) {
 
 // Steps to the end, with progress lines and checkpoints as due, until every step is done or a rank
 // is asked to stop (SIGTERM, Ctrl-C): then the ranks save the step they are at (unless it was just
-// saved) and end.
+// saved) and end. With --profile-ops, the last steps are timed op by op and reported after the last.
 LoopEnd run_loop(ParallelTrainer& trainer, Session& session, const TrainJob& job, MetricsWriter* metrics) {
   const int steps = job.settings.steps;
   const bool root = session.world->rank() == 0;
@@ -275,18 +276,24 @@ LoopEnd run_loop(ParallelTrainer& trainer, Session& session, const TrainJob& job
   ProgressReporter progress(*session.world, *session.context, trainer.steps_done() + 1, steps, job.log_every, metrics);
   using clock = std::chrono::steady_clock;
   clock::duration slowest{};  // of the steps so far, validation included
+  TrainOpProfile profile(steps, job.profile_steps);
   while (trainer.steps_done() < steps) {
     session.watchdog->mark("began step " + std::to_string(trainer.steps_done() + 1) + " of " + std::to_string(steps));
+    profile.before_step(trainer.steps_done());
     const clock::time_point began = clock::now();
     end.last = trainer.step();
     slowest = std::max(slowest, clock::now() - began);
+    profile.after_step(end.last);
     progress.after_step(end.last);
     std::filesystem::path saved;
     if (job.checkpoints.due(end.last.step, steps)) {
       StopSignals::set_agreement_deadline({});  // a save takes what it takes
       saved = save_and_report(trainer, session, job, end.last.step);
     }
-    if (trainer.steps_done() == steps) break;
+    if (trainer.steps_done() == steps) {
+      profile.report(*session.world, *session.context);
+      break;
+    }
     // A stop must be agreed on within ten steps' time (the slowest yet, validation included), or a
     // rank is gone (launch/stop_signals.h).
     StopSignals::set_agreement_deadline(

@@ -77,6 +77,12 @@ void add_run_options(po::options_description& desc) {
       ("log-every", po::value<int>()->default_value(10),
        "steps between progress lines (loss, tokens/s, MFU, ETA); the first and last steps are always shown")
       ("metrics", path_value(PathKind::WriteFile), "write one JSON line per step to this file")
+      ("profile-ops", po::value<int>()->default_value(0),
+       "time every op of the run's last N steps, then print, per rank, how much of such a step its ops "
+       "held and how much went outside them (communication waits, the bubble, the host), and the ops that "
+       "took the most, as the mean over the ranks (GEMMs by shape). For a GPU without a profiler. Costs: "
+       "each op drains its stream before and after, so those steps run slower (on a GPU, much slower) and "
+       "their progress lines show it; what they compute is the same. 0: none")
       ("init-weights", path_value(PathKind::ReadFileOrDir),
        "start from these weights (their shape must match the model options): an llm.c GPT-2 file, or a Hugging "
        "Face GPT-2 or Llama folder (config.json with model.safetensors, or shards and model.safetensors.index.json; "
@@ -372,6 +378,10 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
                      std::to_string(config.max_seq_len));
   const int log_every = get<int>(vm, "log-every");
   if (log_every < 1) throw UsageError("--log-every must be at least 1");
+  const int profile_steps = get<int>(vm, "profile-ops");
+  if (profile_steps < 0 || profile_steps > settings.steps)
+    throw UsageError("--profile-ops " + std::to_string(profile_steps) + " must be between 0 and --steps " +
+                     std::to_string(settings.steps));
   const CheckpointPolicy checkpoints = read_checkpoint_policy(vm);
   const std::optional<std::string> resume = optional_value<std::string>(vm, "resume");
   if (resume && *resume != "auto" && vm.count("init-weights"))
@@ -399,6 +409,7 @@ TrainJob read_train_job(const po::variables_map& vm, int world_size) {
                .compute = compute,
                .save_dtype = save_dtype,
                .log_every = log_every,
+               .profile_steps = profile_steps,
                .checkpoints = checkpoints,
                .resume = resume,
                .lr_decay_steps_given = vm.count("lr-decay-steps") > 0,

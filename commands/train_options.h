@@ -51,6 +51,7 @@ struct TrainJob {
   DType compute = DType::F32;
   DType save_dtype = DType::F32;
   int log_every = 10;
+  int profile_steps = 0;  // --profile-ops: the last steps timed op by op (commands/train_op_profile.h)
   CheckpointPolicy checkpoints;
   std::optional<std::string> resume;  // "latest", "auto" or a step directory
   bool lr_decay_steps_given = false;

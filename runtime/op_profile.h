@@ -8,7 +8,8 @@
 // (runtime/device_counters.h) read the same with the profiling on or off.
 // Only the outermost op on a thread is timed: an op that runs others (a fused entry point calling
 // two kernels) counts once, under its own name. Process-wide, like the counters (one rank a process).
-// defines: OpScope, OpTiming, op_profiling, set_op_profiling, op_timings, reset_op_timings, op_type_name
+// defines: OpScope, OpTiming, OpProfilingPause, op_profiling, set_op_profiling, op_timings, reset_op_timings,
+// op_type_name
 #pragma once
 
 #include <chrono>
@@ -30,6 +31,19 @@ struct OpTiming {
   std::string name;  // the op's family and what tells its calls apart (a GEMM's shape)
   std::uint64_t calls = 0;
   double seconds = 0.0;  // wall time of its calls, each drained before and after
+};
+
+// Holds the timing off for its scope and then restores it: work inside a profiled step that is not
+// the step's (validation after it) is left out.
+class OpProfilingPause {
+ public:
+  OpProfilingPause() : was_on_(op_profiling()) { set_op_profiling(false); }
+  ~OpProfilingPause() { set_op_profiling(was_on_); }
+  OpProfilingPause(const OpProfilingPause&) = delete;
+  OpProfilingPause& operator=(const OpProfilingPause&) = delete;
+
+ private:
+  bool was_on_;
 };
 
 // Every op timed since the last reset, most time first (equal times by name).

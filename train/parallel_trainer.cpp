@@ -12,6 +12,7 @@
 #include "parallel/layout_check.h"
 #include "parallel/stage_partition.h"
 #include "runtime/kernels.h"
+#include "runtime/op_profile.h"
 #include "optim/grad_norm.h"
 
 namespace mt {
@@ -240,7 +241,10 @@ StepRecord ParallelTrainer::step() {
   // MFU against the peak of every rank of the job together.
   settings_.record_throughput(r, seconds, model_->config(), std::int64_t{plan_.global_batch()} * settings_.seq_len,
                               mesh.world_size());
-  if (val_ != nullptr && settings_.evaluation_due(steps_done_)) r.val_loss = evaluate();
+  if (val_ != nullptr && settings_.evaluation_due(steps_done_)) {
+    const OpProfilingPause not_the_step;  // validation is not the step --profile-ops times
+    r.val_loss = evaluate();
+  }
   return r;
 }
 
