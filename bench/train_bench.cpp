@@ -16,6 +16,7 @@
 #include "bench/bench_env.h"
 #include "bench/step_timer.h"
 #include "runtime/kernels.h"
+#include "launch/op_profile_table.h"
 #include "launch/path_option.h"
 #include "launch/table.h"
 #include "models/gpt.h"
@@ -24,7 +25,6 @@
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
 #include "runtime/device_counters.h"
-#include "launch/op_profile_table.h"
 #include "runtime/op_profile.h"
 
 namespace po = boost::program_options;

@@ -95,22 +95,23 @@ TrainOpProfile::~TrainOpProfile() {
 }
 
 void TrainOpProfile::before_step(int steps_done) {
-  if (on_ || profile_steps_ == 0 || steps_ - steps_done > profile_steps_) return;
-  reset_op_timings();
+  if (profile_steps_ == 0 || steps_ - steps_done > profile_steps_) return;
+  if (timed_steps_ == 0) reset_op_timings();
   set_op_profiling(true);
   on_ = true;
 }
 
+// Off until the next step: a checkpoint's save and the progress line's gathers are not the step's.
 void TrainOpProfile::after_step(const StepRecord& step) {
   if (!on_) return;
+  set_op_profiling(false);
+  on_ = false;
   ++timed_steps_;
   wall_s_ += step.step_ms / 1e3;
   time_ += step.time;
 }
 
 void TrainOpProfile::report(Communicator& world, DeviceContext& ctx) {
-  if (on_) set_op_profiling(false);
-  on_ = false;
   if (timed_steps_ == 0) return;  // the same on every rank: each times the same steps
   const std::vector<std::string> all = allgather_strings(world, ctx, encode(timed_steps_, wall_s_, time_));
   if (world.rank() != 0) return;
