@@ -39,3 +39,5 @@ if(NOT _mt_cuda STREQUAL "OFF")
     message(STATUS "meshtrain: CUDA toolkit incomplete, building the CPU backend only")
   endif()
 endif()
+# Kept in the cache so that scripts can ask a build tree which backends it holds (.ci/run does).
+set(MESHTRAIN_CUDA_BACKEND ${MESHTRAIN_HAVE_CUDA} CACHE INTERNAL "whether this build has the CUDA backend")
